@@ -1,0 +1,274 @@
+"""Project configuration: `cobalt.toml` or `cobalt.config.py`, overridden by `COBALT_*` variables.
+
+The configuration file is searched from the current folder upward; the folder that holds it
+is the *project folder* (experiment files, datasets and `.cobalt/` live there). With no file,
+the current folder is the project folder and the defaults apply.
+
+This module imports nothing from Django: settings are built from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
+
+DEFAULTS: dict[str, Any] = {
+    "test_dir": "experiments",
+    "test_match": ["**/*.cobalt.py", "**/*.experiment.py"],
+    "output_dir": ".cobalt",
+    "judge": {
+        "provider": "openai",
+        "model": "gpt-4o-mini",
+        "api_key": None,
+        "base_url": None,
+        "max_retries": 3,
+        "timeout": 60,
+    },
+    "concurrency": 5,
+    "timeout": 30,
+    "cache": {"enabled": True, "ttl": "7d"},
+    "ci": {},
+    "dashboard": {"host": "127.0.0.1", "port": 4000, "open": False},
+    "database_url": None,
+    "broker_url": None,
+    "rate_limits": {},
+    "webhooks": [],
+    "plugins": [],
+    "env": {},
+}
+
+# Environment variables that override configuration keys (dotted paths).
+ENV_OVERRIDES: dict[str, tuple[str, type]] = {
+    "COBALT_TEST_DIR": ("test_dir", str),
+    "COBALT_OUTPUT_DIR": ("output_dir", str),
+    "COBALT_CONCURRENCY": ("concurrency", int),
+    "COBALT_TIMEOUT": ("timeout", float),
+    "COBALT_JUDGE_PROVIDER": ("judge.provider", str),
+    "COBALT_JUDGE_MODEL": ("judge.model", str),
+    "COBALT_JUDGE_BASE_URL": ("judge.base_url", str),
+    "COBALT_CACHE_ENABLED": ("cache.enabled", bool),
+    "COBALT_CACHE_TTL": ("cache.ttl", str),
+    "COBALT_DATABASE_URL": ("database_url", str),
+    "COBALT_BROKER_URL": ("broker_url", str),
+}
+
+SECRET_KEY_PATTERN = re.compile(r"(api_?key|secret|token|password)", re.IGNORECASE)
+TTL_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ConfigError(ValueError):
+    """The configuration file or an override is invalid; the message says where and what to do."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The resolved configuration of one project."""
+
+    data: dict[str, Any]
+    project_dir: Path
+    path: Path | None = None
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.get(key)
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        node: Any = self.data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    @property
+    def test_dir(self) -> Path:
+        return (self.project_dir / self.data["test_dir"]).resolve()
+
+    @property
+    def output_dir(self) -> Path:
+        return (self.project_dir / self.data["output_dir"]).resolve()
+
+    @property
+    def results_dir(self) -> Path:
+        return self.output_dir / "results"
+
+    @property
+    def team_mode(self) -> bool:
+        return bool(self.data.get("broker_url"))
+
+    def redacted(self) -> dict[str, Any]:
+        """The configuration with every secret-looking value replaced, safe to show."""
+        return redact(self.data)
+
+
+def redact(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: redact(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, key) for v in value]
+    if value and SECRET_KEY_PATTERN.search(key) and not key.endswith("_env"):
+        return "***"
+    if isinstance(value, str) and key in ("database_url", "broker_url"):
+        return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", value)
+    return value
+
+
+def define_config(config: dict[str, Any] | None = None, /, **kwargs: Any) -> dict[str, Any]:
+    """Declare the configuration in `cobalt.config.py`: `config = define_config(test_dir=...)`."""
+    merged = dict(config or {})
+    merged.update(kwargs)
+    _validate(merged, source="define_config()")
+    return merged
+
+
+def parse_ttl(value: str | int | float | None) -> float | None:
+    """`"7d"`, `"12h"`, `"30m"`, `3600` → seconds; None or 0 means no expiry."""
+    if value in (None, "", 0):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    match = TTL_PATTERN.match(str(value))
+    if not match:
+        raise ConfigError(f"cache.ttl: {value!r} is not a duration; use e.g. '7d', '12h', '30m'.")
+    return float(match.group(1)) * TTL_UNITS[match.group(2)]
+
+
+def find_config_file(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        for name in CONFIG_FILENAMES:
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def load_config(cwd: str | Path | None = None) -> Config:
+    """Find and read the project's configuration, apply `COBALT_*` overrides and defaults."""
+    start = Path(cwd or os.environ.get("COBALT_PROJECT_DIR") or os.getcwd()).resolve()
+    path = find_config_file(start)
+    data = copy.deepcopy(DEFAULTS)
+    sources = ["defaults"]
+    if path is not None:
+        _merge(data, _read_file(path))
+        sources.append(str(path))
+        project_dir = path.parent
+    else:
+        project_dir = start
+    overrides = _env_overrides()
+    for dotted, value in overrides.items():
+        _set_dotted(data, dotted, value)
+    if overrides:
+        sources.append("environment")
+    _validate(data, source=str(path) if path else "defaults")
+    return Config(data=data, project_dir=project_dir, path=path, sources=tuple(sources))
+
+
+_active: Config | None = None
+
+
+def active_config() -> Config:
+    """The configuration of the project this process works in (loaded once)."""
+    global _active
+    if _active is None:
+        _active = load_config()
+    return _active
+
+
+def set_active_config(config: Config | None) -> None:
+    global _active
+    _active = config
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if path.suffix == ".toml":
+        try:
+            with path.open("rb") as fh:
+                return tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML ({exc}).") from exc
+    spec = importlib.util.spec_from_file_location("cobalt_user_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"{path}: failed to load ({type(exc).__name__}: {exc}).") from exc
+    config = getattr(module, "config", None)
+    if config is None:
+        raise ConfigError(f"{path}: define `config = define_config(...)` at module level.")
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: `config` must be the result of define_config(...).")
+    return config
+
+
+def _env_overrides() -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, (dotted, kind) in ENV_OVERRIDES.items():
+        raw = os.environ.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            if kind is bool:
+                values[dotted] = raw.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                values[dotted] = kind(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{name}={raw!r}: expected a {kind.__name__}.") from exc
+    return values
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _validate(data: dict[str, Any], *, source: str) -> None:
+    def fail(key: str, message: str) -> None:
+        raise ConfigError(f"{source}: `{key}` {message}")
+
+    if "concurrency" in data:
+        value = data["concurrency"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            fail("concurrency", f"must be a whole number of at least 1 (got {value!r}).")
+    if "timeout" in data:
+        value = data["timeout"]
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            fail("timeout", f"must be a number of seconds above 0 (got {value!r}).")
+    if "test_match" in data:
+        value = data["test_match"]
+        if isinstance(value, str):
+            data["test_match"] = [value]
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            fail("test_match", "must be a glob or a list of globs.")
+    for section in ("judge", "cache", "ci", "dashboard", "rate_limits", "env"):
+        if section in data and not isinstance(data[section], dict):
+            fail(section, "must be a table (a dict).")
+    judge = data.get("judge") or {}
+    if judge.get("provider") not in (None, "openai", "anthropic"):
+        fail("judge.provider", f"must be 'openai' or 'anthropic' (got {judge.get('provider')!r}).")
+    cache = data.get("cache") or {}
+    if "ttl" in cache:
+        try:
+            parse_ttl(cache["ttl"])
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None

@@ -1,0 +1,57 @@
+"""The judge cache: replies keyed by SHA-256 of the canonical JSON of the whole request.
+
+The key covers provider, model, parameters and the fully rendered prompt, so changing any of
+them misses. Errors are never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from cobalt_app.models import JudgeCacheEntry
+
+
+def cache_key(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def cache_get(key: str) -> Any | None:
+    now = timezone.now()
+    return (
+        JudgeCacheEntry.objects.filter(key=key)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .values_list("value", flat=True)
+        .first()
+    )
+
+
+def cache_put(key: str, *, provider: str, model: str, value: Any, ttl: float | None) -> None:
+    now = timezone.now()
+    expires = now + timedelta(seconds=ttl) if ttl else None
+    JudgeCacheEntry.objects.update_or_create(
+        key=key,
+        defaults={
+            "provider": provider,
+            "model": model,
+            "value": value,
+            "created_at": now,
+            "expires_at": expires,
+        },
+    )
+
+
+def cache_clear(*, older_than_days: float | None = None) -> int:
+    """Delete cache entries (all, or those created more than N days ago, or expired)."""
+    entries = JudgeCacheEntry.objects.all()
+    if older_than_days is not None:
+        cutoff = timezone.now() - timedelta(days=older_than_days)
+        entries = entries.filter(Q(created_at__lt=cutoff) | Q(expires_at__lt=timezone.now()))
+    deleted, _ = entries.delete()
+    return deleted

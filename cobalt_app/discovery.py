@@ -1,0 +1,116 @@
+"""Find experiment files and import them (they register; they do not run).
+
+Files are `*.cobalt.py` / `*.experiment.py` under the test directory. Paths given by a user
+(CLI, API, MCP) must resolve inside the project folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment, collecting
+
+
+class PathOutsideProject(ValueError):
+    pass
+
+
+@dataclass
+class LoadedFile:
+    path: Path
+    experiments: list[Experiment] = field(default_factory=list)
+    error: str | None = None
+    traceback: str | None = None
+
+
+def confine(path: str | Path, root: Path, *, what: str = "path") -> Path:
+    """Resolve a user-given path (symlinks too) and refuse it unless it is inside `root`."""
+    root = root.resolve()
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        candidate = root / candidate
+    resolved = candidate.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise PathOutsideProject(
+            f"{what} {str(path)!r} resolves outside the project folder {root}; "
+            "only files inside the project can be used"
+        )
+    return resolved
+
+
+def matches(path: Path, patterns: list[str], base: Path) -> bool:
+    relative = path.relative_to(base).as_posix() if base in path.parents else path.name
+    for pattern in patterns:
+        if fnmatch(relative, pattern) or fnmatch(path.name, pattern.split("/")[-1]):
+            return True
+    return False
+
+
+def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
+    """Experiment files: the given files/folders, or everything under the test directory."""
+    patterns = config.get("test_match") or ["**/*.cobalt.py", "**/*.experiment.py"]
+    roots: list[Path] = []
+    files: list[Path] = []
+    for given in paths or []:
+        resolved = confine(Path(given).resolve(), config.project_dir, what="experiment path")
+        if resolved.is_dir():
+            roots.append(resolved)
+        elif resolved.is_file():
+            files.append(resolved)
+        else:
+            raise FileNotFoundError(f"experiment path {given!r} does not exist")
+    if not paths:
+        roots.append(config.test_dir)
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for candidate in sorted(root.rglob("*.py")):
+            if "__pycache__" in candidate.parts or any(
+                part.startswith(".") for part in candidate.relative_to(root).parts
+            ):
+                continue
+            if matches(candidate, patterns, root):
+                files.append(candidate.resolve())
+    return list(dict.fromkeys(files))
+
+
+def module_name_for(path: Path) -> str:
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    stem = path.name.split(".")[0].replace("-", "_")
+    return f"cobalt_experiments.{stem}_{digest}"
+
+
+def load_file(path: Path, project_dir: Path) -> LoadedFile:
+    """Import an experiment file in registration mode; an import error is reported, not raised."""
+    loaded = LoadedFile(path=path)
+    for folder in (str(project_dir), str(path.parent)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    name = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        loaded.error = "not a Python file"
+        return loaded
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with collecting() as found:
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # an experiment file may even call sys.exit()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            sys.modules.pop(name, None)
+            loaded.error = f"{type(exc).__name__}: {exc}"
+            loaded.traceback = traceback.format_exc()
+            return loaded
+    for experiment in found:
+        experiment.file = str(path)
+    loaded.experiments = list(found)
+    return loaded

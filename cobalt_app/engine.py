@@ -1,0 +1,290 @@
+"""The experiment engine: execute an item, evaluate it, record it, finalise the run.
+
+`execute_item()` runs the agent on one snapshotted item (with its timeout) and then every
+evaluator. The embedded mode (`execute_run()`) calls it for all pending items of a run with
+the configured concurrency and records outcomes in batches; team-mode workers call the same
+function for one item per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from django.utils import timezone
+
+from cobalt.config import Config, parse_ttl
+from cobalt.experiment import Experiment, RunContext
+from cobalt_app import results, services
+from cobalt_app.aio import DatabaseThread
+from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.pricing import agent_cost, agent_usage
+from cobalt_app.providers import ProviderHub
+from cobalt_app.services import ItemSnapshot
+
+FLUSH_SIZE = 500
+FLUSH_INTERVAL = 0.25
+
+
+@dataclass
+class ItemOutcome:
+    """What happened to one item: the agent's output and every evaluator's verdict."""
+
+    id: int
+    item_index: int
+    run_index: int
+    item_key: str
+    status: str
+    output: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    traceback: str = ""
+    latency_ms: float | None = None
+    tokens: int = 0
+    cost: float = 0.0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    evaluations: list[EvalOutcome] = field(default_factory=list)
+
+
+@dataclass
+class EvalEnv:
+    """What evaluators share during a run: provider clients, judge settings, cache, database."""
+
+    hub: ProviderHub
+    judge_config: dict[str, Any]
+    cache_enabled: bool
+    cache_ttl: float | None
+    db: DatabaseThread
+
+
+def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
+    judge_config = dict(config.get("judge") or {})
+    return EvalEnv(
+        hub=ProviderHub(judge_config),
+        judge_config=judge_config,
+        cache_enabled=bool(config.get("cache.enabled", True)) and not no_cache,
+        cache_ttl=parse_ttl(config.get("cache.ttl")),
+        db=db,
+    )
+
+
+class Reporter(Protocol):
+    def run_started(self, run: Run, experiment: Experiment) -> None: ...
+    def item_finished(self, outcome: ItemOutcome, done: int, total: int) -> None: ...
+    def run_finished(self, run: Run) -> None: ...
+
+
+def split_result(value: Any) -> tuple[Any, dict[str, Any]]:
+    """A runner returns `{"output", "metadata"}`, or the output itself."""
+    if isinstance(value, dict) and "output" in value:
+        metadata = value.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            metadata = {"value": metadata}
+        return value["output"], metadata
+    return value, {}
+
+
+async def call_runner(
+    experiment: Experiment, context: RunContext, *, timeout: float, pool: ThreadPoolExecutor
+) -> Any:
+    if experiment.is_async:
+        return await asyncio.wait_for(experiment.runner(context), timeout)
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(pool, experiment.runner, context)
+    value = await asyncio.wait_for(future, timeout)
+    if inspect.isawaitable(value):
+        value = await asyncio.wait_for(value, timeout)
+    return value
+
+
+async def execute_item(
+    experiment: Experiment,
+    snapshot: ItemSnapshot,
+    env: EvalEnv,
+    *,
+    timeout: float,
+    pool: ThreadPoolExecutor,
+) -> ItemOutcome:
+    """Run the agent on one item, then score its output with every evaluator."""
+    outcome = ItemOutcome(
+        id=snapshot.id,
+        item_index=snapshot.item_index,
+        run_index=snapshot.run_index,
+        item_key=snapshot.item_key,
+        status=ItemResult.Status.OK,
+        started_at=timezone.now(),
+    )
+    context = RunContext(
+        item=snapshot.item,
+        index=snapshot.item_index,
+        run_index=snapshot.run_index,
+        item_key=snapshot.item_key,
+    )
+    started = time.perf_counter()
+    try:
+        value = await call_runner(experiment, context, timeout=timeout, pool=pool)
+    except TimeoutError:
+        outcome.status = ItemResult.Status.TIMEOUT
+        outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        outcome.status = ItemResult.Status.ERROR
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.traceback = traceback.format_exc()
+    else:
+        outcome.output, outcome.metadata = split_result(value)
+    outcome.latency_ms = (time.perf_counter() - started) * 1000
+    outcome.finished_at = timezone.now()
+    _, _, outcome.tokens = agent_usage(outcome.metadata)
+    outcome.cost = agent_cost(outcome.metadata)
+    if outcome.status == ItemResult.Status.OK and experiment.evaluators:
+        outcome.evaluations = await evaluate_item(experiment, snapshot, outcome, env)
+    return outcome
+
+
+async def evaluate_item(
+    experiment: Experiment, snapshot: ItemSnapshot, outcome: ItemOutcome, env: EvalEnv
+) -> list[EvalOutcome]:
+    """Score one output with every evaluator of the experiment (concurrently)."""
+    target = EvalTarget(
+        item=snapshot.item,
+        output=outcome.output,
+        metadata=outcome.metadata,
+        latency_ms=outcome.latency_ms,
+        cost=outcome.cost,
+    )
+    if len(experiment.evaluators) == 1:
+        return [await evaluate(experiment.evaluators[0], target, env)]
+    return list(await asyncio.gather(*(evaluate(e, target, env) for e in experiment.evaluators)))
+
+
+class OutcomeWriter:
+    """Buffers outcomes and records them in batches on the database thread."""
+
+    def __init__(self, run_id: str, db: DatabaseThread) -> None:
+        self.run_id = run_id
+        self.db = db
+        self.buffer: list[ItemOutcome] = []
+        self.last_flush = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def add(self, outcome: ItemOutcome) -> None:
+        self.buffer.append(outcome)
+        due = time.monotonic() - self.last_flush >= FLUSH_INTERVAL
+        if len(self.buffer) >= FLUSH_SIZE or due:
+            await self.flush()
+
+    async def flush(self) -> None:
+        async with self._lock:
+            batch, self.buffer = self.buffer, []
+            self.last_flush = time.monotonic()
+            if batch:
+                await self.db(services.record_item_outcomes, self.run_id, batch)
+
+
+async def execute_run(
+    run: Run,
+    experiment: Experiment,
+    env: EvalEnv,
+    *,
+    reporter: Reporter | None = None,
+    on_item: Callable[[ItemOutcome], None] | None = None,
+) -> None:
+    """Execute every pending item of a run in this process (the embedded mode)."""
+    settings = run.config
+    concurrency = int(settings.get("concurrency", 5))
+    timeout = float(settings.get("timeout", 30))
+    snapshots = await env.db(services.item_snapshots, run.id)
+    done = run.total_items - len(snapshots)
+    total = run.total_items
+    writer = OutcomeWriter(run.id, env.db)
+    pending = iter(snapshots)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
+
+    async def work() -> None:
+        nonlocal done
+        for snapshot in pending:
+            outcome = await execute_item(experiment, snapshot, env, timeout=timeout, pool=pool)
+            done += 1
+            if reporter is not None:
+                reporter.item_finished(outcome, done, total)
+            if on_item is not None:
+                on_item(outcome)
+            await writer.add(outcome)
+
+    try:
+        await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
+    finally:
+        await asyncio.shield(writer.flush())
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def run_experiment(
+    experiment: Experiment,
+    config: Config,
+    *,
+    db: DatabaseThread,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    overrides: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+    file: str = "",
+    resume_run_id: str | None = None,
+) -> Run:
+    """Create (or resume) a run of an experiment, execute it in-process and finalise it."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    settings = experiment.settings(
+        default_concurrency=config.get("concurrency", 5),
+        default_timeout=config.get("timeout", 30),
+    )
+    settings.update(overrides)
+    if resume_run_id:
+        run = await db(Run.objects.get, id=resume_run_id)
+        await db(
+            services.item_reset_for_retry,
+            run.id,
+            [ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT, ItemResult.Status.CANCELLED],
+        )
+    else:
+        run = await db(
+            services.run_create,
+            experiment=experiment,
+            settings=settings,
+            file=file,
+            tags=tags or [],
+            project_dir=config.project_dir,
+        )
+    await db(services.run_start, run.id)
+    run = await db(Run.objects.get, id=run.id)
+    if reporter is not None:
+        reporter.run_started(run, experiment)
+    env = make_env(config, db, no_cache=no_cache)
+    status = Run.Status.COMPLETED
+    try:
+        await execute_run(run, experiment, env, reporter=reporter)
+    except asyncio.CancelledError:
+        status = Run.Status.CANCELLED
+        await asyncio.shield(db(services.run_cancel_pending, run.id))
+        raise
+    except Exception as exc:
+        status = Run.Status.FAILED
+        await asyncio.shield(db(services.run_fail, run.id, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        run = await asyncio.shield(
+            db(results.run_finalise, run.id, status=status, results_dir=config.results_dir)
+        )
+        await env.hub.aclose()
+    if reporter is not None:
+        await db(reporter.run_finished, run)
+    return run

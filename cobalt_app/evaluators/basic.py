@@ -1,0 +1,61 @@
+"""`function` and `exact-match` evaluators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cobalt.evaluator import EvalContext, Evaluator
+from cobalt_app.evaluators import (
+    EvalOutcome,
+    EvalTarget,
+    EvaluationError,
+    maybe_await,
+    normalise_result,
+    register,
+)
+
+
+@register("function")
+async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
+    context = EvalContext(
+        item=target.item,
+        output=target.output,
+        metadata=target.metadata,
+        latency_ms=target.latency_ms,
+    )
+    try:
+        value = await maybe_await(evaluator.fn(context))
+    except EvaluationError:
+        raise
+    except Exception as exc:
+        raise EvaluationError(f"the function raised {type(exc).__name__}: {exc}") from exc
+    score, reason = normalise_result(value)
+    return EvalOutcome(evaluator.name, score, reason=reason)
+
+
+def field_value(evaluator: Evaluator, target: EvalTarget, default: str) -> Any:
+    name = evaluator.field or default
+    if name not in target.item:
+        raise EvaluationError(f"the item has no field {name!r} to compare with")
+    return target.item[name]
+
+
+def output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    import json
+
+    return json.dumps(output, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register("exact-match")
+async def exact_match(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
+    expected = field_value(evaluator, target, "expected_output")
+    actual_text = output_text(target.output).strip()
+    expected_text = output_text(expected).strip()
+    if evaluator.options.get("case_sensitive", True) is False:
+        actual_text, expected_text = actual_text.lower(), expected_text.lower()
+    if actual_text == expected_text:
+        return EvalOutcome(evaluator.name, 1.0, reason="output equals the expected value")
+    shown = expected_text if len(expected_text) <= 80 else expected_text[:77] + "..."
+    return EvalOutcome(evaluator.name, 0.0, reason=f"output differs from expected {shown!r}")

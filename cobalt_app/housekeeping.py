@@ -1,0 +1,30 @@
+"""Cleaning old results: result files and their runs in the history."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from django.utils import timezone
+
+from cobalt.config import Config
+from cobalt_app.models import Run
+
+
+def delete_results(config: Config, *, older_than_days: float | None = None) -> tuple[int, int]:
+    """Delete result files and runs (all, or those older than N days). Returns the counts."""
+    cutoff_seconds = time.time() - older_than_days * 86400 if older_than_days is not None else None
+    files = 0
+    results_dir: Path = config.results_dir
+    if results_dir.is_dir():
+        for path in results_dir.glob("*.json"):
+            if cutoff_seconds is None or path.stat().st_mtime < cutoff_seconds:
+                path.unlink()
+                files += 1
+    runs = Run.objects.filter(status__in=Run.FINISHED)
+    if older_than_days is not None:
+        runs = runs.filter(created_at__lt=timezone.now() - timedelta(days=older_than_days))
+    deleted_runs = runs.count()
+    runs.delete()
+    return files, deleted_runs

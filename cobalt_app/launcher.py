@@ -1,0 +1,150 @@
+"""Start runs of experiment files: discover, import, filter, then execute or enqueue.
+
+The CLI, the direct `python file.cobalt.py` mode, the API and the MCP server all start runs
+through `launch()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment
+from cobalt_app import aio, discovery
+from cobalt_app.engine import Reporter, run_experiment
+from cobalt_app.models import Run
+
+GLOB_CHARS = set("*?[")
+
+
+@dataclass
+class LaunchResult:
+    runs: list[Run] = field(default_factory=list)
+    load_errors: list[discovery.LoadedFile] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def name_matches(experiment: Experiment, pattern: str | None) -> bool:
+    """`--filter`: a glob on the name, or a substring of the name or of a tag."""
+    if not pattern:
+        return True
+    candidates = [experiment.name, *experiment.tags]
+    if GLOB_CHARS & set(pattern):
+        return any(fnmatch(c, pattern) for c in candidates)
+    return any(pattern.lower() in c.lower() for c in candidates)
+
+
+def load_experiments(
+    config: Config,
+    paths: list[str] | None = None,
+    *,
+    name_filter: str | None = None,
+    tag: str | None = None,
+) -> tuple[list[Experiment], list[discovery.LoadedFile], list[Path]]:
+    files = discovery.discover(config, paths)
+    experiments: list[Experiment] = []
+    errors: list[discovery.LoadedFile] = []
+    for path in files:
+        loaded = discovery.load_file(path, config.project_dir)
+        if loaded.error:
+            errors.append(loaded)
+            continue
+        for experiment in loaded.experiments:
+            if not name_matches(experiment, name_filter):
+                continue
+            if tag and tag not in experiment.tags:
+                continue
+            experiments.append(experiment)
+    return experiments, errors, files
+
+
+def relative_file(config: Config, experiment: Experiment) -> str:
+    if not experiment.file:
+        return ""
+    path = Path(experiment.file)
+    try:
+        return path.resolve().relative_to(config.project_dir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def execute(
+    experiments: list[Experiment],
+    config: Config,
+    *,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    overrides: dict[str, Any] | None = None,
+    resume_run_id: str | None = None,
+) -> list[Run]:
+    """Run experiments one after another in this process, on the long-lived event loop."""
+
+    async def run_all() -> list[Run]:
+        db = aio.DatabaseThread()
+        runs: list[Run] = []
+        try:
+            for experiment in experiments:
+                run = await run_experiment(
+                    experiment,
+                    config,
+                    db=db,
+                    reporter=reporter,
+                    no_cache=no_cache,
+                    overrides=overrides,
+                    file=relative_file(config, experiment),
+                    resume_run_id=resume_run_id,
+                )
+                runs.append(run)
+        finally:
+            db.close()
+        return runs
+
+    return aio.run(run_all())
+
+
+def launch(
+    config: Config,
+    paths: list[str] | None = None,
+    *,
+    name_filter: str | None = None,
+    tag: str | None = None,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> LaunchResult:
+    experiments, errors, files = load_experiments(config, paths, name_filter=name_filter, tag=tag)
+    result = LaunchResult(load_errors=errors, files=files)
+    result.runs = execute(
+        experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
+    )
+    return result
+
+
+class ResumeError(ValueError):
+    pass
+
+
+def resume(
+    config: Config, run_id: str, *, reporter: Reporter | None = None, no_cache: bool = False
+) -> LaunchResult:
+    """Execute only the missing, failed or timed-out items of an earlier run."""
+    from cobalt_app.selectors import run_get
+
+    run = run_get(run_id)
+    if not run.file:
+        raise ResumeError(f"run {run.id} has no experiment file recorded; it cannot be resumed")
+    experiments, errors, files = load_experiments(config, [run.file])
+    result = LaunchResult(load_errors=errors, files=files)
+    if errors:
+        return result
+    matching = [e for e in experiments if e.name == run.name]
+    if not matching:
+        raise ResumeError(f"{run.file} no longer defines an experiment named {run.name!r}")
+    result.runs = execute(
+        matching[:1], config, reporter=reporter, no_cache=no_cache, resume_run_id=run.id
+    )
+    return result

@@ -1,0 +1,192 @@
+"""What Cobalt stores: runs, the item results of a run, their evaluations, the judge cache."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.utils import timezone
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(6)
+
+
+class Run(models.Model):
+    """One execution of one experiment over its dataset."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+    class Mode(models.TextChoices):
+        EMBEDDED = "embedded"
+        TEAM = "team"
+
+    id = models.CharField(primary_key=True, max_length=32, default=new_run_id, editable=False)
+    name = models.CharField(max_length=200)
+    file = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.EMBEDDED)
+    tags = models.JSONField(default=list, blank=True)
+    config = models.JSONField(default=dict, blank=True, help_text="Settings and evaluators used.")
+    summary = models.JSONField(default=dict, blank=True, help_text="Statistics at finalisation.")
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="rejudged_runs",
+        help_text="The run whose outputs this run scored again.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    total_items = models.PositiveIntegerField(default=0)
+    finished_items = models.PositiveIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    timeout_count = models.PositiveIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    estimated_cost = models.FloatField(default=0.0)
+    git_commit = models.CharField(max_length=64, blank=True)
+    results_path = models.CharField(max_length=500, blank=True)
+    failure = models.TextField(blank=True, help_text="Why the run failed, when it did.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["name", "-created_at"], name="run_name_created"),
+            models.Index(fields=["status"], name="run_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def evaluator_names(self) -> list[str]:
+        return [e["name"] for e in self.config.get("evaluators", [])]
+
+
+class RunTag(models.Model):
+    """A tag of a run, kept as rows so runs filter by tag with an index on any database."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tag_rows")
+    name = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="runtag_unique")]
+        indexes = [models.Index(fields=["name", "run"], name="runtag_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ItemResult(models.Model):
+    """One dataset item × one repetition of a run: the item snapshot and what the agent did."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        OK = "ok"
+        ERROR = "error"
+        TIMEOUT = "timeout"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.OK, Status.ERROR, Status.TIMEOUT, Status.CANCELLED)
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="items")
+    item_index = models.PositiveIntegerField()
+    run_index = models.PositiveIntegerField(default=0)
+    item_key = models.CharField(max_length=200, help_text="The item's `id`, or a content hash.")
+    input = models.JSONField(help_text="The dataset item as it was when the run was created.")
+    output = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    tokens = models.PositiveIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["run", "item_index", "run_index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "item_index", "run_index"], name="itemresult_unique"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["run", "status"], name="item_run_status"),
+            models.Index(fields=["run", "item_key"], name="item_run_key"),
+            models.Index(fields=["run", "latency_ms"], name="item_run_latency"),
+            models.Index(fields=["status", "lease_expires_at"], name="item_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.item_index}.{self.run_index}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+
+class Evaluation(models.Model):
+    """One evaluator's verdict on one item result. An error is an error, never a score of 0."""
+
+    class Status(models.TextChoices):
+        OK = "ok"
+        ERROR = "error"
+
+    item = models.ForeignKey(ItemResult, on_delete=models.CASCADE, related_name="evaluations")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluations")
+    evaluator = models.CharField(max_length=100)
+    score = models.FloatField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OK)
+    error = models.TextField(blank=True)
+    cached = models.BooleanField(default=False)
+    tokens = models.PositiveIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "evaluator"], name="evaluation_unique")
+        ]
+        indexes = [models.Index(fields=["run", "evaluator", "score"], name="eval_run_score")]
+
+    def __str__(self) -> str:
+        return f"{self.evaluator}={self.score}"
+
+
+class JudgeCacheEntry(models.Model):
+    """A judge (or embedding) reply, keyed by SHA-256 of the canonical request."""
+
+    key = models.CharField(primary_key=True, max_length=64)
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    value = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "judge cache entries"
+        indexes = [models.Index(fields=["expires_at"], name="cache_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model} {self.key[:12]}"

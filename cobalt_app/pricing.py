@@ -1,0 +1,89 @@
+"""Estimated cost of tokens, per model (USD per million tokens: input, output).
+
+An estimate, not a bill: prices change; unknown models cost 0 and are reported as unpriced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
+    # OpenAI
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-5": (1.25, 10.00),
+    "gpt-5-mini": (0.25, 2.00),
+    "gpt-5-nano": (0.05, 0.40),
+    "o3": (2.00, 8.00),
+    "o3-mini": (1.10, 4.40),
+    "o4-mini": (1.10, 4.40),
+    "gpt-4-turbo": (10.00, 30.00),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "text-embedding-3-small": (0.02, 0.0),
+    "text-embedding-3-large": (0.13, 0.0),
+    # Anthropic
+    "claude-opus-4": (15.00, 75.00),
+    "claude-opus-4-1": (15.00, 75.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-sonnet-4-5": (3.00, 15.00),
+    "claude-haiku-4-5": (1.00, 5.00),
+    "claude-3-7-sonnet": (3.00, 15.00),
+    "claude-3-5-sonnet": (3.00, 15.00),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-3-haiku": (0.25, 1.25),
+}
+
+
+def price_of(model: str | None) -> tuple[float, float] | None:
+    """Prices for a model name, matching dated snapshots (`gpt-4o-2024-08-06`) by prefix."""
+    if not model:
+        return None
+    name = model.lower().split("/")[-1]
+    if name in PRICES_PER_MILLION:
+        return PRICES_PER_MILLION[name]
+    best = max((k for k in PRICES_PER_MILLION if name.startswith(k)), key=len, default=None)
+    return PRICES_PER_MILLION[best] if best else None
+
+
+def estimate_cost(model: str | None, input_tokens: int, output_tokens: int) -> float:
+    prices = price_of(model)
+    if prices is None:
+        return 0.0
+    return (input_tokens * prices[0] + output_tokens * prices[1]) / 1_000_000
+
+
+def agent_usage(metadata: dict[str, Any]) -> tuple[int, int, int]:
+    """(input, output, total) tokens the runner reported in its metadata, in any common shape."""
+    usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else {}
+    tokens = metadata.get("tokens")
+    source = {**usage, **(tokens if isinstance(tokens, dict) else {}), **metadata}
+    input_tokens = _int(source.get("input_tokens", source.get("prompt_tokens")))
+    output_tokens = _int(source.get("output_tokens", source.get("completion_tokens")))
+    total = _int(source.get("total_tokens"))
+    if isinstance(tokens, int | float) and not isinstance(tokens, bool):
+        total = int(tokens)
+    if not total:
+        total = input_tokens + output_tokens
+    return input_tokens, output_tokens, total
+
+
+def agent_cost(metadata: dict[str, Any]) -> float:
+    """The runner's own `cost` if it reported one, else an estimate from its model and tokens."""
+    reported = metadata.get("cost")
+    if isinstance(reported, int | float) and not isinstance(reported, bool):
+        return float(reported)
+    input_tokens, output_tokens, total = agent_usage(metadata)
+    if not input_tokens and not output_tokens:
+        input_tokens = total
+    return estimate_cost(metadata.get("model"), input_tokens, output_tokens)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int | float):
+        return int(value)
+    return 0

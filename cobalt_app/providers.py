@@ -1,0 +1,186 @@
+"""LLM provider calls through the official SDKs (their retries, timeouts and Retry-After).
+
+The OpenAI SDK honours `OPENAI_BASE_URL`, the Anthropic SDK `ANTHROPIC_BASE_URL`; a `base_url`
+in the judge configuration or on an evaluator points at any OpenAI-compatible server
+(Ollama, vLLM, LM Studio). Keys come from the environment (or `judge.api_key`) and are never
+stored or printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+KNOWN_PROVIDERS = tuple(DEFAULT_KEY_VARS)
+
+
+class ProviderError(Exception):
+    """A provider call failed; the message is safe to show and store."""
+
+
+class MissingApiKey(ProviderError):
+    pass
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    vectors: list[list[float]]
+    input_tokens: int
+    model: str
+
+
+def resolve_api_key(
+    provider: str,
+    *,
+    judge_config: dict[str, Any],
+    api_key_env: str | None = None,
+    base_url: str | None = None,
+    purpose: str = "the llm-judge",
+) -> str:
+    if provider not in KNOWN_PROVIDERS:
+        raise ProviderError(
+            f"unknown provider {provider!r}; use one of {', '.join(KNOWN_PROVIDERS)}"
+        )
+    variable = api_key_env or DEFAULT_KEY_VARS[provider]
+    key = os.environ.get(variable)
+    if not key and not api_key_env and judge_config.get("provider", "openai") == provider:
+        key = judge_config.get("api_key")
+    if not key and base_url and provider == "openai":
+        return "not-needed"  # local OpenAI-compatible servers usually take no key
+    if not key:
+        raise MissingApiKey(
+            f"{variable} is not set: {purpose} calls the {provider} API. "
+            f"Set {variable} in your environment (or `api_key` under [judge] in cobalt.toml)."
+        )
+    return key
+
+
+class ProviderHub:
+    """The SDK clients of one event loop, one per (provider, base URL, key)."""
+
+    def __init__(self, judge_config: dict[str, Any]) -> None:
+        self.judge_config = judge_config
+        self._clients: dict[tuple[str, str | None, str], Any] = {}
+
+    def client(self, provider: str, *, base_url: str | None, api_key: str) -> Any:
+        cache_key = (provider, base_url, api_key)
+        client = self._clients.get(cache_key)
+        if client is None:
+            options = {
+                "api_key": api_key,
+                "base_url": base_url or None,
+                "max_retries": int(self.judge_config.get("max_retries", 3)),
+                "timeout": float(self.judge_config.get("timeout", 60)),
+            }
+            if provider == "anthropic":
+                import anthropic
+
+                client = anthropic.AsyncAnthropic(**options)
+            else:
+                import openai
+
+                client = openai.AsyncOpenAI(**options)
+            self._clients[cache_key] = client
+        return client
+
+    async def chat(
+        self,
+        *,
+        provider: str,
+        model: str,
+        system: str,
+        user: str,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        params: dict[str, Any] | None = None,
+        purpose: str = "the llm-judge",
+    ) -> ChatReply:
+        key = resolve_api_key(
+            provider,
+            judge_config=self.judge_config,
+            api_key_env=api_key_env,
+            base_url=base_url,
+            purpose=purpose,
+        )
+        client = self.client(provider, base_url=base_url, api_key=key)
+        params = dict(params or {})
+        try:
+            if provider == "anthropic":
+                response = await client.messages.create(
+                    model=model,
+                    system=system,
+                    messages=[{"role": "user", "content": user}],
+                    max_tokens=int(params.pop("max_tokens", 1024)),
+                    **params,
+                )
+                text = "".join(
+                    getattr(block, "text", "") for block in response.content if block.type == "text"
+                )
+                usage = response.usage
+                return ChatReply(text, usage.input_tokens or 0, usage.output_tokens or 0, model)
+            response = await client.chat.completions.create(
+                model=model,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+                **params,
+            )
+        except Exception as exc:
+            raise ProviderError(describe_sdk_error(provider, exc)) from exc
+        text = response.choices[0].message.content or ""
+        usage = response.usage
+        input_tokens = usage.prompt_tokens if usage else 0
+        output_tokens = usage.completion_tokens if usage else 0
+        return ChatReply(text, input_tokens or 0, output_tokens or 0, model)
+
+    async def embed(
+        self,
+        texts: list[str],
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+    ) -> Embeddings:
+        key = resolve_api_key(
+            "openai",
+            judge_config=self.judge_config,
+            api_key_env=api_key_env,
+            base_url=base_url,
+            purpose="the similarity evaluator",
+        )
+        client = self.client("openai", base_url=base_url, api_key=key)
+        try:
+            response = await client.embeddings.create(model=model, input=texts)
+        except Exception as exc:
+            raise ProviderError(describe_sdk_error("openai", exc)) from exc
+        vectors = [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
+        tokens = response.usage.prompt_tokens if response.usage else 0
+        return Embeddings(vectors, tokens or 0, model)
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):  # closing is best effort
+                await client.close()
+        self._clients.clear()
+
+
+def describe_sdk_error(provider: str, exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    if status == 401:
+        return f"{provider}: the API key was refused (401). Check {DEFAULT_KEY_VARS[provider]}."
+    if status == 429:
+        return f"{provider}: rate limited (429) after the SDK's retries; lower concurrency."
+    if status is not None:
+        return f"{provider}: HTTP {status} ({name})."
+    message = str(exc).splitlines()[0] if str(exc) else name
+    return f"{provider}: {name}: {message}"

@@ -1,0 +1,201 @@
+"""Run summaries and the results file (`.cobalt/results/<timestamp>_<name>_<id>.json`).
+
+The file follows the seed format (id, name, timestamp, tags, config, summary, items) and adds,
+per item, `status`, `error` and `runIndex`; a failed evaluation is `{"score": null, "error"}`.
+Summaries are computed once, at finalisation, and stored on the run so lists never aggregate
+raw rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from cobalt_app import stats
+from cobalt_app.models import Evaluation, ItemResult, Run
+
+EXPORT_CHUNK = 2000
+
+
+def compute_summary(run: Run) -> dict[str, Any]:
+    """Statistics over scored evaluations; errors, timeouts and eval errors counted beside."""
+    status_counts: dict[str, int] = defaultdict(int)
+    latencies: list[float] = []
+    agent_tokens = 0
+    agent_cost = 0.0
+    for status, latency, tokens, cost in ItemResult.objects.filter(run=run).values_list(
+        "status", "latency_ms", "tokens", "cost"
+    ):
+        status_counts[status] += 1
+        if status == ItemResult.Status.OK and latency is not None:
+            latencies.append(latency)
+        agent_tokens += tokens or 0
+        agent_cost += cost or 0.0
+    scores: dict[str, list[float]] = defaultdict(list)
+    eval_errors: dict[str, int] = defaultdict(int)
+    judge_tokens = 0
+    judge_cost = 0.0
+    cached = 0
+    for evaluator, score, status, tokens, cost, was_cached in Evaluation.objects.filter(
+        run=run
+    ).values_list("evaluator", "score", "status", "tokens", "cost", "cached"):
+        if status == Evaluation.Status.OK and score is not None:
+            scores[evaluator].append(score)
+        else:
+            eval_errors[evaluator] += 1
+        judge_tokens += tokens or 0
+        judge_cost += cost or 0.0
+        cached += bool(was_cached)
+    names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
+    per_evaluator = {
+        name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
+        for name in names
+    }
+    duration = None
+    if run.started_at:
+        end = run.finished_at or timezone.now()
+        duration = (end - run.started_at).total_seconds() * 1000
+    latency = stats.latency_stats(latencies)
+    return {
+        "totalItems": run.total_items,
+        "totalDurationMs": duration,
+        "avgLatencyMs": latency["avg"],
+        "latency": latency,
+        "totalTokens": agent_tokens + judge_tokens,
+        "agentTokens": agent_tokens,
+        "judgeTokens": judge_tokens,
+        "estimatedCost": agent_cost + judge_cost,
+        "agentCost": agent_cost,
+        "judgeCost": judge_cost,
+        "cachedEvaluations": cached,
+        "itemStatus": {
+            s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
+        },
+        "errors": status_counts.get(ItemResult.Status.ERROR, 0),
+        "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
+        "evaluationErrors": sum(eval_errors.values()),
+        "scores": per_evaluator,
+    }
+
+
+def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | None = None):
+    """Compute and store the run's summary, set its final status, write the results file."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.finished_at is None:
+            run.finished_at = timezone.now()
+        if status is None:
+            status = Run.Status.COMPLETED
+        run.status = status
+        summary = compute_summary(run)
+        run.summary = summary
+        run.duration_ms = summary["totalDurationMs"]
+        run.error_count = summary["errors"]
+        run.timeout_count = summary["timeouts"]
+        run.total_tokens = summary["totalTokens"]
+        run.estimated_cost = summary["estimatedCost"]
+        run.save()
+    if results_dir is not None:
+        path = write_results_file(run, results_dir)
+        Run.objects.filter(id=run_id).update(results_path=str(path))
+        run.results_path = str(path)
+    return run
+
+
+def run_header(run: Run) -> dict[str, Any]:
+    config = run.config or {}
+    return {
+        "id": run.id,
+        "name": run.name,
+        "timestamp": _iso(run.created_at),
+        "status": run.status,
+        "file": run.file,
+        "tags": run.tags,
+        "gitCommit": run.git_commit or None,
+        "parentRunId": run.parent_id,
+        "config": {
+            "runs": config.get("runs", 1),
+            "concurrency": config.get("concurrency"),
+            "timeout": int(float(config.get("timeout", 30)) * 1000),
+            "evaluators": [e["name"] for e in config.get("evaluators", [])],
+            "dataset": config.get("dataset"),
+        },
+        "summary": run.summary,
+    }
+
+
+def item_entry(item: ItemResult) -> dict[str, Any]:
+    evaluations: dict[str, Any] = {}
+    for evaluation in item.evaluations.all():
+        if evaluation.status == Evaluation.Status.OK:
+            entry: dict[str, Any] = {"score": evaluation.score, "reason": evaluation.reason}
+        else:
+            entry = {"score": None, "error": evaluation.error}
+        if evaluation.cached:
+            entry["cached"] = True
+        evaluations[evaluation.evaluator] = entry
+    return {
+        "index": item.item_index,
+        "runIndex": item.run_index,
+        "key": item.item_key,
+        "status": item.status,
+        "error": item.error or None,
+        "input": item.input,
+        "output": {"output": item.output, "metadata": item.metadata},
+        "latencyMs": item.latency_ms,
+        "tokens": item.tokens,
+        "cost": item.cost,
+        "evaluations": evaluations,
+    }
+
+
+def iter_item_entries(run: Run):
+    items = (
+        ItemResult.objects.filter(run=run)
+        .order_by("item_index", "run_index")
+        .prefetch_related(Prefetch("evaluations", queryset=Evaluation.objects.order_by("id")))
+    )
+    for item in items.iterator(chunk_size=EXPORT_CHUNK):
+        yield item_entry(item)
+
+
+def run_results(run: Run) -> dict[str, Any]:
+    """The whole results document of a run, in memory."""
+    return {**run_header(run), "items": list(iter_item_entries(run))}
+
+
+def results_filename(run: Run) -> str:
+    stamp = run.created_at.strftime("%Y-%m-%dT%H-%M-%S")
+    safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "experiment"
+    return f"{stamp}_{safe_name}_{run.id}.json"
+
+
+def write_results_file(run: Run, results_dir: Path) -> Path:
+    """Stream the results document to disk (atomic rename; nothing half-written)."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / results_filename(run)
+    temporary = path.with_suffix(".json.tmp")
+    header = run_header(run)
+    with temporary.open("w", encoding="utf-8") as fh:
+        head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
+        fh.write(head[:-2] + ',\n  "items": [')
+        first = True
+        for entry in iter_item_entries(run):
+            fh.write("\n    " if first else ",\n    ")
+            fh.write(json.dumps(entry, ensure_ascii=False, default=str))
+            first = False
+        fh.write("\n  ]\n}\n")
+    temporary.replace(path)
+    return path
+
+
+def _iso(value) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,249 @@
+"""Writes: create a run with its item snapshots, record item outcomes, finalise a run.
+
+Every write of the engine lives here, shared by the embedded executor and the workers.
+Writes are batched: one transaction per batch of outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from cobalt.dataset import item_key
+from cobalt.experiment import Experiment
+from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+
+CREATE_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class ItemSnapshot:
+    """An item result row as the executor needs it: ids and the snapshotted dataset item."""
+
+    id: int
+    item_index: int
+    run_index: int
+    item_key: str
+    item: dict[str, Any]
+
+
+def run_create(
+    *,
+    experiment: Experiment,
+    settings: dict[str, Any],
+    file: str = "",
+    tags: Sequence[str] = (),
+    mode: str = Run.Mode.EMBEDDED,
+    project_dir: Path | None = None,
+) -> Run:
+    """Create a run and snapshot every dataset item × repetition into pending item rows."""
+    all_tags = list(dict.fromkeys([*experiment.tags, *tags]))
+    config = {
+        **settings,
+        "evaluators": [e.describe() for e in experiment.evaluators],
+        "dataset": {
+            "name": experiment.dataset.name,
+            "source": experiment.dataset.source,
+            "size": len(experiment.dataset),
+            "sampleSeed": getattr(experiment.dataset, "sample_seed", None),
+        },
+        "thresholds": experiment.thresholds,
+    }
+    items = experiment.dataset.items
+    runs = settings["runs"]
+    with transaction.atomic():
+        run = Run.objects.create(
+            name=experiment.name,
+            file=file,
+            mode=mode,
+            tags=all_tags,
+            config=_json_safe(config),
+            total_items=len(items) * runs,
+            git_commit=git_commit(project_dir),
+        )
+        RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in all_tags])
+        rows = (
+            ItemResult(
+                run=run,
+                item_index=index,
+                run_index=repetition,
+                item_key=item_key(item)[:200],
+                input=_json_safe(item),
+            )
+            for index, item in enumerate(items)
+            for repetition in range(runs)
+        )
+        _bulk_create(rows)
+    return run
+
+
+def _bulk_create(rows: Iterable[ItemResult]) -> None:
+    batch: list[ItemResult] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= CREATE_BATCH:
+            ItemResult.objects.bulk_create(batch)
+            batch = []
+    if batch:
+        ItemResult.objects.bulk_create(batch)
+
+
+def run_start(run_id: str) -> None:
+    Run.objects.filter(id=run_id).update(
+        status=Run.Status.RUNNING, started_at=timezone.now(), finished_at=None
+    )
+
+
+def item_snapshots(
+    run_id: str, statuses: Sequence[str] = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
+) -> list[ItemSnapshot]:
+    rows = (
+        ItemResult.objects.filter(run_id=run_id, status__in=statuses)
+        .order_by("item_index", "run_index")
+        .values_list("id", "item_index", "run_index", "item_key", "input")
+    )
+    return [ItemSnapshot(*row) for row in rows.iterator(chunk_size=5000)]
+
+
+def item_reset_for_retry(run_id: str, statuses: Sequence[str]) -> int:
+    """Put items back to pending (for `--resume`): their evaluations are dropped."""
+    with transaction.atomic():
+        items = ItemResult.objects.filter(run_id=run_id, status__in=statuses)
+        Evaluation.objects.filter(item__in=items).delete()
+        count = items.update(
+            status=ItemResult.Status.PENDING,
+            output=None,
+            error="",
+            traceback="",
+            latency_ms=None,
+            finished_at=None,
+        )
+        Run.objects.filter(id=run_id).update(finished_items=F("finished_items") - count)
+    return count
+
+
+ITEM_UPDATE_SQL = (
+    "UPDATE cobalt_app_itemresult SET status = %s, output = %s, metadata = %s, error = %s, "
+    "traceback = %s, latency_ms = %s, tokens = %s, cost = %s, started_at = %s, "
+    "finished_at = %s, lease_expires_at = NULL WHERE id = %s AND status NOT IN (%s, %s, %s, %s)"
+)
+
+
+def record_item_outcomes(run_id: str, outcomes: Sequence[Any]) -> int:
+    """Store finished items and their evaluations in one transaction; returns rows recorded.
+
+    An item already finished is left alone (a redelivered task records nothing twice).
+    """
+    if not outcomes:
+        return 0
+    finished = [str(s) for s in ItemResult.FINISHED]
+    with transaction.atomic():
+        open_ids = set(
+            ItemResult.objects.filter(id__in=[o.id for o in outcomes])
+            .exclude(status__in=finished)
+            .values_list("id", flat=True)
+        )
+        outcomes = [o for o in outcomes if o.id in open_ids]
+        params = [
+            (
+                o.status,
+                _dumps(o.output),
+                _dumps(o.metadata or {}),
+                o.error,
+                o.traceback,
+                o.latency_ms,
+                o.tokens,
+                o.cost,
+                o.started_at,
+                o.finished_at,
+                o.id,
+                *finished,
+            )
+            for o in outcomes
+        ]
+        recorded = 0
+        if params:
+            with connection.cursor() as cursor:
+                cursor.executemany(ITEM_UPDATE_SQL, [_adapt(row) for row in params])
+                recorded = max(cursor.rowcount, 0)
+        evaluations = [
+            Evaluation(
+                item_id=o.id,
+                run_id=run_id,
+                evaluator=e.evaluator,
+                score=e.score,
+                reason=e.reason,
+                status=e.status,
+                error=e.error,
+                cached=e.cached,
+                tokens=e.tokens,
+                cost=e.cost,
+            )
+            for o in outcomes
+            for e in o.evaluations
+        ]
+        if evaluations:
+            Evaluation.objects.bulk_create(
+                evaluations,
+                batch_size=1000,
+                update_conflicts=True,
+                unique_fields=["item", "evaluator"],
+                update_fields=["score", "reason", "status", "error", "cached", "tokens", "cost"],
+            )
+        if recorded:
+            Run.objects.filter(id=run_id).update(finished_items=F("finished_items") + recorded)
+    return recorded
+
+
+def _adapt(row: tuple) -> tuple:
+    """Datetimes through the connection's own adapters (SQLite stores them as text)."""
+    ops = connection.ops
+    return tuple(
+        ops.adapt_datetimefield_value(v) if hasattr(v, "tzinfo") and hasattr(v, "hour") else v
+        for v in row
+    )
+
+
+def run_cancel_pending(run_id: str) -> int:
+    return ItemResult.objects.filter(
+        run_id=run_id, status__in=[ItemResult.Status.PENDING, ItemResult.Status.RUNNING]
+    ).update(status=ItemResult.Status.CANCELLED, finished_at=timezone.now())
+
+
+def run_fail(run_id: str, reason: str) -> None:
+    Run.objects.filter(id=run_id).update(
+        status=Run.Status.FAILED, failure=reason, finished_at=timezone.now()
+    )
+
+
+def git_commit(project_dir: Path | None) -> str:
+    if project_dir is None:
+        return ""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=project_dir,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))

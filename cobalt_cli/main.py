@@ -1,0 +1,280 @@
+"""The `cobalt` command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from cobalt.config import Config, ConfigError, load_config
+
+app = typer.Typer(
+    name="cobalt",
+    help="Cypress for AI agents: run experiments on your agent, score them, keep every run.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+WIDE = None if sys.stdout.isatty() else 160
+console = Console(highlight=False, width=WIDE)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+def setup(*, migrate: bool = True) -> Config:
+    """Load the project's configuration and start Django (migrating the embedded database)."""
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    from cobalt_project import bootstrap
+
+    try:
+        bootstrap.setup(config, migrate=migrate)
+    except Exception as exc:
+        raise fail(f"could not open the database: {exc}") from None
+    return config
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Project folder (default: here).")] = Path(),
+) -> None:
+    """Create cobalt.toml, an example experiment that runs offline and its dataset."""
+    from cobalt_cli.scaffold import scaffold
+
+    target = directory.resolve()
+    for relative, written in scaffold(target):
+        mark = "[green]created[/]" if written else "[dim]kept   [/]"
+        console.print(f"  {mark} {escape(relative)}")
+    console.print("\n Next: [bold]cobalt run[/]  (then [bold]cobalt serve[/] for the dashboard)")
+
+
+@app.command()
+def run(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Experiment files or folders (default: test_dir).")
+    ] = None,
+    filter: Annotated[
+        str | None, typer.Option("--filter", "-f", help="Experiment name glob or substring.")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Only experiments with this tag.")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Items in parallel.")] = None,
+    runs: Annotated[int | None, typer.Option(min=1, help="Repetitions of each item.")] = None,
+    timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds per item.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="Run only the missing/failed items of RUN.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+) -> None:
+    """Run experiments and print scores as they stream in."""
+    config = setup()
+    os.chdir(config.project_dir)
+    from cobalt_app import discovery, launcher
+    from cobalt_cli.reporter import ConsoleReporter
+
+    reporter = ConsoleReporter(console, quiet=quiet)
+    reporter.banner()
+    overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout}
+    try:
+        if resume:
+            result = launcher.resume(config, resume, reporter=reporter, no_cache=no_cache)
+        else:
+            experiments, errors, files = launcher.load_experiments(
+                config, paths, name_filter=filter, tag=tag
+            )
+            result = launcher.LaunchResult(load_errors=errors, files=files)
+            report_load_errors(config, errors)
+            if not files:
+                raise fail(
+                    f"no experiment files found under {config.test_dir} "
+                    f"(looking for {', '.join(config.get('test_match'))}); "
+                    "`cobalt init` creates an example"
+                )
+            if not experiments and not errors:
+                raise fail("no experiment matched" + (f" --filter {filter!r}" if filter else ""))
+            result.runs = launcher.execute(
+                experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
+            )
+    except KeyboardInterrupt:
+        reporter.stop_progress()
+        err.print(
+            "\n[yellow]Interrupted.[/] Finished items are saved; continue with "
+            "[bold]cobalt run --resume RUN[/] (see `cobalt history`)."
+        )
+        raise typer.Exit(130) from None
+    except (discovery.PathOutsideProject, FileNotFoundError, launcher.ResumeError) as exc:
+        raise fail(str(exc)) from None
+    except LookupError as exc:
+        raise fail(str(exc)) from None
+    if resume:
+        report_load_errors(config, result.load_errors)
+    if result.load_errors:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def report_load_errors(config: Config, errors) -> None:
+    for loaded in errors:
+        try:
+            name = loaded.path.relative_to(config.project_dir)
+        except ValueError:
+            name = loaded.path
+        err.print(f"\n[red]✗ {escape(str(name))} failed to import:[/] {escape(loaded.error)}")
+        if loaded.traceback:
+            err.print(f"[dim]{escape(loaded.traceback.rstrip())}[/]")
+
+
+@app.command()
+def history(
+    limit: Annotated[int, typer.Option(min=1, help="Runs to show.")] = 20,
+    name: Annotated[str | None, typer.Option(help="Experiment name contains.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Runs with this tag.")] = None,
+) -> None:
+    """List past runs, newest first."""
+    setup()
+    from cobalt_app.selectors import run_list
+
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for column in ("ID", "Name", "Timestamp", "Status", "Items", "Scores", "Errors", "Cost"):
+        table.add_column(column, no_wrap=column != "Scores")
+    found = 0
+    for item in run_list(name=name, tag=tag, limit=limit):
+        found += 1
+        scores = "  ".join(
+            f"{escape(k)} {v['avg']:.2f}" if v.get("avg") is not None else f"{escape(k)} —"
+            for k, v in item.summary.get("scores", {}).items()
+        )
+        table.add_row(
+            item.id,
+            escape(item.name),
+            item.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            item.status,
+            str(item.total_items),
+            scores or "—",
+            str(item.error_count + item.timeout_count),
+            f"${item.estimated_cost:.4f}",
+        )
+    if not found:
+        console.print("No runs yet. `cobalt run` starts one.")
+        return
+    console.print(table)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Baseline run id.")],
+    run_b: Annotated[str, typer.Argument(help="Candidate run id.")],
+    top: Annotated[int, typer.Option(help="Items to list per direction.")] = 5,
+) -> None:
+    """Compare two runs: per-evaluator deltas and the items that changed most (by item key)."""
+    setup()
+    from cobalt_app.selectors import RunNotFound, compare_runs, run_get
+
+    try:
+        a, b = run_get(run_a), run_get(run_b)
+    except RunNotFound as exc:
+        raise fail(str(exc)) from None
+    diff = compare_runs(a, b, top=top)
+    console.print(
+        f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})\n"
+    )
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for column in ("Metric", "Run A", "Run B", "Diff"):
+        table.add_column(column, justify="left" if column == "Metric" else "right")
+    for evaluator, values in diff["evaluators"].items():
+        table.add_row(
+            escape(evaluator), _score(values["a"]), _score(values["b"]), _delta(values["delta"])
+        )
+    cost = diff["cost"]
+    table.add_row("cost", f"${cost['a']:.4f}", f"${cost['b']:.4f}", f"{cost['b'] - cost['a']:+.4f}")
+    console.print(table)
+    console.print(
+        f"\n Matched items: {diff['matchedItems']}"
+        f"  (only in A: {len(diff['onlyInA'])}, only in B: {len(diff['onlyInB'])})"
+    )
+    for title, rows, colour in (
+        ("Regressions", diff["regressions"], "red"),
+        ("Improvements", diff["improvements"], "green"),
+    ):
+        count = diff["regressionCount" if title == "Regressions" else "improvementCount"]
+        console.print(f"\n [{colour}]{title}[/] ({count})")
+        for row in rows:
+            console.print(
+                f"   {escape(row['key'])} · {escape(row['evaluator'])}: "
+                f"{row['a']:.2f} → {row['b']:.2f} ([{colour}]{row['delta']:+.2f}[/])"
+            )
+    for label, keys in (("Only in A", diff["onlyInA"]), ("Only in B", diff["onlyInB"])):
+        if keys:
+            console.print(
+                f"\n {label}: {escape(', '.join(keys[:10]))}" + (" …" if len(keys) > 10 else "")
+            )
+    console.print()
+
+
+def _score(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _delta(value: float | None) -> str:
+    if value is None:
+        return "—"
+    colour = "green" if value > 0 else "red" if value < 0 else "dim"
+    return f"[{colour}]{value:+.2f}[/]"
+
+
+@app.command()
+def clean(
+    cache: Annotated[bool, typer.Option("--cache", help="Delete judge cache entries.")] = False,
+    results: Annotated[
+        bool, typer.Option("--results", help="Delete result files and their runs.")
+    ] = False,
+    days: Annotated[
+        float | None, typer.Option(min=0, help="Only what is older than N days.")
+    ] = None,
+) -> None:
+    """Delete the judge cache and/or old results."""
+    if not cache and not results:
+        raise fail("nothing to clean: pass --cache and/or --results (optionally --days N)")
+    config = setup()
+    if cache:
+        from cobalt_app.cache import cache_clear
+
+        console.print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
+    if results:
+        from cobalt_app.housekeeping import delete_results
+
+        files, runs = delete_results(config, older_than_days=days)
+        console.print(f" Deleted {files} result files and {runs} runs.")
+
+
+@app.command()
+def migrate() -> None:
+    """Create or update the database tables (automatic for the embedded SQLite database)."""
+    setup(migrate=False)
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=1)
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:
+        sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    main()

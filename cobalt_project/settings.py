@@ -1,0 +1,170 @@
+"""Django settings, read from the project's Cobalt configuration and `COBALT_*` variables.
+
+Embedded default: SQLite at `<project>/.cobalt/history.db`, no broker. Team mode:
+`COBALT_DATABASE_URL=postgres://…` and `COBALT_BROKER_URL=redis://…` (or the same keys in
+`cobalt.toml`).
+"""
+
+from pathlib import Path
+
+import environ
+
+from cobalt.config import active_config
+
+env = environ.Env()
+COBALT = active_config()
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent
+PROJECT_DIR = COBALT.project_dir
+OUTPUT_DIR = COBALT.output_dir
+
+
+def _bundled(name: str) -> Path:
+    """Templates and static files live at the repository root, or inside the wheel."""
+    in_repo = REPO_DIR / name
+    return in_repo if in_repo.is_dir() else PACKAGE_DIR / name
+
+
+def _secret_key() -> str:
+    configured = env("COBALT_SECRET_KEY", default="")
+    if configured:
+        return configured
+    key_file = OUTPUT_DIR / "secret_key"
+    if key_file.is_file():
+        return key_file.read_text().strip()
+    import secrets
+
+    key = secrets.token_urlsafe(50)
+    try:
+        OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(key)
+        key_file.chmod(0o600)
+    except OSError:
+        pass
+    return key
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env.bool("COBALT_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("COBALT_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("COBALT_CSRF_TRUSTED_ORIGINS", default=[])
+
+TEAM_MODE = COBALT.team_mode
+BROKER_URL = COBALT.get("broker_url") or ""
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "cobalt_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "cobalt_project.urls"
+WSGI_APPLICATION = "cobalt_project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [_bundled("templates")],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = COBALT.get("database_url")
+    if url:
+        return env.db_url_config(url)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": env("COBALT_SQLITE_PATH", default=str(OUTPUT_DIR / "history.db")),
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": (
+                "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;"
+            ),
+        },
+    }
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [_bundled("static")]
+STATIC_ROOT = env("COBALT_STATIC_ROOT", default=str(OUTPUT_DIR / "staticfiles"))
+WHITENOISE_USE_FINDERS = True
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cobalt API",
+    "DESCRIPTION": "Runs, items, comparisons and trends of Cobalt experiments.",
+    "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+CELERY_BROKER_URL = BROKER_URL or "memory://"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "cobalt": {"handlers": ["stderr"], "level": env("COBALT_LOG_LEVEL", default="WARNING")},
+    },
+}

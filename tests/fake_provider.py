@@ -1,0 +1,512 @@
+"""A real HTTP server that fakes the OpenAI and Anthropic APIs for tests and benchmarks.
+
+The official ``openai`` and ``anthropic`` SDKs can be pointed at it unchanged::
+
+    with FakeProvider(latency=0.0) as fp:
+        client = openai.OpenAI(base_url=fp.openai_base_url, api_key="test")
+        messages = [{"role": "user", "content": "ECHO: hi"}]
+        client.chat.completions.create(model="m", messages=messages)
+        anthropic.Anthropic(base_url=fp.anthropic_base_url, api_key="test")
+
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings`` and ``POST /v1/messages``.
+A model request without an ``Authorization`` or ``x-api-key`` header gets a 401.
+
+Reply text (chat and messages) is chosen from the text of all messages (plus ``system``):
+
+* ``[[reply:TEXT]]`` anywhere -> exactly ``TEXT`` (up to the next ``]]``);
+* last user message starting with ``ECHO:`` -> the rest of that message, stripped;
+* ``[[score:0.73]]`` anywhere -> ``{"score": 0.73, "reason": "fake judge: scripted score"}``;
+* otherwise -> ``{"score": 1.0, "reason": "fake judge: default"}``.
+
+Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
+tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
+
+Scripts, consumed in arrival order: ``fail_next(n, status, retry_after)`` fails the next ``n``
+model requests; ``invalid_json_next(n)`` makes the next ``n`` chat/messages replies prose that
+is not JSON. ``latency`` (seconds) is slept in the handler thread of every model request.
+Every non-control request is recorded in ``.requests``.
+
+Cross-process control (for subprocesses and benchmarks):
+
+* ``GET /_stats`` -> ``{"requests", "by_path", "times", "wall_times", "latency"}``;
+* ``POST /_control`` with ``{"reset"?, "latency"?, "fail_next"?: {"n", "status",
+  "retry_after"}, "invalid_json_next"?}`` (``reset`` is applied first).
+
+Run standalone: ``python -m tests.fake_provider --port 0 --latency 0.1`` prints
+``FAKE_PROVIDER_URL=http://127.0.0.1:PORT`` once listening and serves until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import collections
+import hashlib
+import itertools
+import json
+import math
+import re
+import signal
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+EMBEDDING_DIM = 64
+INVALID_JSON_REPLY = "I think the answer is quite good, maybe 8 out of 10."
+DEFAULT_JUDGE_REPLY = {"score": 1.0, "reason": "fake judge: default"}
+
+CHAT_PATH = "/v1/chat/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
+MESSAGES_PATH = "/v1/messages"
+MODEL_PATHS = (CHAT_PATH, EMBEDDINGS_PATH, MESSAGES_PATH)
+
+_REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
+_SCORE_RE = re.compile(r"\[\[score:\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*\]\]")
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("invalid_api_key", "authentication_error"),
+    404: ("not_found_error", "not_found_error"),
+    429: ("rate_limit_exceeded", "rate_limit_error"),
+    529: ("server_error", "overloaded_error"),
+}
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def count_tokens(text: str) -> int:
+    """Deterministic token estimate: the number of whitespace-separated words."""
+    return len(text.split())
+
+
+def embed_text(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """Signed hashed bag-of-words embedding, L2-normalised (all zeros for empty text)."""
+    vector = [0.0] * dim
+    for token in _WORD_RE.findall(text.lower()):
+        digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little")
+        vector[value % dim] += 1.0 if (value >> 32) & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm else vector
+
+
+def content_text(content: Any) -> str:
+    """Flatten OpenAI/Anthropic message content (string or list of parts/blocks) to text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(filter(None, (content_text(part) for part in content)))
+    if isinstance(content, dict):
+        if isinstance(content.get("text"), str):
+            return content["text"]
+        return content_text(content.get("content"))
+    return str(content)
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """All prompt text of a chat/messages request: ``system`` plus every message."""
+    parts = [content_text(body.get("system"))]
+    parts += [content_text(m.get("content")) for m in body.get("messages") or []]
+    return "\n".join(p for p in parts if p)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """Text of the last message whose role is ``user`` (empty if none)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def choose_reply(body: dict[str, Any]) -> str:
+    """Pick the scripted reply text for a chat/messages request (see module docstring)."""
+    text = prompt_text(body)
+    if match := _REPLY_RE.search(text):
+        return match.group(1)
+    last = last_user_text(body).lstrip()
+    if last.startswith("ECHO:"):
+        return last[len("ECHO:") :].strip()
+    if match := _SCORE_RE.search(text):
+        return json.dumps({"score": float(match.group(1)), "reason": "fake judge: scripted score"})
+    return json.dumps(DEFAULT_JUDGE_REPLY)
+
+
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """An Anthropic-style error body for ``/v1/messages``, OpenAI-style otherwise."""
+    openai_code, anthropic_type = _ERROR_TYPES.get(status, ("server_error", "api_error"))
+    if path == MESSAGES_PATH:
+        return {"type": "error", "error": {"type": anthropic_type, "message": message}}
+    openai_type = "server_error" if status >= 500 else anthropic_type
+    return {"error": {"message": message, "type": openai_type, "param": None, "code": openai_code}}
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class ScriptedFailure:
+    """One scripted error response."""
+
+    status: int
+    retry_after: float | None
+
+
+@dataclass
+class Reply:
+    """An HTTP response to send."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] | None = None
+
+
+class FakeProvider:
+    """Fake OpenAI/Anthropic HTTP server running in a daemon thread (see module docstring)."""
+
+    def __init__(self, latency: float = 0.0, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.latency = latency
+        self._host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._requests: list[dict[str, Any]] = []
+        self._failures: collections.deque[ScriptedFailure] = collections.deque()
+        self._invalid_json = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle
+
+    def start(self) -> FakeProvider:
+        """Bind (OS-chosen port by default) and serve in a daemon thread."""
+        if self._server is not None:
+            return self
+        self._server = _Server((self._host, self._port), _Handler)
+        self._server.provider = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # fast shutdown()
+            name="fake-provider",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeProvider:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeProvider is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return self.url
+
+    # ---- scripting
+
+    def fail_next(self, n: int, status: int = 429, retry_after: float | None = 1) -> None:
+        """Answer the next ``n`` model requests with ``status`` (and Retry-After if given)."""
+        with self._lock:
+            self._failures.extend([ScriptedFailure(status, retry_after)] * n)
+
+    def invalid_json_next(self, n: int) -> None:
+        """Make the next ``n`` chat/messages replies non-JSON prose."""
+        with self._lock:
+            self._invalid_json += n
+
+    def reset(self) -> None:
+        """Clear recorded requests and pending scripts (``latency`` is kept)."""
+        with self._lock:
+            self._requests.clear()
+            self._failures.clear()
+            self._invalid_json = 0
+
+    # ---- records
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Snapshot of recorded requests: dicts with path, headers, json, time, wall_time."""
+        with self._lock:
+            return list(self._requests)
+
+    def request_count(self, path_prefix: str | None = None) -> int:
+        """Number of recorded requests, optionally only those whose path starts with a prefix."""
+        with self._lock:
+            return sum(
+                1
+                for r in self._requests
+                if path_prefix is None or r["path"].startswith(path_prefix)
+            )
+
+    def stats(self) -> dict[str, Any]:
+        """The ``GET /_stats`` payload."""
+        records = self.requests
+        return {
+            "requests": len(records),
+            "by_path": dict(collections.Counter(r["path"] for r in records)),
+            "times": [r["time"] for r in records],
+            "wall_times": [r["wall_time"] for r in records],
+            "latency": self.latency,
+        }
+
+    def control(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Apply a ``POST /_control`` command; returns the pending script state."""
+        if command.get("reset"):
+            self.reset()
+        if command.get("latency") is not None:
+            self.latency = float(command["latency"])
+        if fail := command.get("fail_next"):
+            retry_after = fail.get("retry_after", 1)
+            self.fail_next(
+                int(fail.get("n", 1)),
+                status=int(fail.get("status", 429)),
+                retry_after=None if retry_after is None else float(retry_after),
+            )
+        if command.get("invalid_json_next"):
+            self.invalid_json_next(int(command["invalid_json_next"]))
+        with self._lock:
+            pending = {"fail_next": len(self._failures), "invalid_json_next": self._invalid_json}
+        return {"ok": True, "latency": self.latency, **pending}
+
+    # ---- request handling (called from handler threads)
+
+    def _record(self, path: str, headers: dict[str, str], body: Any) -> None:
+        record = {
+            "path": path,
+            "headers": headers,
+            "json": body,
+            "time": time.monotonic(),
+            "wall_time": time.time(),
+        }
+        with self._lock:
+            self._requests.append(record)
+
+    def _pop_failure(self) -> ScriptedFailure | None:
+        with self._lock:
+            return self._failures.popleft() if self._failures else None
+
+    def _pop_invalid_json(self) -> bool:
+        with self._lock:
+            if self._invalid_json <= 0:
+                return False
+            self._invalid_json -= 1
+            return True
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):08d}"
+
+    def handle_model_request(self, path: str, headers: dict[str, str], body: Any) -> Reply:
+        """Answer one request to a model endpoint (after it has been recorded)."""
+        if self.latency > 0:
+            time.sleep(self.latency)
+        if not (headers.get("authorization") or headers.get("x-api-key")):
+            return Reply(401, error_body(path, 401, "Missing API key (Authorization/x-api-key)."))
+        if failure := self._pop_failure():
+            return self._failure_reply(path, failure)
+        if not isinstance(body, dict):
+            return Reply(400, error_body(path, 400, "Request body must be a JSON object."))
+        if body.get("stream"):
+            return Reply(
+                400, error_body(path, 400, "The fake provider does not support streaming.")
+            )
+        if path == EMBEDDINGS_PATH:
+            return Reply(200, self._embeddings(body))
+        text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
+        if path == CHAT_PATH:
+            return Reply(200, self._chat_completion(body, text))
+        return Reply(200, self._anthropic_message(body, text))
+
+    @staticmethod
+    def _failure_reply(path: str, failure: ScriptedFailure) -> Reply:
+        headers = {}
+        if failure.retry_after is not None:
+            headers["Retry-After"] = f"{failure.retry_after:g}"
+            headers["retry-after-ms"] = str(round(failure.retry_after * 1000))
+        message = f"Fake provider scripted failure (HTTP {failure.status})."
+        return Reply(failure.status, error_body(path, failure.status, message), headers)
+
+    def _chat_completion(self, body: dict[str, Any], text: str) -> dict[str, Any]:
+        prompt_tokens, completion_tokens = count_tokens(prompt_text(body)), count_tokens(text)
+        return {
+            "id": self._next_id("chatcmpl-fake"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or "fake-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def _anthropic_message(self, body: dict[str, Any], text: str) -> dict[str, Any]:
+        return {
+            "id": self._next_id("msg_fake"),
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") or "fake-model",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": count_tokens(prompt_text(body)),
+                "output_tokens": count_tokens(text),
+            },
+        }
+
+    @staticmethod
+    def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else [str(t) for t in raw or []]
+        dim = int(body.get("dimensions") or EMBEDDING_DIM)
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for index, text in enumerate(texts):
+            vector = embed_text(text, dim)
+            encoded: Any = _to_base64(vector) if as_base64 else vector
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        tokens = sum(count_tokens(t) for t in texts)
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model") or "fake-embedding",
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+
+def _to_base64(vector: list[float]) -> str:
+    """Encode floats as little-endian float32 base64, as the OpenAI API does."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+# --------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+    allow_reuse_address = True
+    provider: FakeProvider
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "CobaltFakeProvider/1.0"
+    disable_nagle_algorithm = True
+    timeout = 300  # idle keep-alive connections are closed after this many seconds
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging."""
+
+    @property
+    def path_only(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    def do_GET(self) -> None:
+        if self.path_only == "/_stats":
+            self._send(Reply(200, self.server.provider.stats()))
+        else:
+            self._not_found()
+
+    def do_POST(self) -> None:
+        path = self.path_only
+        try:
+            body = self._read_json()
+        except ValueError:
+            self._send(Reply(400, error_body(path, 400, "Request body is not valid JSON.")))
+            return
+        provider = self.server.provider
+        if path == "/_control":
+            self._send(Reply(200, provider.control(body if isinstance(body, dict) else {})))
+            return
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        provider._record(path, headers, body)
+        if path in MODEL_PATHS:
+            self._send(provider.handle_model_request(path, headers, body))
+        else:
+            self._not_found()
+
+    def _read_json(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw.strip() else None
+
+    def _not_found(self) -> None:
+        path = self.path_only
+        self._send(Reply(404, error_body(path, 404, f"Unknown path {path}")))
+
+    def _send(self, reply: Reply) -> None:
+        payload = json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in (reply.headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake provider in the foreground until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 = let the OS choose")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per model request")
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    provider = FakeProvider(latency=args.latency, port=args.port, host=args.host).start()
+    print(f"FAKE_PROVIDER_URL={provider.url}", flush=True)
+    try:
+        while not stop.wait(timeout=0.5):
+            pass
+    finally:
+        provider.stop()
+
+
+if __name__ == "__main__":
+    main()
