@@ -269,6 +269,14 @@ def migrate() -> None:
     call_command("migrate", interactive=False, verbosity=1)
 
 
+# Commands of the other areas live in their own modules and register themselves here.
+# (One import per module; keep this block sorted.)
+from cobalt_cli import commands_ci, commands_dashboard, commands_mcp, commands_team  # noqa: E402
+
+for _module in (commands_ci, commands_dashboard, commands_mcp, commands_team):
+    _module.register(app)
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,3 @@
+from cobalt_cli.main import main
+
+main()

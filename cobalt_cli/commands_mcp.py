@@ -1,0 +1,7 @@
+"""CLI commands of the mcp area."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the `cobalt` app."""
