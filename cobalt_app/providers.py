@@ -117,12 +117,13 @@ class ProviderHub:
         params = dict(params or {})
         try:
             if provider == "anthropic":
+                max_tokens = int(params.pop("max_tokens", 1024))
                 response = await client.messages.create(
                     model=model,
                     system=system,
                     messages=[{"role": "user", "content": user}],
-                    max_tokens=int(params.pop("max_tokens", 1024)),
-                    **params,
+                    max_tokens=max_tokens,
+                    **supported_params(client.messages.create, params),
                 )
                 text = "".join(
                     getattr(block, "text", "") for block in response.content if block.type == "text"
@@ -171,6 +172,14 @@ class ProviderHub:
             with contextlib.suppress(Exception):  # closing is best effort
                 await client.close()
         self._clients.clear()
+
+
+def supported_params(method: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters a SDK method accepts (newer SDKs dropped e.g. Anthropic's temperature)."""
+    import inspect
+
+    accepted = inspect.signature(method).parameters
+    return {k: v for k, v in params.items() if k in accepted}
 
 
 def describe_sdk_error(provider: str, exc: Exception) -> str:

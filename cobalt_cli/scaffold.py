@@ -103,10 +103,11 @@ def write_if_absent(path: Path, content: str) -> bool:
 
 def ensure_gitignored(project_dir: Path, entry: str = ".cobalt/") -> bool:
     gitignore = project_dir / ".gitignore"
-    lines = gitignore.read_text(encoding="utf-8").splitlines() if gitignore.exists() else []
-    if entry in lines or entry.rstrip("/") in lines:
+    text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
+    lines = [line.strip() for line in text.splitlines()]
+    if entry in lines or entry.rstrip("/") in lines or "/" + entry in lines:
         return False
-    prefix = "" if not lines or lines[-1] == "" else "\n"
+    prefix = "" if not text or text.endswith("\n") else "\n"
     with gitignore.open("a", encoding="utf-8") as fh:
         fh.write(f"{prefix}{entry}\n")
     return True

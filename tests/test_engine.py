@@ -1,0 +1,282 @@
+"""The embedded executor, in-process: statuses, timeouts, errors, repetitions, concurrency."""
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from cobalt import Dataset, EvalResult, Evaluator, experiment, load_config
+from cobalt.experiment import collecting
+from cobalt_app import launcher
+from cobalt_app.models import Evaluation, ItemResult, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def define(*args, **kwargs):
+    with collecting() as found:
+        experiment(*args, **kwargs)
+    return found[0]
+
+
+def execute(project, *experiments, **kwargs):
+    config = load_config(project.path)
+    return launcher.execute(list(experiments), config, **kwargs)
+
+
+def items(n):
+    return Dataset(
+        items=[{"id": f"item-{i}", "input": f"q{i}", "expected": f"a{i}"} for i in range(n)]
+    )
+
+
+def test_it_records_every_item_with_its_status_and_continues_after_failures(project):
+    async def runner(ctx):
+        if ctx.index == 1:
+            raise ValueError("the agent broke")
+        if ctx.index == 2:
+            await asyncio.sleep(30)
+        return {"output": f"a{ctx.index}", "metadata": {"model": "gpt-4o-mini", "tokens": 10}}
+
+    definition = define(
+        "statuses",
+        items(4),
+        runner,
+        evaluators=[Evaluator(name="exact", type="exact-match", field="expected")],
+        timeout=0.5,
+    )
+    (run,) = execute(project, definition)
+    rows = {r.item_index: r for r in ItemResult.objects.filter(run=run)}
+    assert [rows[i].status for i in range(4)] == ["ok", "error", "timeout", "ok"]
+    assert rows[1].error == "ValueError: the agent broke"
+    assert "Traceback" in rows[1].traceback and "the agent broke" in rows[1].traceback
+    assert "timed out after 0.5s" in rows[2].error
+    assert rows[0].output == "a0" and rows[0].metadata == {"model": "gpt-4o-mini", "tokens": 10}
+    run.refresh_from_db()
+    assert run.status == "completed"
+    scores = run.summary["scores"]["exact"]
+    assert scores["count"] == 2 and scores["avg"] == 1.0  # errors are not folded in as zeros
+    assert run.summary["errors"] == 1 and run.summary["timeouts"] == 1
+    assert run.finished_items == 4
+    assert Evaluation.objects.filter(run=run).count() == 2
+
+
+def test_a_timeout_cancels_the_async_runner(project):
+    cancelled = threading.Event()
+
+    async def runner(ctx):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    started = time.monotonic()
+    (run,) = execute(project, define("hang", items(1), runner, timeout=0.3))
+    assert time.monotonic() - started < 10
+    assert cancelled.is_set()
+    assert ItemResult.objects.get(run=run).status == "timeout"
+
+
+def test_runs_greater_than_one_repeat_each_item(project):
+    seen = []
+
+    def runner(ctx):  # a sync runner
+        seen.append((ctx.index, ctx.run_index, ctx.item_key))
+        return ctx.item["expected"]
+
+    (run,) = execute(project, define("repeat", items(3), runner, runs=3))
+    assert sorted(seen) == [(i, r, f"item-{i}") for i in range(3) for r in range(3)]
+    assert ItemResult.objects.filter(run=run, status="ok").count() == 9
+    assert run.total_items == 9
+
+
+def test_concurrency_is_honoured(project):
+    active = 0
+    peak = 0
+
+    async def runner(ctx):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+        return "ok"
+
+    execute(project, define("parallel", items(24), runner, concurrency=4))
+    assert peak == 4
+
+
+def test_function_evaluators_accept_dicts_results_floats_and_bools(project):
+    evaluators = [
+        Evaluator(name="dict", type="function", fn=lambda c: {"score": 0.25, "reason": "quarter"}),
+        Evaluator(name="result", type="function", fn=lambda c: EvalResult(0.5, "half")),
+        Evaluator(name="float", type="function", fn=lambda c: 0.75),
+        Evaluator(name="bool", type="function", fn=lambda c: c.output == "yes"),
+        Evaluator(name="range", type="function", fn=lambda c: 1.5),
+        Evaluator(name="raises", type="function", fn=lambda c: 1 / 0),
+        Evaluator(name="junk", type="function", fn=lambda c: "great"),
+    ]
+
+    async def check(ctx):
+        return {"score": 1.0} if ctx.metadata["flag"] else 0.0
+
+    evaluators.append(Evaluator(name="async", type="function", fn=check))
+    (run,) = execute(
+        project,
+        define(
+            "fn",
+            items(1),
+            lambda c: {"output": "yes", "metadata": {"flag": 1}},
+            evaluators=evaluators,
+        ),
+    )
+    found = {e.evaluator: e for e in Evaluation.objects.filter(run=run)}
+    assert (found["dict"].score, found["dict"].reason) == (0.25, "quarter")
+    assert (found["result"].score, found["result"].reason) == (0.5, "half")
+    assert found["float"].score == 0.75
+    assert found["bool"].score == 1.0
+    assert found["async"].score == 1.0
+    for name, message in (
+        ("range", "between 0 and 1"),
+        ("raises", "ZeroDivisionError"),
+        ("junk", "returned str"),
+    ):
+        assert found[name].status == "error" and found[name].score is None
+        assert message in found[name].error
+    run.refresh_from_db()
+    assert run.summary["scores"]["range"]["errors"] == 1
+    assert run.summary["scores"]["range"]["avg"] is None
+
+
+def test_exact_match_compares_with_the_configured_field(project):
+    evaluators = [
+        Evaluator(name="exact", type="exact-match", field="expected"),
+        Evaluator(name="missing", type="exact-match"),  # default field expected_output is absent
+    ]
+    (run,) = execute(project, define("exact", items(2), lambda c: "a0", evaluators=evaluators))
+    scores = dict(
+        Evaluation.objects.filter(run=run, evaluator="exact").values_list(
+            "item__item_index", "score"
+        )
+    )
+    assert scores == {0: 1.0, 1: 0.0}
+    missing = Evaluation.objects.filter(run=run, evaluator="missing").first()
+    assert missing.status == "error" and "expected_output" in missing.error
+
+
+def test_the_dataset_is_snapshotted_at_creation_with_item_keys(project):
+    dataset = Dataset(items=[{"id": 7, "input": "a"}, {"input": "no id"}])
+    (run,) = execute(project, define("snap", dataset, lambda c: "x"))
+    rows = list(ItemResult.objects.filter(run=run).order_by("item_index"))
+    assert rows[0].item_key == "7" and rows[0].input == {"id": 7, "input": "a"}
+    assert rows[1].item_key.startswith("sha256:")
+    assert run.config["dataset"]["size"] == 2
+
+
+def test_the_results_file_follows_the_seed_format_with_statuses(project):
+    def runner(ctx):
+        if ctx.index == 1:
+            raise RuntimeError("nope")
+        return {
+            "output": "a0",
+            "metadata": {
+                "model": "gpt-4o",
+                "usage": {"prompt_tokens": 100, "completion_tokens": 50},
+            },
+        }
+
+    evaluators = [
+        Evaluator(name="exact", type="exact-match", field="expected"),
+        Evaluator(name="bad", type="function", fn=lambda c: 7),
+    ]
+    (run,) = execute(
+        project, define("format", items(2), runner, evaluators=evaluators, tags=["v2"])
+    )
+    (path,) = project.results_files()
+    assert path.name.endswith(f"_format_{run.id}.json")
+    data = json.loads(path.read_text())
+    assert data["id"] == run.id and data["name"] == "format" and data["tags"] == ["v2"]
+    assert data["timestamp"].endswith("Z")
+    assert data["config"] == {
+        "runs": 1,
+        "concurrency": 5,
+        "timeout": 30000,
+        "evaluators": ["exact", "bad"],
+        "dataset": data["config"]["dataset"],
+    }
+    summary = data["summary"]
+    assert summary["totalItems"] == 2
+    assert summary["scores"]["exact"]["avg"] == 1.0
+    assert summary["agentTokens"] == 150
+    assert summary["estimatedCost"] == pytest.approx((100 * 2.5 + 50 * 10) / 1e6)
+    first, second = data["items"]
+    assert first["index"] == 0 and first["runIndex"] == 0 and first["status"] == "ok"
+    assert first["output"] == {"output": "a0", "metadata": first["output"]["metadata"]}
+    assert first["evaluations"]["exact"] == {
+        "score": 1.0,
+        "reason": "output equals the expected value",
+    }
+    assert (
+        first["evaluations"]["bad"]["score"] is None
+        and "between 0 and 1" in first["evaluations"]["bad"]["error"]
+    )
+    assert second["status"] == "error" and second["error"] == "RuntimeError: nope"
+    assert second["evaluations"] == {}
+
+
+def test_a_module_level_async_client_survives_several_experiments(project, fake_provider):
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI()
+
+    async def runner(ctx):
+        reply = await client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": f"ECHO: {ctx.item['input']}"}],
+        )
+        return reply.choices[0].message.content
+
+    first = define("client-1", items(3), runner)
+    second = define("client-2", items(3), runner)
+    execute(project, first)
+    runs = execute(project, second)
+    outputs = sorted(ItemResult.objects.filter(run=runs[0]).values_list("output", flat=True))
+    assert outputs == ["q0", "q1", "q2"]
+    assert fake_provider.request_count("/v1/chat") == 6
+
+
+def test_recording_a_batch_of_outcomes_takes_a_constant_number_of_queries(
+    project, django_assert_max_num_queries
+):
+    from cobalt_app import services
+    from cobalt_app.engine import ItemOutcome
+    from cobalt_app.evaluators import EvalOutcome
+
+    definition = define("batch", items(500), lambda c: "x")
+    run = services.run_create(
+        experiment=definition, settings={"runs": 1, "concurrency": 5, "timeout": 30}
+    )
+    snapshots = services.item_snapshots(run.id)
+    outcomes = [
+        ItemOutcome(
+            id=s.id,
+            item_index=s.item_index,
+            run_index=0,
+            item_key=s.item_key,
+            status="ok",
+            output="x",
+            evaluations=[EvalOutcome("f", 1.0)],
+        )
+        for s in snapshots
+    ]
+    with django_assert_max_num_queries(12):
+        assert services.record_item_outcomes(run.id, outcomes) == 500
+    assert Evaluation.objects.filter(run=run).count() == 500
+    assert Run.objects.get(id=run.id).finished_items == 500
+    # recording the same outcomes again (a redelivered task) changes nothing
+    assert services.record_item_outcomes(run.id, outcomes) == 0
+    assert Run.objects.get(id=run.id).finished_items == 500

@@ -1,0 +1,35 @@
+import math
+
+import pytest
+
+from cobalt_app.stats import describe, percentile
+
+
+def test_percentiles_interpolate_linearly_at_rank_p_times_n_minus_one():
+    values = [0.1, 0.2, 0.4, 0.8]
+    assert percentile(values, 50) == pytest.approx(0.3)
+    assert percentile(values, 95) == pytest.approx(0.4 + 0.4 * 0.85)
+    assert percentile(values, 0) == 0.1
+    assert percentile(values, 100) == 0.8
+    assert percentile([0.5], 99) == 0.5
+    assert percentile([], 50) is None
+
+
+def test_describe_gives_every_statistic_with_population_stddev():
+    stats = describe([0.0, 0.5, 1.0, 1.0], errors=2)
+    assert stats["avg"] == pytest.approx(0.625)
+    assert stats["min"] == 0.0
+    assert stats["max"] == 1.0
+    assert stats["p50"] == pytest.approx(0.75)
+    assert stats["p99"] == pytest.approx(1.0)
+    assert stats["stddev"] == pytest.approx(math.sqrt(0.171875))
+    assert stats["count"] == 4
+    assert stats["errors"] == 2
+    assert stats["passRate"] == 0.75
+
+
+def test_describe_without_scores_reports_no_average_instead_of_zero():
+    stats = describe([], errors=9)
+    assert stats["avg"] is None
+    assert stats["count"] == 0
+    assert stats["errors"] == 9
