@@ -22,12 +22,13 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import results, services
+from cobalt_app import results, services, webhooks
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
 from cobalt_app.providers import ProviderHub
+from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
 
 FLUSH_SIZE = 500
@@ -69,7 +70,7 @@ class EvalEnv:
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
     judge_config = dict(config.get("judge") or {})
     return EvalEnv(
-        hub=ProviderHub(judge_config),
+        hub=ProviderHub(judge_config, limiter=limiter_for(config)),
         judge_config=judge_config,
         cache_enabled=bool(config.get("cache.enabled", True)) and not no_cache,
         cache_ttl=parse_ttl(config.get("cache.ttl")),
@@ -97,7 +98,8 @@ async def call_runner(
     experiment: Experiment, context: RunContext, *, timeout: float, pool: ThreadPoolExecutor
 ) -> Any:
     if experiment.is_async:
-        return await asyncio.wait_for(experiment.runner(context), timeout)
+        async with asyncio.timeout(timeout):
+            return await experiment.runner(context)
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(pool, experiment.runner, context)
     value = await asyncio.wait_for(future, timeout)
@@ -189,7 +191,7 @@ class OutcomeWriter:
             batch, self.buffer = self.buffer, []
             self.last_flush = time.monotonic()
             if batch:
-                await self.db(services.record_item_outcomes, self.run_id, batch)
+                await self.db(services.record_item_outcomes, self.run_id, batch, exclusive=True)
 
 
 async def execute_run(
@@ -285,6 +287,9 @@ async def run_experiment(
             db(results.run_finalise, run.id, status=status, results_dir=config.results_dir)
         )
         await env.hub.aclose()
+        if status == Run.Status.FAILED:
+            await webhooks.notify_run(config, run)
     if reporter is not None:
         await db(reporter.run_finished, run)
+    await webhooks.notify_run(config, run)  # never raises; delivery failures are logged
     return run

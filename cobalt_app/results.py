@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Prefetch
 from django.utils import timezone
 
 from cobalt_app import stats
@@ -132,39 +131,88 @@ def run_header(run: Run) -> dict[str, Any]:
     }
 
 
+ITEM_FIELDS = (
+    "id",
+    "item_index",
+    "run_index",
+    "item_key",
+    "status",
+    "error",
+    "input",
+    "output",
+    "metadata",
+    "latency_ms",
+    "tokens",
+    "cost",
+)
+EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
+
+
+def evaluation_entry(score, reason, status, error, cached) -> dict[str, Any]:
+    if status == Evaluation.Status.OK:
+        entry: dict[str, Any] = {"score": score, "reason": reason}
+    else:
+        entry = {"score": None, "error": error}
+    if cached:
+        entry["cached"] = True
+    return entry
+
+
 def item_entry(item: ItemResult) -> dict[str, Any]:
-    evaluations: dict[str, Any] = {}
-    for evaluation in item.evaluations.all():
-        if evaluation.status == Evaluation.Status.OK:
-            entry: dict[str, Any] = {"score": evaluation.score, "reason": evaluation.reason}
-        else:
-            entry = {"score": None, "error": evaluation.error}
-        if evaluation.cached:
-            entry["cached"] = True
-        evaluations[evaluation.evaluator] = entry
+    """The results-file entry of one ItemResult (evaluations prefetched or queried)."""
+    row = {field: getattr(item, field) for field in ITEM_FIELDS}
+    evaluations = {
+        e.evaluator: evaluation_entry(e.score, e.reason, e.status, e.error, e.cached)
+        for e in item.evaluations.all()
+    }
+    return row_entry(row, evaluations)
+
+
+def row_entry(row: dict[str, Any], evaluations: dict[str, Any]) -> dict[str, Any]:
     return {
-        "index": item.item_index,
-        "runIndex": item.run_index,
-        "key": item.item_key,
-        "status": item.status,
-        "error": item.error or None,
-        "input": item.input,
-        "output": {"output": item.output, "metadata": item.metadata},
-        "latencyMs": item.latency_ms,
-        "tokens": item.tokens,
-        "cost": item.cost,
+        "index": row["item_index"],
+        "runIndex": row["run_index"],
+        "key": row["item_key"],
+        "status": row["status"],
+        "error": row["error"] or None,
+        "input": row["input"],
+        "output": {"output": row["output"], "metadata": row["metadata"]},
+        "latencyMs": row["latency_ms"],
+        "tokens": row["tokens"],
+        "cost": row["cost"],
         "evaluations": evaluations,
     }
 
 
-def iter_item_entries(run: Run):
-    items = (
-        ItemResult.objects.filter(run=run)
-        .order_by("item_index", "run_index")
-        .prefetch_related(Prefetch("evaluations", queryset=Evaluation.objects.order_by("id")))
+def iter_item_entries(run: Run, items=None):
+    """Result entries of a run's items (or of the given ItemResult queryset), in order.
+
+    Reads plain values in chunks, not model instances: a run can hold 100,000 items.
+    """
+    if items is None:
+        items = ItemResult.objects.filter(run=run)
+    rows = items.order_by("item_index", "run_index").values(*ITEM_FIELDS)
+    chunk: list[dict[str, Any]] = []
+    for row in rows.iterator(chunk_size=EXPORT_CHUNK):
+        chunk.append(row)
+        if len(chunk) >= EXPORT_CHUNK:
+            yield from _entries(chunk)
+            chunk = []
+    if chunk:
+        yield from _entries(chunk)
+
+
+def _entries(rows: list[dict[str, Any]]):
+    by_item: dict[int, dict[str, Any]] = defaultdict(dict)
+    evaluations = (
+        Evaluation.objects.filter(item_id__in=[r["id"] for r in rows])
+        .order_by("id")
+        .values_list(*EVALUATION_FIELDS)
     )
-    for item in items.iterator(chunk_size=EXPORT_CHUNK):
-        yield item_entry(item)
+    for item_id, evaluator, *rest in evaluations:
+        by_item[item_id][evaluator] = evaluation_entry(*rest)
+    for row in rows:
+        yield row_entry(row, by_item.get(row["id"], {}))
 
 
 def run_results(run: Run) -> dict[str, Any]:

@@ -71,29 +71,33 @@ def run_create(
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in all_tags])
         rows = (
-            ItemResult(
-                run=run,
-                item_index=index,
-                run_index=repetition,
-                item_key=item_key(item)[:200],
-                input=_json_safe(item),
-            )
+            (run.id, index, repetition, item_key(item)[:200], _dumps(item))
             for index, item in enumerate(items)
             for repetition in range(runs)
         )
-        _bulk_create(rows)
+        _insert_snapshots(rows)
     return run
 
 
-def _bulk_create(rows: Iterable[ItemResult]) -> None:
-    batch: list[ItemResult] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= CREATE_BATCH:
-            ItemResult.objects.bulk_create(batch)
-            batch = []
-    if batch:
-        ItemResult.objects.bulk_create(batch)
+# Hot paths below use executemany with plain SQL: creating and updating tens of thousands of
+# rows through model instances costs more than running the agent on them.
+SNAPSHOT_INSERT_SQL = (
+    "INSERT INTO cobalt_app_itemresult (run_id, item_index, run_index, item_key, input, "
+    "output, metadata, status, error, traceback, tokens, cost, attempts, worker) "
+    "VALUES (%s, %s, %s, %s, %s, NULL, '{}', 'pending', '', '', 0, 0, 0, '')"
+)
+
+
+def _insert_snapshots(rows: Iterable[tuple]) -> None:
+    batch: list[tuple] = []
+    with connection.cursor() as cursor:
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= CREATE_BATCH:
+                cursor.executemany(SNAPSHOT_INSERT_SQL, batch)
+                batch = []
+        if batch:
+            cursor.executemany(SNAPSHOT_INSERT_SQL, batch)
 
 
 def run_start(run_id: str) -> None:
@@ -137,21 +141,32 @@ ITEM_UPDATE_SQL = (
 )
 
 
-def record_item_outcomes(run_id: str, outcomes: Sequence[Any]) -> int:
+EVALUATION_UPSERT_SQL = (
+    "INSERT INTO cobalt_app_evaluation (item_id, run_id, evaluator, score, reason, status, "
+    "error, cached, tokens, cost) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (item_id, evaluator) DO UPDATE SET score = excluded.score, "
+    "reason = excluded.reason, status = excluded.status, error = excluded.error, "
+    "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost"
+)
+
+
+def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: bool = False) -> int:
     """Store finished items and their evaluations in one transaction; returns rows recorded.
 
     An item already finished is left alone (a redelivered task records nothing twice).
+    `exclusive` skips that check when the caller alone executes these items (embedded mode).
     """
     if not outcomes:
         return 0
     finished = [str(s) for s in ItemResult.FINISHED]
     with transaction.atomic():
-        open_ids = set(
-            ItemResult.objects.filter(id__in=[o.id for o in outcomes])
-            .exclude(status__in=finished)
-            .values_list("id", flat=True)
-        )
-        outcomes = [o for o in outcomes if o.id in open_ids]
+        if not exclusive:
+            open_ids = set(
+                ItemResult.objects.filter(id__in=[o.id for o in outcomes])
+                .exclude(status__in=finished)
+                .values_list("id", flat=True)
+            )
+            outcomes = [o for o in outcomes if o.id in open_ids]
         params = [
             (
                 o.status,
@@ -175,29 +190,24 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any]) -> int:
                 cursor.executemany(ITEM_UPDATE_SQL, [_adapt(row) for row in params])
                 recorded = max(cursor.rowcount, 0)
         evaluations = [
-            Evaluation(
-                item_id=o.id,
-                run_id=run_id,
-                evaluator=e.evaluator,
-                score=e.score,
-                reason=e.reason,
-                status=e.status,
-                error=e.error,
-                cached=e.cached,
-                tokens=e.tokens,
-                cost=e.cost,
+            (
+                o.id,
+                run_id,
+                e.evaluator,
+                e.score,
+                e.reason,
+                e.status,
+                e.error,
+                e.cached,
+                e.tokens,
+                e.cost,
             )
             for o in outcomes
             for e in o.evaluations
         ]
         if evaluations:
-            Evaluation.objects.bulk_create(
-                evaluations,
-                batch_size=1000,
-                update_conflicts=True,
-                unique_fields=["item", "evaluator"],
-                update_fields=["score", "reason", "status", "error", "cached", "tokens", "cost"],
-            )
+            with connection.cursor() as cursor:
+                cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
         if recorded:
             Run.objects.filter(id=run_id).update(finished_items=F("finished_items") + recorded)
     return recorded

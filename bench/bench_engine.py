@@ -1,0 +1,152 @@
+"""Engine benchmarks (issue 2). Run: `python bench/bench_engine.py [--items 400] [--big 50000]`.
+
+1. 400 items × (one agent call + one llm-judge call) against the fake provider with 100 ms
+   latency, concurrency 40: the whole `cobalt run --no-cache` process versus a bare asyncio
+   script making the same calls with the OpenAI SDK.
+2. 50,000 items, no-op runner, one function evaluator: items/s of the whole `cobalt run`
+   process and its peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+BARE = """
+import asyncio
+from openai import AsyncOpenAI
+
+client = AsyncOpenAI()
+
+async def one(i, sem):
+    async with sem:
+        agent = await client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": f"ECHO: answer {i}"}])
+        output = agent.choices[0].message.content
+        await client.chat.completions.create(
+            model="gpt-4o-mini", temperature=0,
+            messages=[{"role": "system", "content": "judge"},
+                      {"role": "user", "content": f"Q: question {i} A: {output} [[score:0.8]]"}])
+
+async def main():
+    sem = asyncio.Semaphore(40)
+    await asyncio.gather(*(one(i, sem) for i in range(N)))
+
+asyncio.run(main())
+"""
+
+EXPERIMENT = """
+from openai import AsyncOpenAI
+from cobalt import Dataset, Evaluator, experiment
+
+client = AsyncOpenAI()
+dataset = Dataset(items=[{"id": i, "input": f"question {i}"} for i in range(N)])
+
+@experiment("bench-llm", dataset, concurrency=40, evaluators=[
+    Evaluator(name="judge", prompt="Q: {{input}} A: {{output}} [[score:0.8]]"),
+])
+async def run(ctx):
+    reply = await client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": f"ECHO: answer {ctx.index}"}])
+    return {"output": reply.choices[0].message.content}
+"""
+
+NOOP = """
+from cobalt import Dataset, Evaluator, experiment
+
+dataset = Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])
+
+@experiment("bench-noop", dataset, concurrency=40, evaluators=[
+    Evaluator(name="fn", type="function", fn=lambda ctx: 1.0),
+])
+async def run(ctx):
+    return ctx.item["input"]
+"""
+
+
+def start_fake_provider(latency: float) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--latency", str(latency)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline().strip()
+    return process, line.split("=", 1)[1]
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of a whole process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"{command} failed:\n{result.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(after, before) / 1024
+
+
+def project(folder: Path, name: str, source: str, n: int) -> Path:
+    (folder / "experiments").mkdir(parents=True, exist_ok=True)
+    (folder / "cobalt.toml").write_text("")
+    (folder / "experiments" / f"{name}.cobalt.py").write_text(
+        textwrap.dedent(source).replace("N)", f"{n})").replace("(N)", f"({n})")
+    )
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--items", type=int, default=400)
+    parser.add_argument("--big", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    fake, url = start_fake_provider(0.1)
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": f"{url}/v1",
+        "OPENAI_API_KEY": "sk-bench",
+        "PYTHONPATH": str(REPO),
+    }
+    env = {k: v for k, v in env.items() if not k.startswith("COBALT_")}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp_path = Path(tmp)
+            bare = tmp_path / "bare.py"
+            bare.write_text(BARE.replace("range(N)", f"range({args.items})"))
+            llm = project(tmp_path / "llm", "llm", EXPERIMENT, args.items)
+            bare_times, cobalt_times = [], []
+            for _ in range(args.repeat):
+                bare_times.append(timed([sys.executable, str(bare)], tmp_path, env)[0])
+                cobalt_times.append(
+                    timed([sys.executable, "-m", "cobalt_cli", "run", "--no-cache"], llm, env)[0]
+                )
+            bare_best, cobalt_best = min(bare_times), min(cobalt_times)
+            print(f"LLM workload: {args.items} items x 2 calls at 100 ms, concurrency 40")
+            print(f"  bare asyncio + openai SDK : {bare_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in bare_times)})")
+            print(f"  cobalt run --no-cache     : {cobalt_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in cobalt_times)})")
+            print(f"  ratio                     : {cobalt_best / bare_best:6.2f}x  (target <= 1.3x)")
+
+            noop = project(tmp_path / "noop", "noop", NOOP, args.big)
+            elapsed, rss = timed([sys.executable, "-m", "cobalt_cli", "run"], noop, env)
+            print(f"No-op workload: {args.big} items, function evaluator")
+            print(f"  whole process             : {elapsed:6.2f} s = {args.big / elapsed:,.0f} items/s (target >= 2,000)")
+            print(f"  peak RSS                  : {rss:6.0f} MB (target < 300)")
+    finally:
+        fake.terminate()
+        fake.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
