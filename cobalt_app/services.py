@@ -130,7 +130,11 @@ def item_reset_for_retry(run_id: str, statuses: Sequence[str]) -> int:
             latency_ms=None,
             finished_at=None,
         )
-        Run.objects.filter(id=run_id).update(finished_items=F("finished_items") - count)
+        recorded = ItemResult.objects.filter(
+            run_id=run_id,
+            status__in=[ItemResult.Status.OK, ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT],
+        ).count()
+        Run.objects.filter(id=run_id).update(finished_items=recorded)
     return count
 
 

@@ -246,3 +246,72 @@ def test_the_wheel_carries_templates_and_static_files(tmp_path):
     assert any(n.startswith("cobalt_project/static/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "cobalt = cobalt_cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_an_interrupted_run_keeps_its_items_and_resumes_only_the_missing_ones(project):
+    import signal
+    import time
+
+    project.write(
+        "experiments/slow.cobalt.py",
+        """
+        import asyncio
+        from cobalt import Dataset, Evaluator, experiment
+
+        @experiment("slow", Dataset(items=[{"id": i} for i in range(30)]), concurrency=2,
+                    evaluators=[Evaluator(name="f", type="function", fn=lambda c: 1.0)])
+        async def run(ctx):
+            await asyncio.sleep(0.2)
+            return "ok"
+        """,
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cobalt_cli", "run"],
+        cwd=project.path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def finished() -> int:
+        if not project.db_path.exists():
+            return 0
+        with sqlite3.connect(project.db_path) as db:
+            try:
+                return db.execute(
+                    "select count(*) from cobalt_app_itemresult where status = 'ok'"
+                ).fetchone()[0]
+            except sqlite3.OperationalError:
+                return 0
+
+    deadline = time.monotonic() + 60
+    while finished() < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert "cobalt run --resume" in err
+    with sqlite3.connect(project.db_path) as db:
+        run_id, status = db.execute("select id, status from cobalt_app_run").fetchone()
+        done_before = db.execute(
+            "select count(*) from cobalt_app_itemresult where status = 'ok'"
+        ).fetchone()[0]
+    assert status == "cancelled" and 3 <= done_before < 30
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "cobalt_cli", "run", "--resume", run_id],
+        cwd=project.path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count("✓ Item") == 30 - done_before
+    with sqlite3.connect(project.db_path) as db:
+        assert db.execute("select status, finished_items from cobalt_app_run").fetchone() == (
+            "completed",
+            30,
+        )
+        assert db.execute("select count(*) from cobalt_app_evaluation").fetchone() == (30,)
