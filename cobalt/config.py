@@ -272,3 +272,110 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
             parse_ttl(cache["ttl"])
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+    if "ci" in data:
+        check_ci(data["ci"], source=source)
+    if "webhooks" in data:
+        check_webhooks(data["webhooks"], source=source)
+    plugins = data.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
+        fail("plugins", 'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].')
+
+
+# CI gates (`[ci]`, `[ci.thresholds.<evaluator>]`, `experiment(..., thresholds=...)`).
+SCORE_METRICS = ("avg", "min", "max", "p50", "p95", "p99", "pass_rate")
+METRIC_ALIASES = {"passRate": "pass_rate", "minScore": "min_score"}
+LATENCY_METRICS = ("avg", "p50", "p95", "p99", "max")
+COST_METRICS = ("total",)
+CI_SETTINGS = ("fail_on_error", "max_error_rate", "max_regression")
+WEBHOOK_EVENTS = ("run.completed", "run.failed", "ci.passed", "ci.failed")
+WEBHOOK_KEYS = ("url", "events", "secret", "secret_env", "retries", "timeout")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def check_ci_settings(table: dict[str, Any], *, where: str) -> None:
+    """`fail_on_error` (bool), `max_error_rate` and `max_regression` (0..1)."""
+    if "fail_on_error" in table and not isinstance(table["fail_on_error"], bool):
+        raise ConfigError(f"{where}.fail_on_error` must be true or false.")
+    for key in ("max_error_rate", "max_regression"):
+        if key in table and not (_is_number(table[key]) and 0 <= table[key] <= 1):
+            raise ConfigError(f"{where}.{key}` must be a number from 0 to 1 (got {table[key]!r}).")
+
+
+def check_thresholds(thresholds: Any, *, where: str, allow_settings: bool = False) -> None:
+    """Validate a thresholds table: `{evaluator: {avg, min, ...}, "latency": {...}, "cost": {...}}`.
+
+    `where` starts the message, e.g. "cobalt.toml: `ci.thresholds" (the key path is appended).
+    With `allow_settings` (an experiment's own thresholds), `fail_on_error`, `max_error_rate`
+    and `max_regression` may sit beside the tables.
+    """
+    if thresholds is None:
+        return
+    if not isinstance(thresholds, dict):
+        raise ConfigError(f"{where}` must be a table of evaluator names to metrics.")
+    for name, metrics in thresholds.items():
+        if allow_settings and name in CI_SETTINGS:
+            continue
+        key = f"{where}.{name}"
+        if not isinstance(metrics, dict):
+            hint = f" (or one of {', '.join(CI_SETTINGS)})" if allow_settings else ""
+            raise ConfigError(f"{key}` must be a table of metrics{hint}, e.g. {{avg = 0.8}}.")
+        if name == "latency":
+            allowed, unit = LATENCY_METRICS, "milliseconds, at least 0"
+        elif name == "cost":
+            allowed, unit = COST_METRICS, "USD, at least 0"
+        else:
+            allowed, unit = (*SCORE_METRICS, "min_score"), "a number from 0 to 1"
+        for metric, value in metrics.items():
+            canonical = METRIC_ALIASES.get(metric, metric)
+            if canonical not in allowed:
+                raise ConfigError(
+                    f"{key}.{metric}` is not a known metric; use {', '.join(allowed)}."
+                )
+            ceiling = name in ("latency", "cost")
+            valid = _is_number(value) and value >= 0 and (ceiling or value <= 1)
+            if not valid:
+                raise ConfigError(f"{key}.{metric}` must be {unit} (got {value!r}).")
+    if allow_settings:
+        check_ci_settings(thresholds, where=where)
+
+
+def check_ci(ci: Any, *, source: str) -> None:
+    if not isinstance(ci, dict):
+        raise ConfigError(f"{source}: `ci` must be a table (a dict).")
+    known = ("thresholds", *CI_SETTINGS)
+    for key in ci:
+        if key not in known:
+            raise ConfigError(f"{source}: `ci.{key}` is not a CI setting; use {', '.join(known)}.")
+    check_ci_settings(ci, where=f"{source}: `ci")
+    check_thresholds(ci.get("thresholds"), where=f"{source}: `ci.thresholds")
+
+
+def check_webhooks(webhooks: Any, *, source: str) -> None:
+    if not isinstance(webhooks, list):
+        raise ConfigError(f"{source}: `webhooks` must be a list of tables ([[webhooks]] in TOML).")
+    for index, hook in enumerate(webhooks):
+        where = f"{source}: `webhooks[{index}]"
+        if not isinstance(hook, dict):
+            raise ConfigError(f"{where}` must be a table with a `url`.")
+        for key in hook:
+            if key not in WEBHOOK_KEYS:
+                raise ConfigError(f"{where}.{key}` is not a webhook setting; use {WEBHOOK_KEYS}.")
+        url = hook.get("url")
+        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+            raise ConfigError(f"{where}.url` must be an http:// or https:// address.")
+        events = hook.get("events", [])
+        if not isinstance(events, list) or not all(e in WEBHOOK_EVENTS for e in events):
+            raise ConfigError(
+                f"{where}.events` must be a list of {', '.join(WEBHOOK_EVENTS)} (got {events!r})."
+            )
+        for key in ("secret", "secret_env"):
+            if key in hook and not isinstance(hook[key], str):
+                raise ConfigError(f"{where}.{key}` must be a string.")
+        retries = hook.get("retries", 3)
+        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
+            raise ConfigError(f"{where}.retries` must be a whole number from 0 to 10.")
+        if "timeout" in hook and not (_is_number(hook["timeout"]) and hook["timeout"] > 0):
+            raise ConfigError(f"{where}.timeout` must be a number of seconds above 0.")

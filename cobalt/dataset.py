@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -325,6 +326,30 @@ class Dataset:
             )
         return cls._loaded(items, path, name)
 
+    # Remote loaders live in cobalt.remote (HTTP, pagination, credentials; standard library
+    # only, like this module). It is imported by name, lazily, so loading a dataset file never
+    # pays for it.
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Dataset:
+        """Load JSON, JSON Lines or CSV over HTTP(S): ``format=``, ``headers=``, ``name=``."""
+        return _remote().from_url(url, **options)
+
+    @classmethod
+    def from_langfuse(cls, name: str, **options: Any) -> Dataset:
+        """Every item of a Langfuse dataset (``LANGFUSE_PUBLIC_KEY``/``SECRET_KEY``/``HOST``)."""
+        return _remote().from_langfuse(name, **options)
+
+    @classmethod
+    def from_langsmith(cls, name: str, **options: Any) -> Dataset:
+        """Every example of a LangSmith dataset (``LANGSMITH_API_KEY``, ``LANGSMITH_ENDPOINT``)."""
+        return _remote().from_langsmith(name, **options)
+
+    @classmethod
+    def from_braintrust(cls, project: str, dataset: str, **options: Any) -> Dataset:
+        """Every record of a Braintrust dataset (``BRAINTRUST_API_KEY``, ``BRAINTRUST_API_URL``)."""
+        return _remote().from_braintrust(project, dataset, **options)
+
     @classmethod
     def _loaded(cls, items: Iterable[Item], path: StrPath, name: str | None) -> Dataset:
         source = os.fspath(path)
@@ -455,6 +480,10 @@ class Dataset:
 
 
 # ---------------------------------------------------------------------- file helpers
+
+
+def _remote() -> Any:
+    return importlib.import_module("cobalt.remote")
 
 
 def _read_text(path: StrPath) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, discovery
+from cobalt_app import aio, discovery, plugins
 from cobalt_app.engine import Reporter, run_experiment
 from cobalt_app.models import Run
 
@@ -45,6 +45,7 @@ def load_experiments(
     name_filter: str | None = None,
     tag: str | None = None,
 ) -> tuple[list[Experiment], list[discovery.LoadedFile], list[Path]]:
+    plugins.load_plugins(config)  # custom evaluator types; a broken plugin raises PluginError
     files = discovery.discover(config, paths)
     experiments: list[Experiment] = []
     errors: list[discovery.LoadedFile] = []
@@ -80,8 +81,24 @@ def execute(
     no_cache: bool = False,
     overrides: dict[str, Any] | None = None,
     resume_run_id: str | None = None,
+    tags: list[str] | None = None,
 ) -> list[Run]:
-    """Run experiments one after another in this process, on the long-lived event loop."""
+    """Run experiments one after another in this process, on the long-lived event loop.
+
+    In team mode the runs are enqueued for the workers instead, and this waits for them.
+    """
+    if config.team_mode:
+        from cobalt_app import team
+
+        return team.execute(
+            experiments,
+            config,
+            reporter=reporter,
+            no_cache=no_cache,
+            overrides=overrides,
+            resume_run_id=resume_run_id,
+            tags=tags,
+        )
 
     async def run_all() -> list[Run]:
         db = aio.DatabaseThread()
@@ -97,6 +114,7 @@ def execute(
                     overrides=overrides,
                     file=relative_file(config, experiment),
                     resume_run_id=resume_run_id,
+                    tags=tags,
                 )
                 runs.append(run)
         finally:

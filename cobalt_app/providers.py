@@ -69,8 +69,9 @@ def resolve_api_key(
 class ProviderHub:
     """The SDK clients of one event loop, one per (provider, base URL, key)."""
 
-    def __init__(self, judge_config: dict[str, Any]) -> None:
+    def __init__(self, judge_config: dict[str, Any], limiter: Any = None) -> None:
         self.judge_config = judge_config
+        self.limiter = limiter  # a ratelimit.RateLimiter when `rate_limits` is configured
         self._clients: dict[tuple[str, str | None, str], Any] = {}
 
     def client(self, provider: str, *, base_url: str | None, api_key: str) -> Any:
@@ -80,7 +81,7 @@ class ProviderHub:
             options = {
                 "api_key": api_key,
                 "base_url": base_url or None,
-                "max_retries": int(self.judge_config.get("max_retries", 3)),
+                "max_retries": 0 if self._budgeted(provider) else self._retries,
                 "timeout": float(self.judge_config.get("timeout", 60)),
             }
             if provider == "anthropic":
@@ -118,7 +119,10 @@ class ProviderHub:
         try:
             if provider == "anthropic":
                 max_tokens = int(params.pop("max_tokens", 1024))
-                response = await client.messages.create(
+                response = await self._send(
+                    provider,
+                    key,
+                    client.messages.create,
                     model=model,
                     system=system,
                     messages=[{"role": "user", "content": user}],
@@ -130,7 +134,10 @@ class ProviderHub:
                 )
                 usage = response.usage
                 return ChatReply(text, usage.input_tokens or 0, usage.output_tokens or 0, model)
-            response = await client.chat.completions.create(
+            response = await self._send(
+                provider,
+                key,
+                client.chat.completions.create,
                 model=model,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                 **params,
@@ -160,12 +167,31 @@ class ProviderHub:
         )
         client = self.client("openai", base_url=base_url, api_key=key)
         try:
-            response = await client.embeddings.create(model=model, input=texts)
+            response = await self._send(
+                "openai", key, client.embeddings.create, model=model, input=texts
+            )
         except Exception as exc:
             raise ProviderError(describe_sdk_error("openai", exc)) from exc
         vectors = [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
         tokens = response.usage.prompt_tokens if response.usage else 0
         return Embeddings(vectors, tokens or 0, model)
+
+    @property
+    def _retries(self) -> int:
+        return int(self.judge_config.get("max_retries", 3))
+
+    def _budgeted(self, provider: str) -> bool:
+        return self.limiter is not None and self.limiter.covers(provider)
+
+    async def _send(self, provider: str, key: str, create: Any, **kwargs: Any) -> Any:
+        """One SDK request; within the shared rate budget (and its retries) when configured."""
+        if not self._budgeted(provider):
+            return await create(**kwargs)
+        from cobalt_app.ratelimit import call_with_budget
+
+        return await call_with_budget(
+            self.limiter, provider, key, lambda: create(**kwargs), retries=self._retries
+        )
 
     async def aclose(self) -> None:
         for client in self._clients.values():

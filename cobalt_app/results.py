@@ -18,8 +18,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from cobalt_app import stats
+from cobalt_app import significance, stats
 from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.selectors import scores_by_item
 
 EXPORT_CHUNK = 2000
 
@@ -58,6 +59,13 @@ def compute_summary(run: Run) -> dict[str, Any]:
         name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
         for name in names
     }
+    extra = significance.run_statistics(
+        scores_by_item(run), names, runs=int((run.config or {}).get("runs", 1))
+    )
+    for name, values in per_evaluator.items():
+        values["ci95"] = extra["ci95"].get(name)
+        if name in extra["passAtK"]:
+            values["passAtK"] = extra["passAtK"][name]
     duration = None
     if run.started_at:
         end = run.finished_at or timezone.now()
@@ -82,6 +90,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
         "scores": per_evaluator,
+        **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
 
 

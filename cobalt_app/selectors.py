@@ -67,14 +67,33 @@ def scores_by_key(run: Run) -> dict[str, dict[str, float]]:
     return result
 
 
+def scores_by_item(run: Run) -> dict[str, dict[str, list[float]]]:
+    """Item key → evaluator → its scores across repetitions, in repetition order."""
+    result: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    rows = (
+        Evaluation.objects.filter(run=run, status=Evaluation.Status.OK, score__isnull=False)
+        .order_by("item__item_index", "item__run_index")
+        .values_list("item__item_key", "evaluator", "score")
+    )
+    for key, evaluator, score in rows.iterator(chunk_size=5000):
+        result[key][evaluator].append(score)
+    return result
+
+
 def item_keys(run: Run) -> dict[str, int]:
     """Item key → item index, for every item of a run."""
     rows = ItemResult.objects.filter(run=run, run_index=0).values_list("item_key", "item_index")
     return dict(rows.iterator(chunk_size=5000))
 
 
-def compare_runs(a: Run, b: Run, *, top: int = 10) -> dict[str, Any]:
-    """Per-evaluator averages and deltas, and the items that changed most, matched by key."""
+def compare_runs(a: Run, b: Run, *, top: int = 10, alpha: float = 0.05) -> dict[str, Any]:
+    """Per-evaluator averages and deltas, and the items that changed most, matched by key.
+
+    `significance[evaluator]`: the paired test of B against A at level `alpha` (see
+    cobalt_app.significance.paired_compare).
+    """
+    from cobalt_app import significance
+
     scores_a, scores_b = scores_by_key(a), scores_by_key(b)
     keys_a, keys_b = item_keys(a), item_keys(b)
     evaluators = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
@@ -116,4 +135,6 @@ def compare_runs(a: Run, b: Run, *, top: int = 10) -> dict[str, Any]:
         "improvements": improvements[:top],
         "regressionCount": len(regressions),
         "improvementCount": len(improvements),
+        "alpha": alpha,
+        "significance": significance.compare_scores(scores_a, scores_b, evaluators, alpha=alpha),
     }

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from cobalt.dataset import item_key
 from cobalt.experiment import Experiment
+from cobalt_app import flaky
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 
 CREATE_BATCH = 2000
@@ -59,6 +60,9 @@ def run_create(
     }
     items = experiment.dataset.items
     runs = settings["runs"]
+    keys = [item_key(item)[:200] for item in items]
+    # `--repeat-flaky N`: the items that flipped in the experiment's history run N times.
+    repeats = flaky.repetitions(experiment.name, keys, runs, settings.get("repeat_flaky"))
     with transaction.atomic():
         run = Run.objects.create(
             name=experiment.name,
@@ -66,14 +70,14 @@ def run_create(
             mode=mode,
             tags=all_tags,
             config=_json_safe(config),
-            total_items=len(items) * runs,
+            total_items=sum(repeats),
             git_commit=git_commit(project_dir),
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in all_tags])
         rows = (
-            (run.id, index, repetition, item_key(item)[:200], _dumps(item))
+            (run.id, index, repetition, keys[index], _dumps(item))
             for index, item in enumerate(items)
-            for repetition in range(runs)
+            for repetition in range(repeats[index])
         )
         _insert_snapshots(rows)
     return run

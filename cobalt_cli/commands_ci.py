@@ -1,7 +1,162 @@
-"""CLI commands of the ci area."""
+"""`cobalt run --ci`: quality gates, exit codes 0/1/2, JUnit, GitHub Actions, webhooks.
+
+The `run` command (cobalt_cli/main.py) calls `make_reporter()` first, `prepare()` before it
+executes experiments and `finish()` at the end; everything CI-specific lives here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cobalt.config import Config
+
+REPORTERS = ("console", "json")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass
+class CiOptions:
+    """What `cobalt run` was asked for: --ci, --junit, --reporter, --baseline."""
+
+    ci: bool = False
+    junit: Path | None = None
+    reporter: str = "console"
+    baseline: str | None = None
+    significance: float | None = None
+    baseline_run: Any = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def json(self) -> bool:
+        return self.reporter == "json"
+
+    @property
+    def github(self) -> bool:
+        return os.environ.get("GITHUB_ACTIONS") == "true"
+
+    def check(self) -> None:
+        """Refuse combinations that would silently do nothing (exit 2)."""
+        from cobalt_cli.main import fail
+
+        if self.reporter not in REPORTERS:
+            raise fail(f"--reporter must be one of {', '.join(REPORTERS)} (got {self.reporter!r})")
+        if not self.ci:
+            for flag, value in (("--junit", self.junit), ("--baseline", self.baseline)):
+                if value:
+                    raise fail(f"{flag} needs --ci (it reports or gates a CI run)")
+        if self.significance is not None:
+            from cobalt_app.significance import check_alpha
+
+            if not (self.ci and self.baseline):
+                raise fail("--significance needs --ci and --baseline (it tests the regression)")
+            try:
+                check_alpha(self.significance)
+            except ValueError as exc:
+                raise fail(f"--significance: {exc}") from None
+
+
+def make_reporter(options: CiOptions, console: Console, *, quiet: bool = False) -> Any:
+    """The run reporter: JSON lines, the minimal CI console, or the live console."""
+    from cobalt_cli.ci_reporters import CiConsoleReporter, JsonLinesReporter
+    from cobalt_cli.reporter import ConsoleReporter
+
+    options.check()
+    if options.json:
+        reporter = JsonLinesReporter()
+        reporter.claim_stdout()
+        return reporter
+    if options.ci:
+        return CiConsoleReporter(console)
+    return ConsoleReporter(console, quiet=quiet)
+
+
+def prepare(options: CiOptions, config: Config, experiments: list[Any]) -> None:
+    """Before anything runs: experiment thresholds well-formed, --baseline run exists."""
+    if not options.ci:
+        return
+    from cobalt_app import gates
+
+    problems = gates.experiment_threshold_errors(experiments, config)
+    try:
+        options.baseline_run = gates.resolve_baseline(options.baseline)
+    except gates.BaselineError as exc:
+        problems.append(str(exc))
+    if problems:
+        outcome = gates.CiOutcome(config_errors=problems)
+        report(options, config, outcome)
+        raise typer.Exit(outcome.exit_code)
+
+
+def finish(options: CiOptions, config: Config, result: Any) -> int:
+    """Gate the runs of this invocation, report the verdict everywhere asked; the exit code."""
+    from cobalt_app import gates, webhooks
+
+    if options.baseline and options.baseline_run is None:
+        try:
+            options.baseline_run = gates.resolve_baseline(options.baseline)
+        except gates.BaselineError as exc:
+            options.problems.append(str(exc))
+    failures = [
+        gates.ImportFailure(
+            file=relative(config, loaded.path),
+            error=loaded.error or "",
+            traceback=loaded.traceback or "",
+        )
+        for loaded in result.load_errors
+    ]
+    outcome = gates.gate_runs(
+        result.runs,
+        config,
+        baseline=options.baseline_run,
+        import_failures=failures,
+        significance=options.significance,
+    )
+    outcome.config_errors.extend(options.problems)
+    report(options, config, outcome)
+    webhooks.notify_ci(config, outcome)
+    return outcome.exit_code
+
+
+def report(options: CiOptions, config: Config, outcome: Any) -> None:
+    from cobalt_cli import ci_reporters
+    from cobalt_cli.main import console, err
+
+    # With --reporter json, sys.stdout already points at stderr (see JsonLinesReporter).
+    ci_reporters.print_outcome(console, outcome)
+    if options.junit:
+        path = ci_reporters.write_junit(options.junit, outcome)
+        console.print(f"JUnit report: {escape(display(path))}")
+    if options.github:
+        for line in ci_reporters.github_annotations(outcome, config.project_dir):
+            print(line, flush=True)
+        summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_file:
+            try:
+                ci_reporters.append_step_summary(Path(summary_file), outcome)
+            except OSError as exc:
+                err.print(f"[yellow]warning:[/] could not write the step summary: {exc}")
+
+
+def relative(config: Config, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(config.project_dir).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the `cobalt` app."""
+    """Add this area's commands to the `cobalt` app (CI mode lives in `cobalt run --ci`)."""

@@ -1,7 +1,287 @@
-"""CLI commands of the dashboard area."""
+"""CLI commands of the dashboard area: `cobalt serve` and `cobalt export`; `run --ui` support.
+
+`cobalt serve` runs the Django app under gunicorn (gthread workers), embedded through
+`gunicorn.app.base.BaseApplication`: real worker processes and threads, so the dashboard
+and API stay responsive with dozens of concurrent clients, unlike `runserver`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+import webbrowser
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from cobalt.config import Config
+    from cobalt_app.models import Run
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 4000
+READY_MESSAGE = "Cobalt dashboard: "
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    md = "md"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the `cobalt` app."""
+    app.command()(serve)
+    app.command()(export)
+
+
+# serve --------------------------------------------------------------------------------------
+
+
+def serve(
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Port (default 4000, or dashboard.port; 0 = any)."),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the dashboard in a browser when ready.")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: CPU count, max 4).")
+    ] = None,
+    threads: Annotated[int, typer.Option(min=1, help="Threads per worker process.")] = 8,
+    open_path: Annotated[str, typer.Option(hidden=True)] = "/",
+) -> None:
+    """Serve the dashboard and the API (gunicorn; Ctrl+C stops it)."""
+    from cobalt_cli.main import fail, setup
+
+    config = setup()
+    host = (host or config.get("dashboard.host") or DEFAULT_HOST).strip()
+    if port is None:
+        port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    from cobalt_app.security import ServeExposureError, check_serve_exposure
+
+    try:
+        check_serve_exposure(host)
+    except ServeExposureError as exc:
+        raise fail(str(exc)) from None
+    problem = port_problem(host, port)
+    if problem:
+        raise fail(problem)
+    from django.db import connections
+
+    # Static files come from the app folders (WHITENOISE_USE_FINDERS); no collectstatic needed.
+    warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
+    # Worker processes are forked from this one: they must not share its connection.
+    connections.close_all()
+    open_browser = open_browser or bool(config.get("dashboard.open"))
+    server = DashboardServer(
+        host=host,
+        port=port,
+        workers=workers or min(4, os.cpu_count() or 1),
+        threads=threads,
+        open_url_path=open_path if open_browser else None,
+    )
+    server.run()
+
+
+def url_host(host: str) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """A clear message when the address cannot be bound, before gunicorn tries."""
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host.strip("[]"), port))
+    except socket.gaierror:
+        return f"--host {host!r} is not an address or a name this machine can resolve"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return f"port {port} on {host} is already in use; pick another with --port"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return f"--host {host} is not an address of this machine"
+        if exc.errno == errno.EACCES:
+            return f"no permission to listen on port {port}; use a port above 1023"
+        return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None
+
+
+def _gunicorn_base():
+    from gunicorn.app.base import BaseApplication
+
+    return BaseApplication
+
+
+class DashboardServer:
+    """gunicorn with gthread workers, configured in code (no config file, no control socket)."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        workers: int,
+        threads: int,
+        open_url_path: str | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.workers = workers
+        self.threads = threads
+        self.open_url_path = open_url_path
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "bind": [f"{url_host(self.host)}:{self.port}"],
+            "worker_class": "gthread",
+            "workers": self.workers,
+            "threads": self.threads,
+            "timeout": 120,
+            "graceful_timeout": 5,
+            "keepalive": 5,
+            "loglevel": "warning",
+            "accesslog": None,
+            "errorlog": "-",
+            "proc_name": "cobalt-serve",
+            "control_socket_disable": True,
+            "when_ready": self.when_ready,
+        }
+
+    def when_ready(self, arbiter: Any) -> None:
+        port = arbiter.LISTENERS[0].getsockname()[1]
+        base = f"http://{url_host(self.host)}:{port}"
+        print(f"{READY_MESSAGE}{base}/  (Ctrl+C stops it)", flush=True)
+        if self.open_url_path:
+            url = base + self.open_url_path
+            # A BROWSER command may wait for its child; never block the arbiter on it.
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+
+    def run(self) -> None:
+        options = self.options()
+
+        class Application(_gunicorn_base()):
+            def load_config(self) -> None:
+                for key, value in options.items():
+                    if key in self.cfg.settings:
+                        self.cfg.set(key, value)
+
+            def load(self):
+                from django.core.wsgi import get_wsgi_application
+
+                return get_wsgi_application()
+
+        Application(prog="cobalt serve").run()
+
+
+# run --ui -----------------------------------------------------------------------------------
+
+
+def open_ui(config: Config, runs: list[Run]) -> None:
+    """After `cobalt run --ui`: show the run's page in a browser, serving it if need be.
+
+    Like `cypress open`, the dashboard stays up until Ctrl+C. A dashboard of this project
+    already answering on the configured port is reused (the command then returns at once).
+    """
+    from cobalt_cli.main import console
+
+    host = config.get("dashboard.host") or DEFAULT_HOST
+    port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    path = f"/runs/{runs[0].id}/" if len(runs) == 1 else "/"
+    running = existing_dashboard(host, port)
+    if running:
+        url = running + path
+        console.print(f"\n Dashboard: {url}")
+        webbrowser.open(url)
+        return
+    if port_problem(host, port):
+        port = 0
+    console.print("\n Starting the dashboard (Ctrl+C stops it)…")
+    command = [sys.executable, "-m", "cobalt_cli", "serve", "--host", host, "--port", str(port)]
+    command += ["--open", "--open-path", path]
+    child = subprocess.Popen(command, cwd=config.project_dir)
+    try:
+        child.wait()
+    except KeyboardInterrupt:
+        child.wait()
+
+
+def existing_dashboard(host: str, port: int) -> str | None:
+    """The base URL of this project's dashboard if one answers at host:port."""
+    import httpx
+
+    from cobalt_app.views import project_fingerprint
+
+    base = f"http://{url_host(host)}:{port}"
+    try:
+        reply = httpx.get(f"{base}/healthz/", timeout=1.0)
+        ours = reply.status_code == 200 and reply.json().get("project") == project_fingerprint()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return base if ours else None
+
+
+# export -------------------------------------------------------------------------------------
+
+
+def export(
+    run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix).")],
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", "-f", help="csv, md (Markdown) or json.")
+    ] = ExportFormat.json,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+    ] = None,
+) -> None:
+    """Export a run's items and scores as CSV, Markdown or JSON."""
+    from rich.markup import escape
+
+    from cobalt_cli.main import console, fail, setup
+
+    setup()
+    from cobalt_app import exports
+    from cobalt_app.selectors import RunNotFound, run_get
+
+    try:
+        run = run_get(run_id)
+    except RunNotFound as exc:
+        raise fail(str(exc)) from None
+    chunks = exports.export(run, fmt.value)
+    if output is None:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        return
+    target = output.expanduser().resolve()
+    if target.is_dir():
+        target = target / exports.filename(run, fmt.value)
+    if not target.parent.is_dir():
+        raise fail(f"--output {output}: folder {target.parent} does not exist")
+    # Written next to the target and renamed: an interrupted export leaves no half file.
+    handle, temporary = tempfile.mkstemp(prefix=".cobalt-export-", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    console.print(f" Exported run {run.id} ({run.total_items} items) to {escape(str(target))}")

@@ -1,7 +1,21 @@
-"""CLI commands of the mcp area."""
+"""CLI commands of the mcp area: `cobalt mcp`."""
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the `cobalt` app."""
+
+    @app.command()
+    def mcp() -> None:
+        """Start the MCP server on stdio, for Claude Code and other MCP clients."""
+        from cobalt.config import ConfigError
+        from cobalt_cli.main import fail
+        from cobalt_cli.mcp_server import serve
+
+        try:
+            serve()
+        except ConfigError as exc:
+            raise fail(str(exc)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None

@@ -1,7 +1,222 @@
-"""CLI commands of the team area."""
+"""CLI commands of the team area: `worker`, `workers`, `watch`, `cancel`, `rejudge`."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the `cobalt` app."""
+    app.command()(worker)
+    app.command()(workers)
+    app.command()(watch)
+    app.command()(cancel)
+    app.command()(rejudge)
+
+
+def notice(message: str) -> None:
+    from cobalt_cli.main import err
+
+    err.print(f"[yellow]{escape(message)}[/]")
+
+
+def _team_setup():
+    from cobalt_cli.main import fail, setup
+
+    config = setup(migrate=False)
+    if not config.team_mode:
+        raise fail(
+            "this command needs team mode: set COBALT_BROKER_URL=redis://… and "
+            "COBALT_DATABASE_URL=postgresql://… (or broker_url / database_url in cobalt.toml)"
+        )
+    os.chdir(config.project_dir)
+    return config
+
+
+def worker(
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=512, help="Items in parallel (threads; I/O-bound work).")
+    ] = 16,
+    queues: Annotated[
+        str, typer.Option(help="Comma-separated queues to consume (default: COBALT_QUEUE).")
+    ] = "",
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "warning",
+) -> None:
+    """Start a worker: executes the items of team runs from this project folder."""
+    config = _team_setup()
+    from celery.signals import worker_shutdown
+
+    from cobalt_app import team, worker_runtime
+    from cobalt_cli.main import console, fail
+    from cobalt_project.celery import app as celery_app
+
+    if not config.get("database_url"):
+        notice(
+            "no COBALT_DATABASE_URL: this worker uses the SQLite file of this folder, "
+            "which only processes on this machine share"
+        )
+    try:
+        team.ensure_schema()
+    except Exception as exc:
+        raise fail(f"could not prepare the database: {exc}") from None
+    names = [q.strip() for q in (queues or team.queue_name()).split(",") if q.strip()]
+    runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
+    worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
+    console.print(
+        f" cobalt worker [bold]{escape(runtime.name)}[/]: {concurrency} threads, "
+        f"queues {escape(', '.join(names))}, project {escape(str(config.project_dir))}"
+    )
+    try:
+        celery_app.worker_main(
+            [
+                "worker",
+                "--pool=threads",
+                f"--concurrency={concurrency}",
+                f"--queues={','.join(names)}",
+                f"--loglevel={loglevel}",
+                f"--hostname=cobalt-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
+    finally:
+        worker_runtime.shutdown()
+
+
+def workers(
+    here: Annotated[
+        bool, typer.Option("--here", help="Only workers on this host; exit 1 if there is none.")
+    ] = False,
+) -> None:
+    """List the workers that are alive (a health check with --here)."""
+    import socket
+    import time
+
+    _team_setup()
+    from rich.table import Table
+
+    from cobalt_app import team
+    from cobalt_cli.main import console
+
+    alive = team.live_workers()
+    if here:
+        alive = [w for w in alive if w.get("host") == socket.gethostname()]
+    if not alive:
+        console.print(
+            "No worker is running." + ("" if here else " Start one with `cobalt worker`.")
+        )
+        raise typer.Exit(1 if here else 0)
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for column in ("Worker", "Queues", "Threads", "Busy", "Done", "Up"):
+        table.add_column(column)
+    for w in alive:
+        table.add_row(
+            escape(w["name"]),
+            escape(",".join(w.get("queues", []))),
+            str(w.get("concurrency")),
+            str(w.get("held")),
+            str(w.get("processed")),
+            f"{time.time() - w.get('started', time.time()):.0f}s",
+        )
+    console.print(table)
+
+
+def watch(
+    run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous prefix).")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+) -> None:
+    """Re-attach to a team run: stream its items and summary until it ends."""
+    config = _team_setup()
+    from cobalt_app import team
+    from cobalt_app.models import Run
+    from cobalt_app.selectors import RunNotFound, run_get
+    from cobalt_cli.main import console, err, fail
+    from cobalt_cli.reporter import ConsoleReporter
+
+    try:
+        run = run_get(run_id)
+    except RunNotFound as exc:
+        raise fail(str(exc)) from None
+    reporter = ConsoleReporter(console, quiet=quiet)
+    reporter.banner()
+    reporter.run_started(run, None)
+    try:
+        run = team.wait(run.id, config, reporter=reporter, on_notice=notice)
+    except KeyboardInterrupt:
+        reporter.stop_progress()
+        err.print(
+            f"\n[yellow]Stopped watching.[/] Run {run.id} goes on; re-attach with "
+            f"[bold]cobalt watch {run.id}[/], stop it with [bold]cobalt cancel {run.id}[/]."
+        )
+        raise typer.Exit(130) from None
+    raise typer.Exit(0 if run.status == Run.Status.COMPLETED else 1)
+
+
+def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous prefix).")]):
+    """Stop a run: its unfinished items are cancelled and workers drop them."""
+    _team_setup()
+    from cobalt_app import team
+    from cobalt_app.selectors import RunNotFound, run_get
+    from cobalt_cli.main import console, fail
+
+    try:
+        run = run_get(run_id)
+    except RunNotFound as exc:
+        raise fail(str(exc)) from None
+    if run.is_finished:
+        console.print(f" Run {run.id} is already {run.status}; nothing to cancel.")
+        return
+    run, cancelled = team.run_cancel(run.id)
+    console.print(
+        f" Cancelled run [bold]{run.id}[/] ({escape(run.name)}): {cancelled} unfinished "
+        f"item{'s' * (cancelled != 1)} will not run; {run.total_items - cancelled} finished."
+    )
+
+
+def rejudge(
+    run_id: Annotated[str, typer.Argument(help="The run whose outputs to score again.")],
+    evaluator: Annotated[
+        str | None, typer.Option("--evaluator", "-e", help="Only this evaluator.")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+) -> None:
+    """Score a run's stored outputs again (e.g. after editing a judge prompt), as a new run."""
+    from cobalt_cli.main import console, err, fail, setup
+
+    config = setup()
+    os.chdir(config.project_dir)
+    from cobalt_app import rejudge as rejudging
+    from cobalt_app import team
+    from cobalt_app.selectors import RunNotFound
+    from cobalt_cli.reporter import ConsoleReporter
+
+    reporter = ConsoleReporter(console, quiet=quiet)
+    reporter.banner()
+    try:
+        run = rejudging.rejudge(
+            config,
+            run_id,
+            evaluator=evaluator,
+            reporter=reporter,
+            no_cache=no_cache,
+            on_notice=notice,
+        )
+    except (RunNotFound, rejudging.RejudgeError) as exc:
+        raise fail(str(exc)) from None
+    except team.Detached as exc:
+        reporter.stop_progress()
+        err.print(
+            f"\n[yellow]Interrupted.[/] Re-judge run {exc.run_id} goes on on the workers; "
+            f"re-attach with [bold]cobalt watch {exc.run_id}[/]."
+        )
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        reporter.stop_progress()
+        err.print("\n[yellow]Interrupted.[/] The re-judge run was cancelled.")
+        raise typer.Exit(130) from None
+    console.print(f" Re-judged run {run.parent_id} → new run [bold]{run.id}[/]")

@@ -79,16 +79,54 @@ def run(
         str | None, typer.Option("--resume", help="Run only the missing/failed items of RUN.")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+    ci: Annotated[
+        bool, typer.Option("--ci", help="Quality gates: exit 1 on a violated threshold.")
+    ] = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="With --ci: write a JUnit XML report.")
+    ] = None,
+    reporter_name: Annotated[
+        str, typer.Option("--reporter", help="console, or json (JSON lines on stdout).")
+    ] = "console",
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", help="With --ci: RUN_ID or latest; fail on regressions."),
+    ] = None,
+    significance: Annotated[
+        float | None,
+        typer.Option(
+            "--significance",
+            metavar="ALPHA",
+            help="With --baseline: fail only on a regression significant at ALPHA (e.g. 0.05).",
+        ),
+    ] = None,
+    repeat_flaky: Annotated[
+        int | None,
+        typer.Option(
+            "--repeat-flaky",
+            metavar="N",
+            min=2,
+            help="Run the items that flipped in earlier runs N times (see `cobalt flaky`).",
+        ),
+    ] = None,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     config = setup()
     os.chdir(config.project_dir)
     from cobalt_app import discovery, launcher
-    from cobalt_cli.reporter import ConsoleReporter
+    from cobalt_app.plugins import PluginError
+    from cobalt_app.team import TeamModeError
+    from cobalt_cli import commands_ci
 
-    reporter = ConsoleReporter(console, quiet=quiet)
+    ci_options = commands_ci.CiOptions(
+        ci=ci, junit=junit, reporter=reporter_name, baseline=baseline, significance=significance
+    )
+    reporter = commands_ci.make_reporter(ci_options, console, quiet=quiet)
     reporter.banner()
     overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout}
+    if repeat_flaky and resume:
+        raise fail("--repeat-flaky plans a new run; --resume keeps the plan of the run it resumes")
+    overrides["repeat_flaky"] = repeat_flaky
     try:
         if resume:
             result = launcher.resume(config, resume, reporter=reporter, no_cache=no_cache)
@@ -106,11 +144,20 @@ def run(
                 )
             if not experiments and not errors:
                 raise fail("no experiment matched" + (f" --filter {filter!r}" if filter else ""))
+            commands_ci.prepare(ci_options, config, experiments)
             result.runs = launcher.execute(
                 experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         reporter.stop_progress()
+        detached = getattr(exc, "run_id", None)  # team mode: the workers carry on
+        if detached:
+            err.print(
+                f"\n[yellow]Interrupted.[/] Run {detached} goes on on the workers; "
+                f"re-attach with [bold]cobalt watch {detached}[/], "
+                f"stop it with [bold]cobalt cancel {detached}[/]."
+            )
+            raise typer.Exit(130) from None
         err.print(
             "\n[yellow]Interrupted.[/] Finished items are saved; continue with "
             "[bold]cobalt run --resume RUN[/] (see `cobalt history`)."
@@ -118,12 +165,16 @@ def run(
         raise typer.Exit(130) from None
     except (discovery.PathOutsideProject, FileNotFoundError, launcher.ResumeError) as exc:
         raise fail(str(exc)) from None
-    except LookupError as exc:
+    except (LookupError, PluginError, TeamModeError) as exc:
         raise fail(str(exc)) from None
     if resume:
         report_load_errors(config, result.load_errors)
+    if ci:
+        raise typer.Exit(commands_ci.finish(ci_options, config, result))
     if result.load_errors:
         raise typer.Exit(EXIT_USAGE)
+    if any(r.status == "cancelled" for r in result.runs):  # team mode: `cobalt cancel RUN`
+        raise typer.Exit(EXIT_FAILED)
 
 
 def report_load_errors(config: Config, errors) -> None:
@@ -178,16 +229,26 @@ def compare(
     run_a: Annotated[str, typer.Argument(help="Baseline run id.")],
     run_b: Annotated[str, typer.Argument(help="Candidate run id.")],
     top: Annotated[int, typer.Option(help="Items to list per direction.")] = 5,
+    alpha: Annotated[
+        float, typer.Option(help="Significance level of the paired tests (verdicts).")
+    ] = 0.05,
 ) -> None:
     """Compare two runs: per-evaluator deltas and the items that changed most (by item key)."""
     setup()
     from cobalt_app.selectors import RunNotFound, compare_runs, run_get
+    from cobalt_app.significance import check_alpha
+    from cobalt_cli.commands_stats import print_significance
+
+    try:
+        alpha = check_alpha(alpha)
+    except ValueError as exc:
+        raise fail(f"--alpha: {exc}") from None
 
     try:
         a, b = run_get(run_a), run_get(run_b)
     except RunNotFound as exc:
         raise fail(str(exc)) from None
-    diff = compare_runs(a, b, top=top)
+    diff = compare_runs(a, b, top=top, alpha=alpha)
     console.print(
         f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})\n"
     )
@@ -201,6 +262,7 @@ def compare(
     cost = diff["cost"]
     table.add_row("cost", f"${cost['a']:.4f}", f"${cost['b']:.4f}", f"{cost['b'] - cost['a']:+.4f}")
     console.print(table)
+    print_significance(console, diff)
     console.print(
         f"\n Matched items: {diff['matchedItems']}"
         f"  (only in A: {len(diff['onlyInA'])}, only in B: {len(diff['onlyInB'])})"
@@ -271,9 +333,23 @@ def migrate() -> None:
 
 # Commands of the other areas live in their own modules and register themselves here.
 # (One import per module; keep this block sorted.)
-from cobalt_cli import commands_ci, commands_dashboard, commands_mcp, commands_team  # noqa: E402
+from cobalt_cli import (  # noqa: E402
+    commands_api,
+    commands_ci,
+    commands_dashboard,
+    commands_mcp,
+    commands_stats,
+    commands_team,
+)
 
-for _module in (commands_ci, commands_dashboard, commands_mcp, commands_team):
+for _module in (
+    commands_api,
+    commands_ci,
+    commands_dashboard,
+    commands_mcp,
+    commands_stats,
+    commands_team,
+):
     _module.register(app)
 
 

@@ -50,11 +50,15 @@ class ConsoleReporter:
     def run_started(self, run, experiment) -> None:
         config = run.config
         self.runs = int(config.get("runs", 1))
-        self.items_in_dataset = max(run.total_items // max(self.runs, 1), 1)
+        size = (config.get("dataset") or {}).get("size")
+        self.items_in_dataset = size or max(run.total_items // max(self.runs, 1), 1)
         evaluators = len(config.get("evaluators", []))
+        extra = run.total_items - self.items_in_dataset * self.runs  # --repeat-flaky
         body = (
             f"Dataset: {self.items_in_dataset} items × {self.runs} run{'s' * (self.runs > 1)}"
-            f" × {evaluators} evaluator{'s' * (evaluators != 1)}\n"
+            f" × {evaluators} evaluator{'s' * (evaluators != 1)}"
+            + (f" + {extra} repetitions of flaky items" if extra > 0 else "")
+            + "\n"
             f"Concurrency: {config.get('concurrency')} | Timeout: {config.get('timeout'):g}s"
         )
         self.console.print()
@@ -126,12 +130,17 @@ def print_summary(console: Console, run) -> None:
     console.print()
     console.rule(f"[bold]Results: {escape(run.name)}[/]", align="left")
     table = Table(box=None, padding=(0, 2), pad_edge=True)
-    for column in ("Evaluator", "Avg", "Min", "Max", "P50", "P95", "Errors"):
+    with_ci = any(v.get("ci95") for v in summary.get("scores", {}).values())
+    columns = ("Evaluator", "Avg", "95% CI", "Min", "Max", "P50", "P95", "Errors")
+    for column in columns if with_ci else [c for c in columns if c != "95% CI"]:
         table.add_column(column, justify="left" if column == "Evaluator" else "right")
     for name, values in summary.get("scores", {}).items():
+        ci = values.get("ci95")
+        interval = [f"[{ci['low']:.2f}, {ci['high']:.2f}]" if ci else "—"] if with_ci else []
         table.add_row(
             escape(name),
             fmt_score(values.get("avg")),
+            *interval,
             fmt_score(values.get("min")),
             fmt_score(values.get("max")),
             fmt_score(values.get("p50")),
@@ -140,6 +149,8 @@ def print_summary(console: Console, run) -> None:
         )
     if summary.get("scores"):
         console.print(table)
+    for line in repetition_lines(summary):
+        console.print(f"  {escape(line)}")
     status = summary.get("itemStatus", {})
     console.print()
     console.print(
@@ -163,6 +174,28 @@ def print_summary(console: Console, run) -> None:
         console.print(f" Results saved to {escape(display_path(run.results_path))}", soft_wrap=True)
     console.print(f" Run ID: [bold]{run.id}[/]")
     console.print(" Dashboard: cobalt serve\n")
+
+
+def repetition_lines(summary: dict[str, Any]) -> list[str]:
+    """pass@k / pass^k per evaluator, and how many items' scores moved across repetitions."""
+    lines = []
+    for name, values in summary.get("scores", {}).items():
+        table = values.get("passAtK")
+        if table:
+            k = str(table["k"])
+            lines.append(
+                f"{name}: pass@{k} {table['passAtK'][k]:.2f}, pass^{k} {table['passHatK'][k]:.2f}"
+                f" (pass@1 {table['passAtK']['1']:.2f})"
+            )
+    repeated = (summary.get("repetitions") or {}).get("items") or {}
+    if repeated:
+        moved = sum(
+            1 for by in repeated.values() if any(e.get("stddev", 0) > 0 for e in by.values())
+        )
+        lines.append(
+            f"{moved} of {len(repeated)} repeated items scored differently across repetitions"
+        )
+    return lines
 
 
 def warnings(run) -> list[str]:

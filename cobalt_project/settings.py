@@ -23,7 +23,9 @@ OUTPUT_DIR = COBALT.output_dir
 def _bundled(name: str) -> Path:
     """Templates and static files live at the repository root, or inside the wheel."""
     in_repo = REPO_DIR / name
-    return in_repo if in_repo.is_dir() else PACKAGE_DIR / name
+    if (REPO_DIR / "pyproject.toml").is_file() and in_repo.is_dir():
+        return in_repo
+    return PACKAGE_DIR / name
 
 
 def _secret_key() -> str:
@@ -77,6 +79,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "cobalt_app.security.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -104,7 +107,11 @@ TEMPLATES = [
 def _database() -> dict:
     url = COBALT.get("database_url")
     if url:
-        return env.db_url_config(url)
+        # Workers handle many small items: keep connections instead of one per task.
+        database = env.db_url_config(url)
+        database["CONN_MAX_AGE"] = env.int("COBALT_DB_CONN_MAX_AGE", default=300)
+        database["CONN_HEALTH_CHECKS"] = True
+        return database
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": env("COBALT_SQLITE_PATH", default=str(OUTPUT_DIR / "history.db")),
@@ -141,6 +148,13 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
+    # Token first: an anonymous API call gets 401 with `WWW-Authenticate: Token`.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["cobalt_app.api.permissions.CobaltAccess"],
+    "EXCEPTION_HANDLER": "cobalt_app.api.views.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -150,12 +164,27 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SERVE_PERMISSIONS": ["cobalt_app.api.permissions.CobaltAccess"],
+    "SERVE_AUTHENTICATION": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "cobalt_app.models.Run.Status",
+        "ItemStatusEnum": "cobalt_app.models.ItemResult.Status",
+    },
 }
 
 CELERY_BROKER_URL = BROKER_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "cobalt"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_DISABLE_RATE_LIMITS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 

@@ -18,6 +18,11 @@ Reply text (chat and messages) is chosen from the text of all messages (plus ``s
 * ``[[score:0.73]]`` anywhere -> ``{"score": 0.73, "reason": "fake judge: scripted score"}``;
 * otherwise -> ``{"score": 1.0, "reason": "fake judge: default"}``.
 
+A chat/messages request that offers ``tools`` is answered with one tool call instead: the
+tool named by ``tool_choice`` (else the first tool), with the arguments of a
+``[[tool:{"json": "object"}]]`` marker anywhere in the prompt, or else arguments built from the
+tool's JSON schema (first ``enum`` value, ``"fake"``, ``1``, ``true``, ``[]``).
+
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
 
@@ -64,6 +69,7 @@ MESSAGES_PATH = "/v1/messages"
 MODEL_PATHS = (CHAT_PATH, EMBEDDINGS_PATH, MESSAGES_PATH)
 
 _REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
+_TOOL_RE = re.compile(r"\[\[tool:(\{.*?\})\]\]", re.DOTALL)
 _SCORE_RE = re.compile(r"\[\[score:\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*\]\]")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
@@ -136,6 +142,45 @@ def choose_reply(body: dict[str, Any]) -> str:
     if match := _SCORE_RE.search(text):
         return json.dumps({"score": float(match.group(1)), "reason": "fake judge: scripted score"})
     return json.dumps(DEFAULT_JUDGE_REPLY)
+
+
+def schema_default(schema: Any) -> Any:
+    """A minimal value that satisfies a simple JSON schema (the default tool-call arguments)."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        return {name: schema_default(properties[name]) for name in properties}
+    defaults = {"string": "fake", "integer": 1, "number": 1, "boolean": True, "array": []}
+    return defaults.get(kind) if isinstance(kind, str) else None
+
+
+def choose_tool_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(tool name, arguments) for a request that offers ``tools`` (see module docstring)."""
+    tools = body.get("tools") or []
+    choice = body.get("tool_choice")
+    name = None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+    chosen = None
+    for tool in tools:
+        spec = tool.get("function") or tool  # OpenAI nests under "function", Anthropic not
+        if name is None or spec.get("name") == name:
+            chosen = spec
+            break
+    chosen = chosen or {}
+    schema = chosen.get("parameters") or chosen.get("input_schema") or {}
+    if match := _TOOL_RE.search(prompt_text(body)):
+        try:
+            arguments = json.loads(match.group(1))
+        except ValueError:
+            arguments = {"error": "the [[tool:...]] marker is not a JSON object"}
+    else:
+        arguments = schema_default(schema) or {}
+    return str(chosen.get("name") or name or "tool"), arguments
 
 
 def error_body(path: str, status: int, message: str) -> dict[str, Any]:
@@ -340,6 +385,11 @@ class FakeProvider:
             )
         if path == EMBEDDINGS_PATH:
             return Reply(200, self._embeddings(body))
+        if body.get("tools"):
+            name, arguments = choose_tool_call(body)
+            if path == CHAT_PATH:
+                return Reply(200, self._chat_tool_call(body, name, arguments))
+            return Reply(200, self._anthropic_tool_use(body, name, arguments))
         text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
         if path == CHAT_PATH:
             return Reply(200, self._chat_completion(body, text))
@@ -375,6 +425,38 @@ class FakeProvider:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+
+    def _chat_tool_call(
+        self, body: dict[str, Any], name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        reply = self._chat_completion(body, "")
+        encoded = json.dumps(arguments)
+        reply["choices"][0]["message"] = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": self._next_id("call_fake"),
+                    "type": "function",
+                    "function": {"name": name, "arguments": encoded},
+                }
+            ],
+        }
+        reply["choices"][0]["finish_reason"] = "tool_calls"
+        reply["usage"]["completion_tokens"] = count_tokens(encoded)
+        reply["usage"]["total_tokens"] = reply["usage"]["prompt_tokens"] + count_tokens(encoded)
+        return reply
+
+    def _anthropic_tool_use(
+        self, body: dict[str, Any], name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        reply = self._anthropic_message(body, "")
+        tool_id = self._next_id("toolu_fake")
+        reply["content"] = [{"type": "tool_use", "id": tool_id, "name": name, "input": arguments}]
+        reply["stop_reason"] = "tool_use"
+        reply["usage"]["output_tokens"] = count_tokens(json.dumps(arguments))
+        return reply
 
     def _anthropic_message(self, body: dict[str, Any], text: str) -> dict[str, Any]:
         return {

@@ -1,8 +1,14 @@
 """`llm-judge`: an LLM scores the output from a `{{template}}` prompt, with the judge cache.
 
-The judge must answer `{"score": 0..1, "reason": "..."}`. Code fences are tolerated. An answer
-that is not such JSON is retried once with a stricter instruction, then recorded as an
-evaluation error — never as a score of 0.
+The judge must answer `{"score": 0..1, "reason": "..."}` (`scoring="scale"`, the default) or
+`{"pass": true|false, "reason": "..."}` (`scoring="boolean"`, recorded as 1 or 0). With
+`chain_of_thought=True` it first writes its step-by-step `reasoning`, then the verdict. Code
+fences are tolerated. An answer that is not such JSON is retried once with a stricter
+instruction, then recorded as an evaluation error — never as a score of 0.
+
+`provider="anthropic"` uses Claude through the Anthropic SDK and `ANTHROPIC_API_KEY`;
+`base_url=` points at any OpenAI-compatible server (Ollama, vLLM, LM Studio); `api_key_env=`
+names the variable that holds this evaluator's key.
 """
 
 from __future__ import annotations
@@ -30,10 +36,45 @@ STRICT_INSTRUCTION = (
     "Your previous reply could not be used. Reply with exactly one JSON object and nothing "
     'else — no prose, no code fences: {"score": <number from 0.0 to 1.0>, "reason": "<text>"}'
 )
+BOOLEAN_FORMAT = (
+    'Respond with JSON only: {"pass": <true if the output passes, else false>, "reason": "<one '
+    'or two sentences>"}'
+)
+BOOLEAN_STRICT = (
+    "Your previous reply could not be used. Reply with exactly one JSON object and nothing "
+    'else — no prose, no code fences: {"pass": <true or false>, "reason": "<text>"}'
+)
+CHAIN_OF_THOUGHT = (
+    'Think before you judge: put your step-by-step analysis in a "reasoning" field first, '
+    "then give the verdict fields."
+)
+REASONING_FIELD = '{"reasoning": "<your step-by-step analysis>", '
+SCORINGS = ("scale", "boolean")
 FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
-def parse_judgement(text: str) -> tuple[float, str] | None:
+def judge_instructions(evaluator: Evaluator) -> tuple[str, str]:
+    """(format instruction, stricter retry instruction) for an evaluator's scoring options."""
+    scoring = evaluator.options.get("scoring", "scale")
+    if scoring not in SCORINGS:
+        raise EvaluationError(
+            f"scoring must be 'scale' (0..1) or 'boolean' (pass/fail), got {scoring!r}"
+        )
+    chain_of_thought = evaluator.options.get("chain_of_thought", False)
+    if not isinstance(chain_of_thought, bool):
+        raise EvaluationError(f"chain_of_thought must be True or False, got {chain_of_thought!r}")
+    fmt, strict = (
+        (BOOLEAN_FORMAT, BOOLEAN_STRICT)
+        if scoring == "boolean"
+        else (FORMAT_INSTRUCTION, STRICT_INSTRUCTION)
+    )
+    if chain_of_thought:
+        fmt = CHAIN_OF_THOUGHT + "\n" + fmt.replace("{", REASONING_FIELD, 1)
+        strict = strict.replace("{", REASONING_FIELD, 1)
+    return fmt, strict
+
+
+def parse_judgement(text: str, scoring: str = "scale") -> tuple[float, str] | None:
     """The (score, reason) in a judge reply, or None when it is not usable JSON."""
     candidate = FENCE.sub("", text.strip()).strip()
     data = _loads(candidate)
@@ -41,7 +82,13 @@ def parse_judgement(text: str) -> tuple[float, str] | None:
         start, end = candidate.find("{"), candidate.rfind("}")
         if start != -1 and end > start:
             data = _loads(candidate[start : end + 1])
-    if not isinstance(data, dict) or "score" not in data:
+    if not isinstance(data, dict):
+        return None
+    reason = str(data.get("reason") or data.get("reasoning") or "")
+    if scoring == "boolean":
+        verdict = _boolean(data.get("pass", data.get("score")))
+        return None if verdict is None else (float(verdict), reason)
+    if "score" not in data:
         return None
     score = data["score"]
     if isinstance(score, str):
@@ -53,7 +100,25 @@ def parse_judgement(text: str) -> tuple[float, str] | None:
         return None
     if not 0.0 <= float(score) <= 1.0:
         return None
-    return float(score), str(data.get("reason") or "")
+    return float(score), reason
+
+
+def _boolean(value: Any) -> bool | None:
+    """A pass/fail verdict: true/false, "pass"/"fail", "yes"/"no", or a score of exactly 0 or 1."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        return {
+            "true": True,
+            "pass": True,
+            "yes": True,
+            "false": False,
+            "fail": False,
+            "no": False,
+        }.get(value.strip().lower())
+    return None
 
 
 def _loads(text: str) -> Any:
@@ -87,7 +152,9 @@ async def ask_judge(
     """Send a rendered judge prompt (cache first), parse, retry once on an unusable reply."""
     target = judge_target(evaluator, env)
     params = {"temperature": 0, **(params or {})}
-    user = f"{prompt}\n\n{FORMAT_INSTRUCTION}"
+    format_instruction, strict_instruction = judge_instructions(evaluator)
+    scoring = evaluator.options.get("scoring", "scale")
+    user = f"{prompt}\n\n{format_instruction}"
     key = cache_key(
         {
             "kind": "llm-judge",
@@ -106,7 +173,7 @@ async def ask_judge(
     tokens, cost = 0, 0.0
     replies: list[str] = []
     for attempt in range(2):
-        message = user if attempt == 0 else f"{user}\n\n{STRICT_INSTRUCTION}"
+        message = user if attempt == 0 else f"{user}\n\n{strict_instruction}"
         try:
             reply = await env.hub.chat(
                 provider=target["provider"],
@@ -123,7 +190,7 @@ async def ask_judge(
         tokens += reply.input_tokens + reply.output_tokens
         cost += estimate_cost(target["model"], reply.input_tokens, reply.output_tokens)
         replies.append(reply.text)
-        parsed = parse_judgement(reply.text)
+        parsed = parse_judgement(reply.text, scoring)
         if parsed is not None:
             score, reason = parsed
             if env.cache_enabled:
@@ -138,9 +205,9 @@ async def ask_judge(
             return EvalOutcome(evaluator.name, score, reason=reason, tokens=tokens, cost=cost)
     shown = replies[-1].strip().replace("\n", " ")
     shown = shown if len(shown) <= 200 else shown[:197] + "..."
+    expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
     raise EvaluationError(
-        'the judge did not answer JSON {"score": 0..1, "reason": ...} twice; '
-        f"last reply: {shown!r}",
+        f"the judge did not answer JSON {expected} twice; last reply: {shown!r}",
         tokens=tokens,
         cost=cost,
     )

@@ -1,0 +1,194 @@
+"""Start a run in the background and answer at once; cancel a run that is still going.
+
+A started run executes through `launcher.execute` in a background thread of this process;
+the launcher runs it on the process's long-lived event loop (or hands it to the workers in
+team mode). The request thread waits only until the run row exists, then answers with its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import CancelledError as FutureCancelled
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment
+from cobalt_app import launcher
+from cobalt_app.models import Run
+from cobalt_app.selectors import run_get
+
+logger = logging.getLogger("cobalt.api")
+
+START_TIMEOUT = 120.0
+CANCEL_TIMEOUT = 30.0
+POLL_INTERVAL = 0.05
+WATCH_INTERVAL = 0.5
+
+
+class StartFailed(RuntimeError):
+    """The run could not be created; the message says why."""
+
+
+class RunAlreadyFinished(RuntimeError):
+    def __init__(self, run: Run) -> None:
+        super().__init__(
+            f"run {run.id} is already {run.status}; only a running run can be cancelled"
+        )
+        self.run = run
+
+
+@dataclass
+class _Running:
+    loop: asyncio.AbstractEventLoop
+    task: asyncio.Task
+
+
+_running: dict[str, _Running] = {}
+_running_lock = threading.Lock()
+
+
+class _StartSignal:
+    """A launcher reporter that tells the request thread the run exists."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.run_id: str | None = None
+
+    def run_started(self, run: Run, experiment: Experiment) -> None:
+        self.run_id = run.id
+        try:
+            # Called on the event loop, inside the task that executes the run: remember it
+            # so a cancel request can cancel that task (as Ctrl-C does for the CLI).
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is not None:
+            with _running_lock:
+                _running[run.id] = _Running(loop, task)
+            _ensure_watcher()
+        self.started.set()
+
+    def item_finished(self, outcome: Any, done: int, total: int) -> None:
+        pass
+
+    def run_finished(self, run: Run) -> None:
+        with _running_lock:
+            _running.pop(run.id, None)
+
+
+def start_run(
+    experiment: Experiment,
+    config: Config,
+    *,
+    concurrency: int | None = None,
+    tags: list[str] | None = None,
+    timeout: float = START_TIMEOUT,
+) -> str:
+    """Start one experiment in a background thread; return its run id once the run exists."""
+    signal = _StartSignal()
+    failure: list[str] = []
+
+    def target() -> None:
+        try:
+            launcher.execute(
+                [experiment],
+                config,
+                reporter=signal,
+                overrides={"concurrency": concurrency},
+                tags=tags or [],
+            )
+        except BaseException as exc:  # a cancelled run ends its thread with CancelledError
+            if not signal.started.is_set():
+                failure.append(f"{type(exc).__name__}: {exc}")
+            elif not isinstance(exc, asyncio.CancelledError | FutureCancelled):
+                logger.exception("run %s of %s ended with an error", signal.run_id, experiment.name)
+        finally:
+            if signal.run_id:
+                with _running_lock:
+                    _running.pop(signal.run_id, None)
+            connections.close_all()
+            signal.started.set()
+
+    thread = threading.Thread(target=target, name=f"cobalt-api-run-{experiment.name}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not signal.started.wait(POLL_INTERVAL):
+        if time.monotonic() > deadline:
+            raise StartFailed(f"the run of {experiment.name!r} was not created within {timeout:g}s")
+    if signal.run_id is None:
+        raise StartFailed(
+            f"the run of {experiment.name!r} could not start: "
+            + (failure[0] if failure else "it ended before creating a run")
+        )
+    return signal.run_id
+
+
+def cancel_run(run_id: str, *, timeout: float = CANCEL_TIMEOUT) -> Run:
+    """Cancel a queued or running run; raises `RunAlreadyFinished` when it has ended."""
+    run = run_get(run_id)
+    if run.is_finished:
+        raise RunAlreadyFinished(run)
+    with _running_lock:
+        running = _running.get(run.id)
+    if running is not None:
+        running.loop.call_soon_threadsafe(running.task.cancel)
+        return _wait_finished(run.id, timeout)
+    # Executed by workers or by another process: cancel in the database. Unfinished items
+    # become `cancelled`; workers drop them, and the process executing an embedded run
+    # notices (see `_watch_cancellations`) and stops.
+    from cobalt_app import team
+
+    run, _ = team.run_cancel(run.id)
+    if run.status != Run.Status.CANCELLED:
+        raise RunAlreadyFinished(run)
+    return run
+
+
+def _wait_finished(run_id: str, timeout: float) -> Run:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = Run.objects.get(id=run_id)
+        if run.is_finished or time.monotonic() > deadline:
+            return run
+        time.sleep(POLL_INTERVAL)
+
+
+_watcher: threading.Thread | None = None
+
+
+def _ensure_watcher() -> None:
+    global _watcher
+    with _running_lock:
+        if _watcher is None:
+            _watcher = threading.Thread(
+                target=_watch_cancellations, name="cobalt-api-cancel-watch", daemon=True
+            )
+            _watcher.start()
+
+
+def _watch_cancellations() -> None:
+    """Stop runs of this process that another process (a server worker) cancelled."""
+    global _watcher
+    try:
+        while True:
+            with _running_lock:
+                ids = list(_running)
+                if not ids:
+                    _watcher = None  # the next started run starts a new watcher
+                    return
+            cancelled = Run.objects.filter(id__in=ids, status=Run.Status.CANCELLED)
+            for run_id in cancelled.values_list("id", flat=True):
+                with _running_lock:
+                    running = _running.pop(run_id, None)
+                if running is not None:
+                    running.loop.call_soon_threadsafe(running.task.cancel)
+            time.sleep(WATCH_INTERVAL)
+    finally:
+        connections.close_all()

@@ -1,0 +1,93 @@
+"""Reads shaped for the API: trends from stored run summaries, the experiment catalogue."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cobalt.config import Config
+from cobalt_app import launcher, page_selectors
+
+TREND_FIELDS = ("avg", "min", "max", "p50", "p95", "p99", "stddev", "passRate", "count", "errors")
+
+
+def trend_series(
+    *,
+    experiment: str | None = None,
+    tag: str | None = None,
+    evaluator: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Per experiment, its latest completed runs oldest first, with each evaluator's statistics
+    as stored in the run's summary at finalisation (never aggregated from item rows)."""
+    names = [experiment] if experiment else page_selectors.experiment_names()
+    series = []
+    for name in names:
+        trend = page_selectors.trend(name, tag=tag or "", limit=limit)
+        if not trend.runs and not experiment:
+            continue
+        evaluators = [evaluator] if evaluator else trend.evaluators
+        points = []
+        for run in trend.runs:
+            summary = run.summary or {}
+            scores = summary.get("scores") or {}
+            points.append(
+                {
+                    "runId": run.id,
+                    "timestamp": iso(run.created_at),
+                    "tags": run.tags,
+                    "totalItems": summary.get("totalItems", 0),
+                    "errors": summary.get("errors", 0),
+                    "estimatedCost": summary.get("estimatedCost", 0.0),
+                    "avgLatencyMs": summary.get("avgLatencyMs"),
+                    "scores": {
+                        n: {k: (scores.get(n) or {}).get(k) for k in TREND_FIELDS}
+                        for n in evaluators
+                        if n in scores
+                    },
+                }
+            )
+        series.append({"experiment": name, "evaluators": evaluators, "points": points})
+    return series
+
+
+def experiment_catalogue(config: Config) -> dict[str, Any]:
+    """Every experiment file under the test directory and the experiments it registers."""
+    experiments, failed, files = launcher.load_experiments(config)
+    by_file: dict[Path, list[dict[str, Any]]] = {Path(path): [] for path in files}
+    for experiment in experiments:
+        by_file.setdefault(Path(str(experiment.file)), []).append(
+            {
+                "name": experiment.name,
+                "tags": experiment.tags,
+                "evaluators": [e.name for e in experiment.evaluators],
+                "datasetSize": len(experiment.dataset),
+                "runs": experiment.runs,
+                "concurrency": experiment.concurrency,
+                "timeout": experiment.timeout,
+            }
+        )
+    errors = {Path(loaded.path): loaded.error for loaded in failed}
+    return {
+        "testDir": relative(config.test_dir, config.project_dir),
+        "files": [
+            {
+                "file": relative(path, config.project_dir),
+                "experiments": found,
+                "error": errors.get(path),
+            }
+            for path, found in by_file.items()
+        ],
+    }
+
+
+def relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

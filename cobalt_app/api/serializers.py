@@ -1,0 +1,355 @@
+"""The API's JSON shapes (camelCase, as in the results file) and the validation of its input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rest_framework import serializers
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment
+from cobalt_app import discovery, launcher
+from cobalt_app.models import ItemResult, Run
+
+MAX_CONCURRENCY = 1000
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A run in the list: identity, status, progress, totals and the average per evaluator."""
+
+    timestamp = serializers.DateTimeField(source="created_at")
+    startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    durationMs = serializers.FloatField(source="duration_ms", allow_null=True)
+    totalItems = serializers.IntegerField(source="total_items")
+    finishedItems = serializers.IntegerField(source="finished_items")
+    errorCount = serializers.IntegerField(source="error_count")
+    timeoutCount = serializers.IntegerField(source="timeout_count")
+    totalTokens = serializers.IntegerField(source="total_tokens")
+    estimatedCost = serializers.FloatField(source="estimated_cost")
+    tags = serializers.ListField(child=serializers.CharField())
+    scores = serializers.SerializerMethodField(help_text="Average score per evaluator.")
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "name",
+            "file",
+            "status",
+            "mode",
+            "tags",
+            "timestamp",
+            "startedAt",
+            "finishedAt",
+            "durationMs",
+            "totalItems",
+            "finishedItems",
+            "errorCount",
+            "timeoutCount",
+            "totalTokens",
+            "estimatedCost",
+            "scores",
+        ]
+
+    def get_scores(self, run: Run) -> dict[str, float | None]:
+        return {
+            name: (values or {}).get("avg")
+            for name, values in (run.summary.get("scores") or {}).items()
+        }
+
+
+class RunConfigSerializer(serializers.Serializer):
+    runs = serializers.IntegerField()
+    concurrency = serializers.IntegerField(allow_null=True)
+    timeout = serializers.IntegerField(help_text="Milliseconds per item.")
+    evaluators = serializers.ListField(child=serializers.CharField())
+    dataset = serializers.JSONField(allow_null=True)
+
+
+class ProgressSerializer(serializers.Serializer):
+    totalItems = serializers.IntegerField()
+    finishedItems = serializers.IntegerField()
+    startedAt = serializers.DateTimeField(allow_null=True)
+    finishedAt = serializers.DateTimeField(allow_null=True)
+
+
+class RunDetailSerializer(serializers.Serializer):
+    """The header of the run's results file, plus progress and the failure reason."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    timestamp = serializers.CharField(help_text="ISO 8601, UTC.")
+    status = serializers.ChoiceField(choices=Run.Status.choices)
+    file = serializers.CharField(allow_blank=True)
+    tags = serializers.ListField(child=serializers.CharField())
+    gitCommit = serializers.CharField(allow_null=True)
+    parentRunId = serializers.CharField(allow_null=True)
+    config = RunConfigSerializer()
+    summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
+    progress = ProgressSerializer()
+    failure = serializers.CharField(allow_blank=True)
+
+
+class EvaluationSerializer(serializers.Serializer):
+    score = serializers.FloatField(allow_null=True)
+    reason = serializers.CharField(required=False, allow_blank=True)
+    error = serializers.CharField(required=False, allow_blank=True)
+    cached = serializers.BooleanField(required=False)
+
+
+class ItemOutputSerializer(serializers.Serializer):
+    output = serializers.JSONField(allow_null=True)
+    metadata = serializers.JSONField()
+
+
+class ItemSerializer(serializers.Serializer):
+    """One item result, as in the results file."""
+
+    index = serializers.IntegerField()
+    runIndex = serializers.IntegerField()
+    key = serializers.CharField()
+    status = serializers.ChoiceField(choices=ItemResult.Status.choices)
+    error = serializers.CharField(allow_null=True)
+    input = serializers.JSONField()
+    output = ItemOutputSerializer()
+    latencyMs = serializers.FloatField(allow_null=True)
+    tokens = serializers.IntegerField()
+    cost = serializers.FloatField()
+    evaluations = serializers.DictField(child=EvaluationSerializer())
+
+
+class RunRefSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    createdAt = serializers.CharField()
+
+
+class EvaluatorDeltaSerializer(serializers.Serializer):
+    a = serializers.FloatField(allow_null=True)
+    b = serializers.FloatField(allow_null=True)
+    delta = serializers.FloatField(allow_null=True)
+
+
+class CostSerializer(serializers.Serializer):
+    a = serializers.FloatField()
+    b = serializers.FloatField()
+
+
+class ItemChangeSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    indexA = serializers.IntegerField()
+    indexB = serializers.IntegerField()
+    evaluator = serializers.CharField()
+    a = serializers.FloatField()
+    b = serializers.FloatField()
+    delta = serializers.FloatField()
+
+
+class CompareSerializer(serializers.Serializer):
+    runA = RunRefSerializer()
+    runB = RunRefSerializer()
+    evaluators = serializers.DictField(child=EvaluatorDeltaSerializer())
+    cost = CostSerializer()
+    matchedItems = serializers.IntegerField()
+    onlyInA = serializers.ListField(child=serializers.CharField())
+    onlyInB = serializers.ListField(child=serializers.CharField())
+    regressions = ItemChangeSerializer(many=True)
+    improvements = ItemChangeSerializer(many=True)
+    regressionCount = serializers.IntegerField()
+    improvementCount = serializers.IntegerField()
+
+
+class CompareQuerySerializer(serializers.Serializer):
+    a = serializers.CharField(max_length=32, help_text="Baseline run id (or unique prefix).")
+    b = serializers.CharField(max_length=32, help_text="Candidate run id (or unique prefix).")
+    top = serializers.IntegerField(
+        min_value=1, max_value=100, default=10, help_text="Items per direction."
+    )
+
+
+class TrendsQuerySerializer(serializers.Serializer):
+    experiment = serializers.CharField(
+        required=False, max_length=200, help_text="Experiment name (exact)."
+    )
+    tag = serializers.CharField(required=False, max_length=100)
+    evaluator = serializers.CharField(required=False, max_length=100)
+    limit = serializers.IntegerField(
+        min_value=1, max_value=1000, default=100, help_text="Latest completed runs to include."
+    )
+
+
+class TrendScoreSerializer(serializers.Serializer):
+    avg = serializers.FloatField(allow_null=True)
+    min = serializers.FloatField(allow_null=True)
+    max = serializers.FloatField(allow_null=True)
+    p50 = serializers.FloatField(allow_null=True)
+    p95 = serializers.FloatField(allow_null=True)
+    p99 = serializers.FloatField(allow_null=True)
+    stddev = serializers.FloatField(allow_null=True)
+    passRate = serializers.FloatField(allow_null=True)
+    count = serializers.IntegerField(allow_null=True)
+    errors = serializers.IntegerField(allow_null=True)
+
+
+class TrendPointSerializer(serializers.Serializer):
+    runId = serializers.CharField()
+    timestamp = serializers.CharField()
+    tags = serializers.ListField(child=serializers.CharField())
+    totalItems = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    estimatedCost = serializers.FloatField()
+    avgLatencyMs = serializers.FloatField(allow_null=True)
+    scores = serializers.DictField(
+        child=TrendScoreSerializer(), help_text="Per evaluator, as stored at finalisation."
+    )
+
+
+class TrendSeriesSerializer(serializers.Serializer):
+    experiment = serializers.CharField()
+    evaluators = serializers.ListField(child=serializers.CharField())
+    points = TrendPointSerializer(many=True)
+
+
+class TrendsSerializer(serializers.Serializer):
+    series = TrendSeriesSerializer(many=True)
+
+
+class ExperimentInfoSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    tags = serializers.ListField(child=serializers.CharField())
+    evaluators = serializers.ListField(child=serializers.CharField())
+    datasetSize = serializers.IntegerField()
+    runs = serializers.IntegerField()
+    concurrency = serializers.IntegerField(allow_null=True)
+    timeout = serializers.FloatField(allow_null=True)
+
+
+class ExperimentFileSerializer(serializers.Serializer):
+    file = serializers.CharField(help_text="Relative to the project folder.")
+    experiments = ExperimentInfoSerializer(many=True)
+    error = serializers.CharField(allow_null=True, help_text="Why the file failed to import.")
+
+
+class ExperimentsSerializer(serializers.Serializer):
+    testDir = serializers.CharField()
+    files = ExperimentFileSerializer(many=True)
+
+
+class ConfigSerializer(serializers.Serializer):
+    projectDir = serializers.CharField()
+    configFile = serializers.CharField(allow_null=True)
+    sources = serializers.ListField(child=serializers.CharField())
+    teamMode = serializers.BooleanField()
+    config = serializers.JSONField(help_text="Secrets replaced by ***.")
+
+
+class StartRunSerializer(serializers.Serializer):
+    """`file` must be an experiment file under the test directory, inside the project."""
+
+    file = serializers.CharField(
+        max_length=500, help_text="Experiment file, relative to the project folder."
+    )
+    filter = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="Experiment name (or glob) when the file registers several.",
+    )
+    concurrency = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENCY
+    )
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=50, default=list
+    )
+
+    @property
+    def config(self) -> Config:
+        return self.context["config"]
+
+    def validate_file(self, value: str) -> Path:
+        config = self.config
+        if "\x00" in value:
+            raise serializers.ValidationError("the path contains a NUL character")
+        try:
+            path = discovery.confine(value, config.project_dir, what="file")
+        except discovery.PathOutsideProject as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        test_dir = config.test_dir
+        if test_dir not in path.parents:
+            raise serializers.ValidationError(
+                f"{value!r} is not under the test directory "
+                f"{_relative(test_dir, config)}/; experiment files run only from there"
+            )
+        if not path.is_file():
+            raise serializers.ValidationError(f"{value!r} does not exist or is not a file")
+        patterns = config.get("test_match") or []
+        if not discovery.matches(path, patterns, test_dir):
+            raise serializers.ValidationError(
+                f"{value!r} is not an experiment file: its name must match "
+                f"{', '.join(patterns)} (test_match)"
+            )
+        return path
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        path: Path = attrs["file"]
+        name_filter = attrs.get("filter") or None
+        experiments, errors, _ = launcher.load_experiments(self.config, [str(path)])
+        shown = _relative(path, self.config)
+        if errors:
+            raise serializers.ValidationError(
+                {"file": [f"{shown} failed to import: {errors[0].error}"]}
+            )
+        names = [e.name for e in experiments]
+        if not experiments:
+            raise serializers.ValidationError(
+                {"file": [f"{shown} registers no experiment; call experiment(...) in it"]}
+            )
+        attrs["experiment"] = self._choose(experiments, name_filter, names, shown)
+        return attrs
+
+    @staticmethod
+    def _choose(
+        experiments: list[Experiment], name_filter: str | None, names: list[str], shown: str
+    ) -> Experiment:
+        exact = [e for e in experiments if e.name == name_filter]
+        chosen = exact or [e for e in experiments if launcher.name_matches(e, name_filter)]
+        if len(chosen) == 1:
+            return chosen[0]
+        listed = ", ".join(repr(n) for n in names)
+        if not chosen:
+            raise serializers.ValidationError(
+                {
+                    "filter": [
+                        f"no experiment in {shown} matches {name_filter!r}; it registers {listed}"
+                    ]
+                }
+            )
+        raise serializers.ValidationError(
+            {
+                "filter": [
+                    f"{shown} registers {len(chosen)} matching experiments ({listed}); "
+                    "pass `filter` with one name"
+                ]
+            }
+        )
+
+
+class StartedRunSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    file = serializers.CharField()
+    status = serializers.CharField()
+    url = serializers.CharField(help_text="Poll this for progress and the summary.")
+
+
+def _relative(path: Path, config: Config) -> str:
+    try:
+        return path.relative_to(config.project_dir.resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -1,0 +1,18 @@
+"""`/api/…` routes, the OpenAPI schema and its Swagger UI (served from local static files)."""
+
+from django.urls import path
+
+from cobalt_app.api import views
+
+urlpatterns = [
+    path("runs/", views.RunListView.as_view(), name="api-run-list"),
+    path("runs/<str:run_id>/", views.RunDetailView.as_view(), name="api-run-detail"),
+    path("runs/<str:run_id>/items/", views.RunItemsView.as_view(), name="api-run-items"),
+    path("runs/<str:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
+    path("compare/", views.CompareView.as_view(), name="api-compare"),
+    path("trends/", views.TrendsView.as_view(), name="api-trends"),
+    path("experiments/", views.ExperimentsView.as_view(), name="api-experiments"),
+    path("config/", views.ConfigView.as_view(), name="api-config"),
+    path("schema/", views.SchemaView.as_view(), name="api-schema"),
+    path("docs/", views.DocsView.as_view(url_name="api-schema"), name="api-docs"),
+]

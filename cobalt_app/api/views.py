@@ -1,0 +1,243 @@
+"""REST API views: parse the request, call a selector or service, respond."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import exceptions, generics, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.views import APIView
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from cobalt.config import active_config
+from cobalt_app import launcher
+from cobalt_app.api import jobs, serializers
+from cobalt_app.api import selectors as api_selectors
+from cobalt_app.api.filters import ItemFilter, RunFilter
+from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.results import iter_item_entries, run_header
+from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_list
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid input: field → messages."),
+    401: OpenApiResponse(serializers.ErrorSerializer, description=HOW_TO_AUTHENTICATE),
+    403: OpenApiResponse(serializers.ErrorSerializer, description="Not allowed."),
+    404: OpenApiResponse(serializers.ErrorSerializer, description="No such run or page."),
+}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: ERRORS[code] for code in (401, 403, *codes)}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, plus a missing run as a 404 whose message says how to find runs."""
+    if isinstance(exc, RunNotFound):
+        exc = exceptions.NotFound(str(exc))
+    return drf_exception_handler(exc, context)
+
+
+class ExplainAuthentication:
+    """An anonymous caller who may not proceed is told how to authenticate (401)."""
+
+    def permission_denied(self, request: Request, message: str | None = None, code=None):
+        if request.authenticators and not request.successful_authenticator:
+            raise exceptions.NotAuthenticated(HOW_TO_AUTHENTICATE)
+        super().permission_denied(request, message=message, code=code)
+
+
+class CobaltAPIView(ExplainAuthentication, APIView):
+    pass
+
+
+class SchemaView(ExplainAuthentication, SpectacularAPIView):
+    pass
+
+
+class DocsView(ExplainAuthentication, SpectacularSwaggerView):
+    pass
+
+
+class Pagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+def run_detail(run: Run) -> dict[str, Any]:
+    return {
+        **run_header(run),
+        "progress": {
+            "totalItems": run.total_items,
+            "finishedItems": run.finished_items,
+            "startedAt": run.started_at,
+            "finishedAt": run.finished_at,
+        },
+        "failure": run.failure,
+    }
+
+
+class RunListView(CobaltAPIView, generics.ListAPIView):
+    serializer_class = serializers.RunSerializer
+    filterset_class = RunFilter
+    pagination_class = Pagination
+
+    def get_queryset(self) -> QuerySet[Run]:
+        return run_list(limit=None)
+
+    @extend_schema(
+        summary="List runs, newest first",
+        operation_id="runs_list",
+        responses={200: serializers.RunSerializer(many=True), **errors(400, 404)},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        summary="Start a run of an experiment file",
+        request=serializers.StartRunSerializer,
+        responses={202: serializers.StartedRunSerializer, **errors(400)},
+    )
+    def post(self, request: Request) -> Response:
+        config = active_config()
+        form = serializers.StartRunSerializer(data=request.data, context={"config": config})
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        experiment = data["experiment"]
+        try:
+            run_id = jobs.start_run(
+                experiment, config, concurrency=data.get("concurrency"), tags=data["tags"]
+            )
+        except jobs.StartFailed as exc:
+            raise exceptions.ValidationError({"file": [str(exc)]}) from None
+        run = Run.objects.get(id=run_id)
+        body = {
+            "id": run.id,
+            "name": run.name,
+            "file": run.file or launcher.relative_file(config, experiment),
+            "status": run.status,
+            "url": reverse("api-run-detail", args=[run.id], request=request),
+        }
+        return Response(
+            serializers.StartedRunSerializer(body).data, status=status.HTTP_202_ACCEPTED
+        )
+
+
+class RunDetailView(CobaltAPIView):
+    @extend_schema(
+        summary="A run: the results-file header (config, summary) and progress",
+        responses={200: serializers.RunDetailSerializer, **errors(404)},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(serializers.RunDetailSerializer(run_detail(run_get(run_id))).data)
+
+
+class RunCancelView(CobaltAPIView):
+    @extend_schema(
+        summary="Cancel a queued or running run",
+        request=None,
+        responses={
+            200: serializers.RunDetailSerializer,
+            202: OpenApiResponse(
+                serializers.RunDetailSerializer, description="Cancelling; not finished yet."
+            ),
+            409: OpenApiResponse(serializers.ErrorSerializer, description="Already finished."),
+            **errors(404),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        try:
+            run = jobs.cancel_run(run_id)
+        except jobs.RunAlreadyFinished as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        code = status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED
+        return Response(serializers.RunDetailSerializer(run_detail(run)).data, status=code)
+
+
+class RunItemsView(CobaltAPIView, generics.ListAPIView):
+    serializer_class = serializers.ItemSerializer
+    filterset_class = ItemFilter
+    pagination_class = Pagination
+
+    def get_queryset(self) -> QuerySet[ItemResult]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular inspecting the view
+            return ItemResult.objects.none()
+        self.run = run_get(self.kwargs["run_id"])
+        return ItemResult.objects.filter(run=self.run).order_by("item_index", "run_index")
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        ids = self.paginate_queryset(queryset.values_list("id", flat=True))
+        page = ItemResult.objects.filter(id__in=ids)
+        entries = list(iter_item_entries(self.run, page))
+        return self.get_paginated_response(serializers.ItemSerializer(entries, many=True).data)
+
+    @extend_schema(
+        summary="A run's item results (paginated, filterable)",
+        operation_id="runs_items_list",
+        responses={200: serializers.ItemSerializer(many=True), **errors(400, 404)},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class CompareView(CobaltAPIView):
+    @extend_schema(
+        summary="Compare two runs: per-evaluator deltas, items regressed and improved",
+        parameters=[serializers.CompareQuerySerializer],
+        responses={200: serializers.CompareSerializer, **errors(400, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        query = serializers.CompareQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        a = run_get(query.validated_data["a"])
+        b = run_get(query.validated_data["b"])
+        diff = compare_runs(a, b, top=query.validated_data["top"])
+        return Response(serializers.CompareSerializer(diff).data)
+
+
+class TrendsView(CobaltAPIView):
+    @extend_schema(
+        summary="Scores over time per experiment, from the stored run summaries",
+        parameters=[serializers.TrendsQuerySerializer],
+        responses={200: serializers.TrendsSerializer, **errors(400)},
+    )
+    def get(self, request: Request) -> Response:
+        query = serializers.TrendsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        series = api_selectors.trend_series(**query.validated_data)
+        return Response(serializers.TrendsSerializer({"series": series}).data)
+
+
+class ExperimentsView(CobaltAPIView):
+    @extend_schema(
+        summary="Experiment files under the test directory and what they register",
+        responses={200: serializers.ExperimentsSerializer, **errors()},
+    )
+    def get(self, request: Request) -> Response:
+        body = api_selectors.experiment_catalogue(active_config())
+        return Response(serializers.ExperimentsSerializer(body).data)
+
+
+class ConfigView(CobaltAPIView):
+    @extend_schema(
+        summary="The project's configuration, secrets redacted",
+        responses={200: serializers.ConfigSerializer, **errors()},
+    )
+    def get(self, request: Request) -> Response:
+        config = active_config()
+        body = {
+            "projectDir": str(config.project_dir),
+            "configFile": str(config.path) if config.path else None,
+            "sources": list(config.sources),
+            "teamMode": config.team_mode,
+            "config": config.redacted(),
+        }
+        return Response(serializers.ConfigSerializer(body).data)

@@ -1,0 +1,214 @@
+"""Exports of one run as CSV, Markdown or JSON, streamed chunk by chunk.
+
+The same generators feed the page downloads (`StreamingHttpResponse`) and
+`cobalt export RUN --format csv|md|json`. Agent outputs are untrusted: CSV text cells that a
+spreadsheet would run as a formula are prefixed with `'`, Markdown cells are HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from cobalt_app import results
+from cobalt_app.models import Run
+
+FORMATS = {
+    "csv": ("text/csv; charset=utf-8", "csv"),
+    "md": ("text/markdown; charset=utf-8", "md"),
+    "json": ("application/json", "json"),
+}
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+MARKDOWN_CELL = 200
+
+
+class ExportError(ValueError):
+    pass
+
+
+def export(run: Run, fmt: str) -> Iterator[str]:
+    """The run in `fmt` (csv, md or json), as text chunks."""
+    if fmt == "csv":
+        return export_csv(run)
+    if fmt == "md":
+        return export_markdown(run)
+    if fmt == "json":
+        return export_json(run)
+    raise ExportError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+
+
+def filename(run: Run, fmt: str) -> str:
+    return results.results_filename(run).removesuffix(".json") + "." + FORMATS[fmt][1]
+
+
+def content_type(fmt: str) -> str:
+    return FORMATS[fmt][0]
+
+
+def evaluator_names(run: Run) -> list[str]:
+    return run.evaluator_names or list((run.summary or {}).get("scores", {}))
+
+
+# CSV ----------------------------------------------------------------------------------------
+
+
+def export_csv(run: Run) -> Iterator[str]:
+    names = evaluator_names(run)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    header = ["index", "run_index", "key", "status", "input", "output", "metadata"]
+    header += ["latency_ms", "tokens", "cost", "error"]
+    for name in names:
+        header += [f"{name}_score", f"{name}_reason"]
+    writer.writerow(header)
+    for count, entry in enumerate(results.iter_item_entries(run), start=1):
+        output = entry["output"]
+        row = [
+            entry["index"],
+            entry["runIndex"],
+            safe_cell(entry["key"]),
+            entry["status"],
+            safe_cell(_text(entry["input"])),
+            safe_cell(_text(output["output"])),
+            safe_cell(_text(output["metadata"]) if output["metadata"] else ""),
+            "" if entry["latencyMs"] is None else round(entry["latencyMs"], 3),
+            entry["tokens"],
+            entry["cost"],
+            safe_cell(entry["error"] or ""),
+        ]
+        for name in names:
+            verdict = entry["evaluations"].get(name) or {}
+            if "error" in verdict:
+                row += ["", safe_cell(f"error: {verdict['error']}")]
+            else:
+                row += [_number(verdict.get("score")), safe_cell(verdict.get("reason") or "")]
+        writer.writerow(row)
+        if count % 500 == 0:
+            yield _drain(buffer)
+    yield _drain(buffer)
+
+
+def safe_cell(text: str) -> str:
+    """Text a spreadsheet would evaluate as a formula gets a leading apostrophe."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+def _drain(buffer: io.StringIO) -> str:
+    value = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return value
+
+
+# Markdown -----------------------------------------------------------------------------------
+
+
+def export_markdown(run: Run) -> Iterator[str]:
+    names = evaluator_names(run)
+    summary = run.summary or {}
+    lines = [f"# {md_cell(run.name)} — run `{run.id}`", ""]
+    facts = [
+        ("Status", run.status),
+        ("Created", run.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ("File", run.file or "—"),
+        ("Tags", ", ".join(run.tags) or "—"),
+        ("Git commit", run.git_commit or "—"),
+        ("Items", f"{run.total_items} ({_status_line(summary)})"),
+        ("Duration", _ms(run.duration_ms)),
+        ("Tokens", f"{run.total_tokens:,}"),
+        ("Estimated cost", f"${run.estimated_cost:.4f}"),
+    ]
+    lines += [f"- **{label}:** {md_cell(str(value))}" for label, value in facts]
+    lines += ["", "## Scores", ""]
+    lines += [
+        "| Evaluator | Avg | Min | Max | P50 | P95 | Pass rate | Scored | Errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        s = summary.get("scores", {}).get(name) or {}
+        cells = [_number(s.get(k), 2) for k in ("avg", "min", "max", "p50", "p95")]
+        rate = s.get("passRate")
+        cells.append("—" if rate is None else f"{rate:.0%}")
+        cells += [str(s.get("count", 0)), str(s.get("errors", 0))]
+        lines.append(f"| {md_cell(name)} | " + " | ".join(c or "—" for c in cells) + " |")
+    lines += ["", "## Items", ""]
+    head = ["#", "Key", "Status", "Input", "Output", *names, "Latency", "Tokens"]
+    lines.append("| " + " | ".join(md_cell(h) for h in head) + " |")
+    lines.append("|" + "---|" * len(head))
+    yield "\n".join(lines) + "\n"
+    chunk: list[str] = []
+    for entry in results.iter_item_entries(run):
+        index = f"{entry['index']}" + (f".{entry['runIndex']}" if entry["runIndex"] else "")
+        output = entry["output"]["output"]
+        if entry["status"] != "ok":
+            output = f"{entry['status']}: {entry['error'] or ''}"
+        cells = [index, entry["key"], entry["status"], _text(entry["input"]), _text(output)]
+        for name in names:
+            verdict = entry["evaluations"].get(name) or {}
+            cells.append("error" if "error" in verdict else _number(verdict.get("score"), 2))
+        cells += [_ms(entry["latencyMs"]), str(entry["tokens"])]
+        chunk.append("| " + " | ".join(md_cell(c or "—") for c in cells) + " |")
+        if len(chunk) >= 500:
+            yield "\n".join(chunk) + "\n"
+            chunk = []
+    if chunk:
+        yield "\n".join(chunk) + "\n"
+
+
+def md_cell(text: str, limit: int = MARKDOWN_CELL) -> str:
+    """One line, pipes escaped, HTML neutralised, cut at `limit` characters."""
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _status_line(summary: dict[str, Any]) -> str:
+    counts = summary.get("itemStatus") or {}
+    parts = [f"{n} {status}" for status, n in counts.items() if n]
+    return ", ".join(parts) or "no results"
+
+
+# JSON ---------------------------------------------------------------------------------------
+
+
+def export_json(run: Run) -> Iterator[str]:
+    """The results document (the `.cobalt/results/*.json` format), streamed."""
+    head = json.dumps(results.run_header(run), ensure_ascii=False, indent=2, default=str)
+    yield head[:-2] + ',\n  "items": ['
+    first = True
+    chunk: list[str] = []
+    for entry in results.iter_item_entries(run):
+        chunk.append(("\n    " if first else ",\n    ") + json.dumps(entry, ensure_ascii=False))
+        first = False
+        if len(chunk) >= 500:
+            yield "".join(chunk)
+            chunk = []
+    yield "".join(chunk) + "\n  ]\n}\n"
+
+
+# Helpers ------------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict) and set(value) == {"input"}:
+        value = value["input"]
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _number(value: float | None, digits: int | None = None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.{digits}f}" if digits is not None else repr(float(value))
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f}ms" if value < 1000 else f"{value / 1000:.1f}s"

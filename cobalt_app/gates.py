@@ -1,0 +1,537 @@
+"""CI quality gates: thresholds from the config and the experiment, checked against a run.
+
+`check_run()` and `check_baseline()` are plain functions over a run's summary and settings;
+`gate_runs()` gathers what they need from the database for the runs of one `cobalt run --ci`.
+Score metrics are floors, latency and cost are ceilings; a value equal to its threshold passes
+(compared with a tolerance of 1e-9, so float noise in a percentile never fails a gate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from cobalt.config import (
+    CI_SETTINGS,
+    METRIC_ALIASES,
+    SCORE_METRICS,
+    Config,
+    ConfigError,
+    check_thresholds,
+)
+from cobalt_app.stats import DEFAULT_PASS_SCORE
+
+TOLERANCE = 1e-9
+SUMMARY_KEYS = {"pass_rate": "passRate"}
+RESERVED = ("latency", "cost")
+ERRORED_ITEMS_SHOWN = 200
+
+
+@dataclass(frozen=True)
+class Check:
+    """One gate check. `kind`: floor (actual >= threshold), ceiling (actual <= threshold),
+    missing (a named evaluator is not in the run) or status. `actual` None: nothing measured."""
+
+    gate: str
+    metric: str
+    actual: float | str | None
+    threshold: float | str | None
+    kind: str
+    passed: bool
+    unit: str = ""
+    note: str = ""
+
+    def line(self) -> str:
+        """`exact avg 0.5 < 0.8`, `latency p95 2300ms > 2000ms`, `relevance avg missing < 0.8`."""
+        threshold = self._fmt(self.threshold, self.actual)
+        if self.kind == "significance":  # `--significance`: the paired test says it all
+            verdict = "no significant regression" if self.passed else "significant regression"
+            return f"{self.gate} {verdict}: {self.note}"
+        if self.kind == "status":
+            text = f"{self.gate} {self.metric} {self.actual} != {self.threshold}"
+        elif self.kind == "missing":
+            text = f"{self.gate} {self.metric} missing"
+            text += f" < {threshold}" if self.threshold is not None else ""
+        else:
+            floor = self.kind == "floor"
+            signs = (">=", "<=") if self.passed else ("<", ">")
+            sign = signs[0] if floor else signs[1]
+            actual = "none" if self.actual is None else self._fmt(self.actual, self.threshold)
+            text = f"{self.gate} {self.metric} {actual} {sign} {threshold}"
+        return f"{text} ({self.note})" if self.note else text
+
+    def _fmt(self, value: Any, other: Any) -> str:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return str(value)
+        text = fmt_number(value, other)
+        if self.unit == "ms":
+            return f"{text}ms"
+        if self.unit == "$":
+            return f"${text}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gate": self.gate,
+            "metric": self.metric,
+            "actual": self.actual,
+            "threshold": self.threshold,
+            "kind": self.kind,
+            "passed": self.passed,
+            "message": self.line(),
+        }
+
+
+def fmt_number(value: float, other: Any = None) -> str:
+    """Shortest rounding (2 to 6 decimals) that still tells `value` apart from `other`."""
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    for digits in range(2, 7):
+        text = f"{value:.{digits}f}".rstrip("0").rstrip(".")
+        if not isinstance(other, int | float) or math.isclose(value, other, abs_tol=TOLERANCE):
+            return text
+        if text != f"{other:.{digits}f}".rstrip("0").rstrip("."):
+            return text
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The thresholds that apply to one run, merged from the config and the experiment."""
+
+    evaluators: dict[str, dict[str, float]] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
+    fail_on_error: bool = True
+    max_error_rate: float | None = None
+    max_regression: float = 0.0
+
+
+def canonical(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {METRIC_ALIASES.get(k, k): float(v) for k, v in metrics.items()}
+
+
+def resolve_settings(
+    ci: Mapping[str, Any] | None,
+    experiment_thresholds: Mapping[str, Any] | None,
+    run_evaluators: Iterable[str],
+) -> GateSettings:
+    """Config thresholds apply to runs that have the evaluator; the experiment's always do.
+
+    The experiment's values win metric by metric. `fail_on_error` defaults to true, unless
+    `max_error_rate` is set and `fail_on_error` is not: then the rate decides.
+    """
+    ci = dict(ci or {})
+    own = dict(experiment_thresholds or {})
+    present = set(run_evaluators)
+    evaluators: dict[str, dict[str, float]] = {}
+    latency: dict[str, float] = {}
+    cost: dict[str, float] = {}
+    for source, is_own in ((ci.get("thresholds") or {}, False), (own, True)):
+        for name, metrics in source.items():
+            if not isinstance(metrics, Mapping):
+                continue  # a setting beside the tables (experiment thresholds)
+            if name == "latency":
+                latency.update(canonical(metrics))
+            elif name == "cost":
+                cost.update(canonical(metrics))
+            elif is_own or name in present:
+                evaluators.setdefault(name, {}).update(canonical(metrics))
+    settings = {k: ci[k] for k in CI_SETTINGS if k in ci}
+    settings.update({k: own[k] for k in CI_SETTINGS if k in own})
+    max_error_rate = settings.get("max_error_rate")
+    fail_on_error = settings.get("fail_on_error", max_error_rate is None)
+    return GateSettings(
+        evaluators=evaluators,
+        latency=latency,
+        cost=cost,
+        fail_on_error=bool(fail_on_error),
+        max_error_rate=None if max_error_rate is None else float(max_error_rate),
+        max_regression=float(settings.get("max_regression", 0.0)),
+    )
+
+
+def _compare(
+    gate: str, metric: str, actual: float | None, threshold: float, *, floor: bool, unit: str = ""
+) -> Check:
+    kind = "floor" if floor else "ceiling"
+    if actual is None:
+        return Check(gate, metric, None, threshold, kind, False, unit, "nothing was scored")
+    passed = actual >= threshold - TOLERANCE if floor else actual <= threshold + TOLERANCE
+    return Check(gate, metric, actual, threshold, kind, passed, unit)
+
+
+def check_run(
+    summary: Mapping[str, Any],
+    settings: GateSettings,
+    *,
+    status: str = "completed",
+    pass_rate_at: Callable[[str, float], float | None] | None = None,
+) -> list[Check]:
+    """Every check of one run: evaluator floors, latency and cost ceilings, errors, scoring.
+
+    `pass_rate_at(evaluator, min_score)` supplies pass rates for a `min_score` other than the
+    summary's 0.5.
+    """
+    checks: list[Check] = []
+    scores: Mapping[str, Mapping[str, Any]] = summary.get("scores") or {}
+    if status != "completed":
+        checks.append(Check("run", "status", status, "completed", "status", False))
+    scored = sum(int(values.get("count") or 0) for values in scores.values())
+    note = "" if scores else "the experiment has no evaluators"
+    checks.append(Check("run", "scored", scored, 1, "floor", scored >= 1, note=note))
+    for name, metrics in settings.evaluators.items():
+        floors = {m: v for m, v in metrics.items() if m != "min_score"}
+        if name not in scores:
+            note = f"no evaluator named {name!r} in this run"
+            for metric, threshold in floors.items() or [("avg", None)]:
+                checks.append(Check(name, metric, None, threshold, "missing", False, note=note))
+            continue
+        values = scores[name]
+        min_score = metrics.get("min_score", DEFAULT_PASS_SCORE)
+        for metric in SCORE_METRICS:
+            if metric not in floors:
+                continue
+            actual = values.get(SUMMARY_KEYS.get(metric, metric))
+            if metric == "pass_rate" and not math.isclose(min_score, DEFAULT_PASS_SCORE):
+                actual = pass_rate_at(name, min_score) if pass_rate_at else None
+            check = _compare(name, metric, actual, floors[metric], floor=True)
+            if metric == "pass_rate" and "min_score" in metrics:
+                check = replace(check, note=f"min_score {fmt_number(min_score)}")
+            checks.append(check)
+    for metric, threshold in settings.latency.items():
+        actual = (summary.get("latency") or {}).get(metric)
+        checks.append(_compare("latency", metric, actual, threshold, floor=False, unit="ms"))
+    for metric, threshold in settings.cost.items():
+        actual = summary.get("estimatedCost") if metric == "total" else None
+        checks.append(_compare("cost", metric, actual, threshold, floor=False, unit="$"))
+    checks.extend(error_checks(summary, settings))
+    return checks
+
+
+def error_checks(summary: Mapping[str, Any], settings: GateSettings) -> list[Check]:
+    """Items that errored or timed out, and evaluations that errored."""
+    checks: list[Check] = []
+    total = int(summary.get("totalItems") or 0)
+    ok = int((summary.get("itemStatus") or {}).get("ok") or 0)
+    failed = max(total - ok, 0)
+    scores: Mapping[str, Mapping[str, Any]] = summary.get("scores") or {}
+    if settings.fail_on_error:
+        checks.append(_compare("items", "errored", failed, 0, floor=False))
+        for name, values in scores.items():
+            errors = int(values.get("errors") or 0)
+            checks.append(_compare(name, "errors", errors, 0, floor=False))
+    if settings.max_error_rate is not None:
+        rate = failed / total if total else None
+        checks.append(_compare("items", "error_rate", rate, settings.max_error_rate, floor=False))
+        for name, values in scores.items():
+            errors = int(values.get("errors") or 0)
+            attempted = errors + int(values.get("count") or 0)
+            rate = errors / attempted if attempted else None
+            if rate is not None:
+                checks.append(
+                    _compare(name, "error_rate", rate, settings.max_error_rate, floor=False)
+                )
+    return checks
+
+
+def check_baseline(
+    current: Mapping[str, Mapping[str, float]],
+    baseline: Mapping[str, Mapping[str, float]],
+    evaluators: Iterable[str],
+    *,
+    max_regression: float,
+    baseline_id: str,
+) -> tuple[list[Check], list[str]]:
+    """Per evaluator: the drop of the average over items matched by key (both runs scored them).
+
+    `current`/`baseline` map item key → evaluator → mean score. Returns checks and notes.
+    """
+    checks: list[Check] = []
+    notes: list[str] = []
+    for name in evaluators:
+        keys = [k for k in current if name in current[k] and name in baseline.get(k, {})]
+        if not keys:
+            notes.append(f"{name}: no item scored in both this run and baseline {baseline_id}")
+            continue
+        before = math.fsum(baseline[k][name] for k in keys) / len(keys)
+        after = math.fsum(current[k][name] for k in keys) / len(keys)
+        drop = before - after
+        check = _compare(name, "regression", max(drop, 0.0), max_regression, floor=False)
+        note = (
+            f"avg {fmt_number(before)} → {fmt_number(after)} over {len(keys)} items "
+            f"matched with run {baseline_id}"
+        )
+        checks.append(replace(check, note=note))
+    return checks, notes
+
+
+def check_significance(
+    current: Mapping[str, Mapping[str, float]],
+    baseline: Mapping[str, Mapping[str, float]],
+    evaluators: Iterable[str],
+    *,
+    alpha: float,
+    max_regression: float,
+    baseline_id: str,
+) -> tuple[list[Check], list[str]]:
+    """`--significance ALPHA`: per evaluator, a paired test over items matched by key.
+
+    Fails only when the drop is significant at `alpha` and larger than `max_regression`;
+    noise passes. Items scored in only one of the runs are named in the notes.
+    """
+    from cobalt_app import significance
+
+    checks: list[Check] = []
+    notes: list[str] = []
+    results = significance.compare_scores(baseline, current, evaluators, alpha=alpha)
+    for name, entry in results.items():
+        unpaired = entry["onlyInA"] + entry["onlyInB"]
+        if unpaired:
+            notes.append(
+                f"{name}: {entry['onlyInA']} item(s) scored only in baseline {baseline_id}, "
+                f"{entry['onlyInB']} only in this run; the test pairs the other {entry['n']}"
+            )
+        if entry["verdict"] == significance.INSUFFICIENT:
+            notes.append(f"{name}: fewer than 2 items scored in both this run and {baseline_id}")
+            continue
+        drop = -entry["delta"]
+        failed = entry["verdict"] == significance.REGRESSED and drop > max_regression + TOLERANCE
+        note = f"{significance.describe_result(entry)} at α {fmt_number(alpha)}"
+        note += f" vs run {baseline_id}"
+        checks.append(
+            Check(name, "regression", entry["pValue"], alpha, "significance", not failed, note=note)
+        )
+        if not failed:  # passing checks are not listed; say what the test found
+            notes.append(f"{name}: {note}")
+    return checks, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathering from the database
+
+
+@dataclass
+class ErroredItem:
+    index: int
+    run_index: int
+    key: str
+    status: str
+    error: str
+    traceback: str
+    latency_ms: float | None
+
+
+@dataclass
+class GateReport:
+    """The gates of one run."""
+
+    run_id: str
+    name: str
+    file: str
+    status: str
+    summary: dict[str, Any]
+    evaluators: list[str]
+    settings: GateSettings
+    checks: list[Check] = field(default_factory=list)
+    errored_items: list[ErroredItem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    baseline_id: str | None = None
+    results_path: str = ""
+    runs: int = 1
+
+    @property
+    def violations(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class ImportFailure:
+    file: str
+    error: str
+    traceback: str = ""
+
+
+@dataclass
+class CiOutcome:
+    """Everything one `cobalt run --ci` decided, for the console, JUnit, GitHub and webhooks."""
+
+    reports: list[GateReport] = field(default_factory=list)
+    global_checks: list[Check] = field(default_factory=list)
+    import_failures: list[ImportFailure] = field(default_factory=list)
+    config_errors: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Check]:
+        found = [c for c in self.global_checks if not c.passed]
+        for report in self.reports:
+            found.extend(report.violations)
+        return found
+
+    @property
+    def exit_code(self) -> int:
+        if self.import_failures or self.config_errors:
+            return 2
+        return 1 if self.violations else 0
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+
+class BaselineError(LookupError):
+    pass
+
+
+def validate_experiment_thresholds(thresholds: Any, *, name: str, file: str) -> None:
+    """Raise ConfigError naming the experiment and file when its thresholds are malformed."""
+    where = f"{file or '<experiment>'}: experiment {name!r} `thresholds"
+    check_thresholds(thresholds, where=where, allow_settings=True)
+
+
+def scores_of(run_id: str, evaluator: str) -> list[float]:
+    from cobalt_app.models import Evaluation
+
+    rows = Evaluation.objects.filter(
+        run_id=run_id, evaluator=evaluator, status=Evaluation.Status.OK, score__isnull=False
+    ).values_list("score", flat=True)
+    return list(rows.iterator(chunk_size=5000))
+
+
+def pass_rate(run_id: str, evaluator: str, min_score: float) -> float | None:
+    values = scores_of(run_id, evaluator)
+    if not values:
+        return None
+    return sum(1 for v in values if v >= min_score - TOLERANCE) / len(values)
+
+
+def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[ErroredItem]:
+    from cobalt_app.models import ItemResult
+
+    rows = (
+        ItemResult.objects.filter(run_id=run_id)
+        .exclude(status=ItemResult.Status.OK)
+        .order_by("item_index", "run_index")
+        .values_list(
+            "item_index", "run_index", "item_key", "status", "error", "traceback", "latency_ms"
+        )[:limit]
+    )
+    return [ErroredItem(*row) for row in rows]
+
+
+def resolve_baseline(spec: str | None) -> Any:
+    """`--baseline`: None, "latest" (resolved per run) or a run that must exist."""
+    if not spec or spec == "latest":
+        return spec
+    from cobalt_app.selectors import RunNotFound, run_get
+
+    try:
+        return run_get(spec)
+    except RunNotFound as exc:
+        raise BaselineError(f"--baseline: {exc}") from None
+
+
+def gate_run(
+    run: Any, config: Config, *, baseline: Any = None, significance: float | None = None
+) -> GateReport:
+    """Check one finished run against its thresholds (and its baseline run, if any)."""
+    from cobalt_app.selectors import latest_run, scores_by_key
+
+    run_config = run.config or {}
+    evaluators = list(run.evaluator_names)
+    settings = resolve_settings(config.get("ci") or {}, run_config.get("thresholds"), evaluators)
+    report = GateReport(
+        run_id=run.id,
+        name=run.name,
+        file=run.file,
+        status=run.status,
+        summary=run.summary or {},
+        evaluators=evaluators,
+        settings=settings,
+        results_path=run.results_path or "",
+        runs=int(run_config.get("runs") or 1),
+    )
+    report.checks = check_run(
+        report.summary,
+        settings,
+        status=run.status,
+        pass_rate_at=lambda name, min_score: pass_rate(run.id, name, min_score),
+    )
+    report.errored_items = errored_items(run.id)
+    if baseline == "latest":
+        base = latest_run(run.name, exclude=run.id)
+        if base is None:
+            report.notes.append(f"no earlier completed run of {run.name!r}; baseline gate skipped")
+    else:
+        base = baseline if baseline is not None and baseline.name == run.name else None
+    if base is not None:
+        report.baseline_id = base.id
+        check = check_baseline if significance is None else check_significance
+        extra = {} if significance is None else {"alpha": significance}
+        checks, notes = check(
+            scores_by_key(run),
+            scores_by_key(base),
+            evaluators,
+            max_regression=settings.max_regression,
+            baseline_id=base.id,
+            **extra,
+        )
+        report.checks.extend(checks)
+        report.notes.extend(notes)
+    return report
+
+
+def gate_runs(
+    runs: Iterable[Any],
+    config: Config,
+    *,
+    baseline: Any = None,
+    import_failures: Iterable[ImportFailure] = (),
+    significance: float | None = None,
+) -> CiOutcome:
+    """The CI verdict over every run of one invocation."""
+    runs = list(runs)
+    outcome = CiOutcome(import_failures=list(import_failures))
+    outcome.reports = [
+        gate_run(run, config, baseline=baseline, significance=significance) for run in runs
+    ]
+    if baseline not in (None, "latest") and not any(r.name == baseline.name for r in runs):
+        outcome.config_errors.append(
+            f"--baseline {baseline.id} is a run of {baseline.name!r}, and no experiment of that "
+            "name ran; pass a run of an experiment that ran, or `latest`"
+        )
+    seen = {name for run in runs for name in run.evaluator_names}
+    configured = (config.get("ci") or {}).get("thresholds") or {}
+    for name, metrics in configured.items():
+        if name in RESERVED or name in seen or not isinstance(metrics, Mapping):
+            continue
+        note = f"[ci.thresholds.{name}] names an evaluator that no run has"
+        floors = [m for m in canonical(metrics) if m != "min_score"] or ["avg"]
+        for metric in floors:
+            threshold = canonical(metrics).get(metric)
+            outcome.global_checks.append(
+                Check(name, metric, None, threshold, "missing", False, note=note)
+            )
+    return outcome
+
+
+def experiment_threshold_errors(experiments: Iterable[Any], config: Config) -> list[str]:
+    """Malformed `experiment(..., thresholds=...)` values, each naming its experiment and file."""
+    problems: list[str] = []
+    for experiment in experiments:
+        file = experiment.file or ""
+        with contextlib.suppress(ValueError):
+            file = Path(file).resolve().relative_to(config.project_dir).as_posix()
+        try:
+            validate_experiment_thresholds(experiment.thresholds, name=experiment.name, file=file)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems

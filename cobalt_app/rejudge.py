@@ -1,0 +1,342 @@
+"""`cobalt rejudge RUN [--evaluator NAME]`: score the stored outputs again, without the agent.
+
+A re-judge is a new run linked to the original (`Run.parent`). Its items are copies of the
+original's, outputs included. The evaluators (all, or the one named) come from the
+experiment file as it is now — say, after a judge prompt changed. The other evaluators'
+verdicts are copied (marked cached, costing nothing). Items that errored or timed out have
+no output to score and are copied as they were. Embedded mode scores in this process; team
+mode enqueues one `rejudge_item` task per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment
+from cobalt_app import aio, engine, results, services
+from cobalt_app.engine import ItemOutcome, Reporter
+from cobalt_app.evaluators import EvalOutcome
+from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.services import ItemSnapshot
+
+COPY_BATCH = 2000
+
+
+class RejudgeError(ValueError):
+    """The run cannot be re-judged; the message says why and what to do."""
+
+
+def prepare(config: Config, run_id: str, evaluator: str | None = None):
+    """(original run, its experiment as the file defines it now, evaluator names to re-run)."""
+    from cobalt_app.launcher import load_experiments
+    from cobalt_app.selectors import run_get
+
+    parent = run_get(run_id)
+    if not parent.is_finished:
+        raise RejudgeError(
+            f"run {parent.id} is {parent.status}; wait for it (cobalt watch {parent.id}) "
+            f"or stop it (cobalt cancel {parent.id}) first"
+        )
+    if not parent.file:
+        raise RejudgeError(
+            f"run {parent.id} has no experiment file recorded; it cannot be re-judged"
+        )
+    experiments, errors, _ = load_experiments(config, [parent.file])
+    if errors:
+        raise RejudgeError(f"{parent.file} failed to import: {errors[0].error}")
+    experiment = next((e for e in experiments if e.name == parent.name), None)
+    if experiment is None:
+        raise RejudgeError(f"{parent.file} no longer defines an experiment named {parent.name!r}")
+    names = [e.name for e in experiment.evaluators]
+    if evaluator is not None and evaluator not in names:
+        raise RejudgeError(
+            f"experiment {parent.name!r} has no evaluator named {evaluator!r}; "
+            f"it has: {', '.join(names) or 'none'}"
+        )
+    selected = [evaluator] if evaluator else names
+    if not selected:
+        raise RejudgeError(f"experiment {parent.name!r} has no evaluators to run")
+    return parent, experiment, selected
+
+
+def rejudge_create(
+    parent: Run,
+    experiment: Experiment,
+    selected: list[str],
+    *,
+    mode: str = Run.Mode.EMBEDDED,
+    project_dir: Path | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> Run:
+    """The new run: items and outputs copied, the other evaluators' verdicts copied."""
+    described = {e.name: e.describe() for e in experiment.evaluators}
+    evaluators = [
+        described[e["name"]] if e["name"] in selected else e
+        for e in parent.config.get("evaluators", [])
+    ]
+    evaluators += [described[n] for n in selected if n not in {e["name"] for e in evaluators}]
+    config = {
+        **parent.config,
+        **(extra_config or {}),
+        "evaluators": services._json_safe(evaluators),
+        "rejudge": {"of": parent.id, "evaluators": selected},
+    }
+    with transaction.atomic():
+        run = Run.objects.create(
+            name=parent.name,
+            file=parent.file,
+            mode=mode,
+            tags=parent.tags,
+            config=config,
+            total_items=parent.total_items,
+            parent=parent,
+            git_commit=services.git_commit(project_dir),
+        )
+        RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in parent.tags])
+        finished = 0
+        batch: list[ItemResult] = []
+        originals = ItemResult.objects.filter(run=parent).order_by("id")
+        for item in originals.iterator(chunk_size=COPY_BATCH):
+            scored = item.status == ItemResult.Status.OK
+            finished += not scored
+            batch.append(_copy(item, run, scored))
+            if len(batch) >= COPY_BATCH:
+                _flush(batch, parent, run, selected)
+                batch = []
+        _flush(batch, parent, run, selected)
+        Run.objects.filter(id=run.id).update(finished_items=finished)
+    run.finished_items = finished
+    return run
+
+
+def _copy(item: ItemResult, run: Run, scored: bool) -> ItemResult:
+    return ItemResult(
+        run=run,
+        item_index=item.item_index,
+        run_index=item.run_index,
+        item_key=item.item_key,
+        input=item.input,
+        output=item.output,
+        metadata=item.metadata,
+        status=ItemResult.Status.PENDING if scored else item.status,
+        error=item.error,
+        traceback=item.traceback,
+        latency_ms=item.latency_ms,
+        tokens=item.tokens,
+        cost=item.cost,
+        started_at=item.started_at,
+        finished_at=None if scored else item.finished_at,
+    )
+
+
+def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) -> None:
+    if not batch:
+        return
+    created = ItemResult.objects.bulk_create(batch)
+    new_ids = {(i.item_index, i.run_index): i.id for i in created}
+    kept = (
+        Evaluation.objects.filter(
+            run=parent,
+            item__status=ItemResult.Status.OK,
+            item__item_index__gte=created[0].item_index,
+            item__item_index__lte=created[-1].item_index,
+        )
+        .exclude(evaluator__in=selected)
+        .values_list(
+            "item__item_index", "item__run_index", "evaluator", "score", "reason", "status", "error"
+        )
+    )
+    copies = [
+        Evaluation(
+            item_id=new_ids[(index, repetition)],
+            run=run,
+            evaluator=evaluator,
+            score=score,
+            reason=reason,
+            status=status,
+            error=error,
+            cached=True,  # reused, not paid for again
+        )
+        for index, repetition, evaluator, score, reason, status, error in kept
+        if (index, repetition) in new_ids
+    ]
+    Evaluation.objects.bulk_create(copies, batch_size=1000, ignore_conflicts=True)
+
+
+def pending_items(run_id: str) -> list[tuple[ItemSnapshot, dict[str, Any]]]:
+    rows = (
+        ItemResult.objects.filter(run_id=run_id, status=ItemResult.Status.PENDING)
+        .order_by("item_index", "run_index")
+        .values_list(
+            "id",
+            "item_index",
+            "run_index",
+            "item_key",
+            "input",
+            "output",
+            "metadata",
+            "latency_ms",
+            "tokens",
+            "cost",
+        )
+    )
+    return [
+        (
+            ItemSnapshot(*row[:5]),
+            {"output": row[5], "metadata": row[6], "latency_ms": row[7], "tokens": row[8],
+             "cost": row[9]},
+        )
+        for row in rows.iterator(chunk_size=COPY_BATCH)
+    ]  # fmt: skip
+
+
+async def rejudge_outcome(
+    experiment: Experiment,
+    run_config: dict[str, Any],
+    snapshot: ItemSnapshot,
+    stored: dict[str, Any],
+    env: engine.EvalEnv,
+) -> ItemOutcome:
+    """Score one stored output with the run's re-judged evaluators (the agent is not called)."""
+    selected = run_config.get("rejudge", {}).get("evaluators", [])
+    chosen = [e for e in experiment.evaluators if e.name in selected]
+    outcome = ItemOutcome(
+        id=snapshot.id,
+        item_index=snapshot.item_index,
+        run_index=snapshot.run_index,
+        item_key=snapshot.item_key,
+        status=ItemResult.Status.OK,
+        output=stored.get("output"),
+        metadata=stored.get("metadata") or {},
+        latency_ms=stored.get("latency_ms"),
+        tokens=stored.get("tokens") or 0,
+        cost=stored.get("cost") or 0.0,
+        started_at=timezone.now(),
+    )
+    if chosen:
+        scoped = dataclasses.replace(experiment, evaluators=chosen)
+        outcome.evaluations = await engine.evaluate_item(scoped, snapshot, outcome, env)
+    present = {e.name for e in chosen}
+    outcome.evaluations += [
+        EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")
+        for name in selected
+        if name not in present
+    ]
+    outcome.finished_at = timezone.now()
+    return outcome
+
+
+def execute_embedded(
+    run: Run,
+    experiment: Experiment,
+    config: Config,
+    *,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+) -> Run:
+    """Score a re-judge run in this process, with the run's concurrency."""
+
+    async def score_all() -> Run:
+        db = aio.DatabaseThread()
+        env = engine.make_env(config, db, no_cache=no_cache)
+        try:
+            await db(services.run_start, run.id)
+            started = await db(Run.objects.get, id=run.id)
+            if reporter is not None:
+                reporter.run_started(started, experiment)
+            rows = await db(pending_items, run.id)
+            status = Run.Status.COMPLETED
+            try:
+                await _score(started, experiment, rows, env, reporter)
+            except asyncio.CancelledError:
+                status = Run.Status.CANCELLED
+                await asyncio.shield(db(services.run_cancel_pending, run.id))
+                raise
+            finally:
+                final = await asyncio.shield(
+                    db(results.run_finalise, run.id, status=status, results_dir=config.results_dir)
+                )
+                await env.hub.aclose()
+            if reporter is not None:
+                await db(reporter.run_finished, final)
+            return final
+        finally:
+            db.close()
+
+    return aio.run(score_all())
+
+
+async def _score(
+    run: Run,
+    experiment: Experiment,
+    rows: list[tuple[ItemSnapshot, dict[str, Any]]],
+    env: engine.EvalEnv,
+    reporter: Reporter | None,
+) -> None:
+    writer = engine.OutcomeWriter(run.id, env.db)
+    total = run.total_items
+    done = total - len(rows)
+    pending = iter(rows)
+
+    async def work() -> None:
+        nonlocal done
+        for snapshot, stored in pending:
+            outcome = await rejudge_outcome(experiment, run.config, snapshot, stored, env)
+            done += 1
+            if reporter is not None:
+                reporter.item_finished(outcome, done, total)
+            await writer.add(outcome)
+
+    concurrency = int(run.config.get("concurrency", 5))
+    try:
+        await asyncio.gather(*(work() for _ in range(min(concurrency, len(rows)) or 1)))
+    finally:
+        await asyncio.shield(writer.flush())
+
+
+def rejudge(
+    config: Config,
+    run_id: str,
+    *,
+    evaluator: str | None = None,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    on_notice: Callable[[str], None] | None = None,
+) -> Run:
+    """Create the re-judge run and score it: in this process, or on the workers."""
+    parent, experiment, selected = prepare(config, run_id, evaluator)
+    if not config.team_mode:
+        run = rejudge_create(parent, experiment, selected, project_dir=config.project_dir)
+        return execute_embedded(run, experiment, config, reporter=reporter, no_cache=no_cache)
+    from cobalt_app import team
+
+    team.ensure_schema()
+    extra: dict[str, Any] = {"queue": team.queue_name()}
+    if no_cache:
+        extra["noCache"] = True
+    run = rejudge_create(
+        parent,
+        experiment,
+        selected,
+        mode=Run.Mode.TEAM,
+        project_dir=config.project_dir,
+        extra_config=extra,
+    )
+    ids = team.item_ids(run.id, team.UNFINISHED)
+    team.enqueue(run.id, ids)
+    if not ids:
+        team.finish_if_done(run.id, force=True)
+    if reporter is not None:
+        reporter.run_started(run, experiment)
+    try:
+        return team.wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice)
+    except KeyboardInterrupt:
+        raise team.Detached(run.id) from None

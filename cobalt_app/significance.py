@@ -1,0 +1,384 @@
+"""Signal or noise: confidence intervals, paired tests between runs and their verdicts.
+
+Plain functions over lists and dicts (no ORM), built on scipy.stats:
+
+- `mean_ci()`: the confidence interval of a mean — Student's t over scores, Wilson's score
+  interval when every value is 0 or 1 (a pass rate).
+- `repetition_stats()` / `pass_at_k()`: per item, how its scores spread across the
+  repetitions of a run; pass@k and pass^k for pass/fail scores.
+- `paired_compare()`: one evaluator of two runs over the items both scored, matched by key —
+  a paired bootstrap interval of the mean difference and Wilcoxon's signed-rank test
+  (McNemar's test when every per-item value is 0 or 1), with a verdict at level `alpha`.
+
+Everything is deterministic: the bootstrap draws from a fixed seed, so the CLI, the pages, the
+API and the MCP tool show the same interval for the same two runs. `scipy.stats` takes about
+a second to import, so it is imported where a test needs it, not by every `cobalt run`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+ALPHA = 0.05
+CONFIDENCE = 0.95
+REGRESSED = "regressed"
+IMPROVED = "improved"
+NO_CHANGE = "no significant change"
+INSUFFICIENT = "not enough data"
+VERDICTS = (REGRESSED, IMPROVED, NO_CHANGE, INSUFFICIENT)
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240917
+# Above this many pairs the bootstrap and the t-interval agree to the third decimal (central
+# limit theorem) and the t-interval costs nothing; below it the bootstrap makes no assumption.
+BOOTSTRAP_MAX_PAIRS = 10_000
+# McNemar: exact binomial test below this many discordant pairs, else chi-square (corrected).
+MCNEMAR_EXACT_BELOW = 25
+
+
+def check_alpha(alpha: float) -> float:
+    """`alpha` as a float in (0, 0.5]; ValueError with what to pass otherwise."""
+    try:
+        value = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"significance level must be a number like 0.05 (got {alpha!r})") from None
+    if not 0 < value <= 0.5 or math.isnan(value):
+        raise ValueError(f"significance level must be above 0 and at most 0.5 (got {alpha!r})")
+    return value
+
+
+def is_binary(values: Iterable[float]) -> bool:
+    """True when every value is exactly 0 or 1 (and there is at least one)."""
+    seen = False
+    for value in values:
+        if value != 0 and value != 1:
+            return False
+        seen = True
+    return seen
+
+
+def _f(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def mean_ci(values: Sequence[float], *, level: float = CONFIDENCE) -> dict[str, Any] | None:
+    """The `level` confidence interval of the mean of `values`; None with fewer than 2 values.
+
+    0/1 values get Wilson's score interval (stays inside [0, 1] and keeps its coverage near
+    0 and 1, where the t-interval collapses); other scores get Student's t-interval.
+    """
+    data = np.asarray(values, dtype=float)
+    n = int(data.size)
+    if n < 2:
+        return None
+    mean = float(data.mean())
+    if is_binary(data.tolist()):
+        low, high = wilson_interval(int(data.sum()), n, level=level)
+        method = "wilson"
+    else:
+        low, high = t_interval(mean, float(data.std(ddof=1)) / math.sqrt(n), n - 1, level)
+        method = "t"
+    return {"low": low, "high": high, "mean": mean, "n": n, "level": level, "method": method}
+
+
+def t_interval(mean: float, sem: float, df: int, level: float) -> tuple[float, float]:
+    """mean ± t(df, (1 + level) / 2) · sem, the quantile from scipy.special."""
+    if sem == 0:
+        return mean, mean
+    from scipy.special import stdtrit
+
+    half = float(stdtrit(df, (1 + level) / 2)) * sem
+    return mean - half, mean + half
+
+
+def wilson_interval(successes: int, n: int, *, level: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval of a proportion (the same as scipy's `proportion_ci`)."""
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def describe_repetitions(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, population stddev, min, max and count of one item's scores across repetitions."""
+    data = np.asarray(values, dtype=float)
+    return {
+        "mean": float(data.mean()),
+        "stddev": float(data.std()),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "n": int(data.size),
+    }
+
+
+def repetition_stats(
+    scores: Mapping[str, Mapping[str, Sequence[float]]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """item key → evaluator → mean/stddev/min/max/n of its scores across repetitions."""
+    return {
+        key: {name: describe_repetitions(values) for name, values in by_name.items() if values}
+        for key, by_name in scores.items()
+    }
+
+
+def _comb(n: int, k: int) -> float:
+    return float(math.comb(n, k))
+
+
+def pass_at_k(passes: int, trials: int, k: int) -> tuple[float, float]:
+    """(pass@k, pass^k) of one item with `passes` out of `trials`, unbiased for k <= trials.
+
+    pass@k: the chance that at least one of k repetitions drawn without replacement passes
+    (Chen et al. 2021); pass^k: the chance that all k pass (Yao et al. 2024, τ-bench).
+    """
+    if not 1 <= k <= trials:
+        raise ValueError(f"k must be between 1 and the number of trials ({trials}), got {k}")
+    total = _comb(trials, k)
+    at_least_one = 1.0 - _comb(trials - passes, k) / total
+    every = _comb(passes, k) / total
+    return at_least_one, every
+
+
+def pass_k_table(per_item: Iterable[Sequence[float]], k_max: int) -> dict[str, Any] | None:
+    """pass@k and pass^k for k = 1..k_max, averaged over items with at least k repetitions.
+
+    `per_item`: each item's 0/1 scores across repetitions. None unless every score is 0 or 1.
+    """
+    items = [list(values) for values in per_item if len(values)]
+    if not items or k_max < 1 or not is_binary(v for values in items for v in values):
+        return None
+    at: dict[str, float] = {}
+    hat: dict[str, float] = {}
+    counted: dict[str, int] = {}
+    for k in range(1, k_max + 1):
+        eligible = [values for values in items if len(values) >= k]
+        if not eligible:
+            break
+        pairs = [pass_at_k(int(sum(values)), len(values), k) for values in eligible]
+        at[str(k)] = math.fsum(p[0] for p in pairs) / len(pairs)
+        hat[str(k)] = math.fsum(p[1] for p in pairs) / len(pairs)
+        counted[str(k)] = len(pairs)
+    return {"k": max(int(k) for k in at), "passAtK": at, "passHatK": hat, "items": counted}
+
+
+def run_statistics(
+    by_item: Mapping[str, Mapping[str, Sequence[float]]],
+    evaluators: Iterable[str],
+    *,
+    runs: int = 1,
+) -> dict[str, Any]:
+    """What a run summary adds to the plain statistics, from item key → evaluator → scores.
+
+    - `ci95[evaluator]`: the 95% interval of the mean over items (each item counted once, at
+      the mean of its repetitions, so repeating an item does not narrow the interval).
+    - `passAtK[evaluator]`: pass@k and pass^k for k = 1..runs when runs > 1 and the
+      evaluator's scores are all 0 or 1.
+    - `repetitions`: per item repeated more than once, the spread of each evaluator's scores.
+    """
+    names = list(evaluators)
+    ci95: dict[str, Any] = {}
+    pass_k: dict[str, Any] = {}
+    for name in names:
+        per_item = [by[name] for by in by_item.values() if by.get(name)]
+        ci95[name] = mean_ci([sum(values) / len(values) for values in per_item])
+        if runs > 1:
+            table = pass_k_table(per_item, runs)
+            if table is not None:
+                pass_k[name] = table
+    repeated = {
+        key: by for key, by in by_item.items() if any(len(values) > 1 for values in by.values())
+    }
+    repetitions = None
+    if repeated:
+        repetitions = {"runs": runs, "items": repetition_stats(repeated)}
+    return {"ci95": ci95, "passAtK": pass_k, "repetitions": repetitions}
+
+
+# --- paired comparison -----------------------------------------------------------------------
+
+
+def mcnemar(pass_to_fail: int, fail_to_pass: int, *, exact: bool | None = None) -> float:
+    """Two-sided p-value of McNemar's test from the two discordant counts.
+
+    Exact (binomial, p = 0.5) below 25 discordant pairs unless told otherwise; else the
+    chi-square statistic with Edwards' continuity correction, (|b − c| − 1)² / (b + c).
+    """
+    b, c = int(pass_to_fail), int(fail_to_pass)
+    if b < 0 or c < 0:
+        raise ValueError("McNemar counts must be non-negative")
+    discordant = b + c
+    if discordant == 0:
+        return 1.0
+    if exact is None:
+        exact = discordant < MCNEMAR_EXACT_BELOW
+    from scipy import stats
+
+    if exact:
+        return float(stats.binomtest(b, discordant, 0.5).pvalue)
+    statistic = (abs(b - c) - 1) ** 2 / discordant
+    return float(stats.chi2.sf(statistic, 1))
+
+
+def wilcoxon(differences: Sequence[float]) -> float | None:
+    """Two-sided p-value of Wilcoxon's signed-rank test (zero differences dropped).
+
+    1.0 when no difference is non-zero; None with fewer than 2 differences.
+    """
+    data = np.asarray(differences, dtype=float)
+    if data.size < 2:
+        return None
+    if not np.any(data != 0):
+        return 1.0
+    from scipy import stats
+
+    result = stats.wilcoxon(data, zero_method="wilcox", alternative="two-sided")
+    return _f(result.pvalue)
+
+
+def mean_difference_ci(
+    differences: Sequence[float],
+    *,
+    level: float = CONFIDENCE,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any] | None:
+    """Paired bootstrap (percentile) interval of the mean difference; t-interval when large."""
+    data = np.asarray(differences, dtype=float)
+    n = int(data.size)
+    if n < 2:
+        return None
+    mean = float(data.mean())
+    if float(np.ptp(data)) == 0.0:
+        low = high = mean
+        method = "exact"
+    elif n > BOOTSTRAP_MAX_PAIRS:
+        low, high = t_interval(mean, float(data.std(ddof=1)) / math.sqrt(n), n - 1, level)
+        method = "t"
+    else:
+        from scipy import stats
+
+        result = stats.bootstrap(
+            (data,),
+            np.mean,
+            confidence_level=level,
+            n_resamples=resamples,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+            batch=max(1, 2_000_000 // n),
+        )
+        low, high = result.confidence_interval.low, result.confidence_interval.high
+        method = "bootstrap"
+    return {"low": _f(low), "high": _f(high), "level": level, "method": method}
+
+
+def verdict(delta: float | None, p_value: float | None, *, alpha: float = ALPHA) -> str:
+    """regressed / improved when p < alpha (direction: the mean difference B − A)."""
+    if delta is None or p_value is None:
+        return INSUFFICIENT
+    if p_value < alpha and delta < 0:
+        return REGRESSED
+    if p_value < alpha and delta > 0:
+        return IMPROVED
+    return NO_CHANGE
+
+
+def paired_compare(
+    a: Mapping[str, float],
+    b: Mapping[str, float],
+    *,
+    alpha: float = ALPHA,
+    keys_listed: int = 50,
+) -> dict[str, Any]:
+    """Compare one evaluator of run A (baseline) and run B (candidate), item by item.
+
+    `a` and `b` map item key → that item's score (its mean over repetitions). Items scored in
+    only one run are counted and listed (the first `keys_listed`), never silently dropped.
+    """
+    alpha = check_alpha(alpha)
+    keys = sorted(a.keys() & b.keys())
+    only_a = sorted(a.keys() - b.keys())
+    only_b = sorted(b.keys() - a.keys())
+    values_a = np.array([float(a[k]) for k in keys], dtype=float)
+    values_b = np.array([float(b[k]) for k in keys], dtype=float)
+    n = len(keys)
+    binary = n > 0 and is_binary(values_a.tolist()) and is_binary(values_b.tolist())
+    result: dict[str, Any] = {
+        "n": n,
+        "kind": "pass/fail" if binary else "score",
+        "test": "mcnemar" if binary else "wilcoxon",
+        "meanA": float(values_a.mean()) if n else None,
+        "meanB": float(values_b.mean()) if n else None,
+        "delta": float((values_b - values_a).mean()) if n else None,
+        "ci": None,
+        "pValue": None,
+        "alpha": alpha,
+        "verdict": INSUFFICIENT,
+        "onlyInA": len(only_a),
+        "onlyInB": len(only_b),
+        "onlyInAKeys": only_a[:keys_listed],
+        "onlyInBKeys": only_b[:keys_listed],
+    }
+    if n < 2:
+        return result
+    differences = values_b - values_a
+    result["ci"] = mean_difference_ci(differences, level=1 - alpha)
+    if binary:
+        pass_to_fail = int(np.sum((values_a == 1) & (values_b == 0)))
+        fail_to_pass = int(np.sum((values_a == 0) & (values_b == 1)))
+        result["table"] = {
+            "passPass": int(np.sum((values_a == 1) & (values_b == 1))),
+            "passFail": pass_to_fail,
+            "failPass": fail_to_pass,
+            "failFail": int(np.sum((values_a == 0) & (values_b == 0))),
+        }
+        result["pValue"] = mcnemar(pass_to_fail, fail_to_pass)
+    else:
+        result["pValue"] = wilcoxon(differences)
+    result["verdict"] = verdict(result["delta"], result["pValue"], alpha=alpha)
+    return result
+
+
+def compare_scores(
+    scores_a: Mapping[str, Mapping[str, float]],
+    scores_b: Mapping[str, Mapping[str, float]],
+    evaluators: Iterable[str],
+    *,
+    alpha: float = ALPHA,
+) -> dict[str, dict[str, Any]]:
+    """`paired_compare()` for each evaluator; `scores_*` map item key → evaluator → score."""
+    result = {}
+    for name in evaluators:
+        a = {key: by[name] for key, by in scores_a.items() if by.get(name) is not None}
+        b = {key: by[name] for key, by in scores_b.items() if by.get(name) is not None}
+        result[name] = paired_compare(a, b, alpha=alpha)
+    return result
+
+
+def describe_result(entry: Mapping[str, Any], *, digits: int = 3) -> str:
+    """`Δ -0.100 [-0.114, -0.086], p < 0.001 (wilcoxon, 200 items) → regressed`."""
+    if entry.get("delta") is None:
+        return f"no item scored in both runs → {entry.get('verdict', INSUFFICIENT)}"
+    text = f"Δ {entry['delta']:+.{digits}f}"
+    ci = entry.get("ci")
+    if ci:
+        text += f" [{ci['low']:+.{digits}f}, {ci['high']:+.{digits}f}]"
+    text += f", {format_p(entry.get('pValue'))} ({entry['test']}, {entry['n']} items)"
+    return f"{text} → {entry['verdict']}"
+
+
+def format_p(p_value: float | None) -> str:
+    if p_value is None:
+        return "p —"
+    if p_value < 0.001:
+        return "p < 0.001"
+    return f"p = {p_value:.3f}"

@@ -1,0 +1,652 @@
+"""Team mode: runs executed by `cobalt worker` processes through Celery, on a shared database.
+
+- `start_run()` creates the run and its item rows with the same `services.run_create` as the
+  embedded mode, then enqueues one task per item; `wait()` polls the database and streams
+  finished items to the reporter, then writes the results file where the run was started.
+- A worker claims an item with a conditional UPDATE (pending → running, with a lease),
+  executes it with the engine's `execute_item` and records it with `item_record`, which only
+  accepts the claim that is still current. The last item finalises the run, found by
+  counting in the database (no chords).
+- Every worker renews the leases of the items it holds (`leases_renew`). `sweep()` (one
+  worker at a time) puts items whose lease ran out back to pending and enqueues them again,
+  gives up on an item whose workers died `MAX_ATTEMPTS` times, re-enqueues items whose
+  messages vanished with a worker, and finalises runs whose last worker died finalising.
+  Nothing waits for Redis' visibility timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Count, F, Max
+from django.utils import timezone
+
+from cobalt.config import Config
+from cobalt.experiment import Experiment
+from cobalt_app import results, services
+from cobalt_app.engine import ItemOutcome, Reporter
+from cobalt_app.evaluators import EvalOutcome
+from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.services import ItemSnapshot
+
+KEY = "cobalt:"
+DEFAULT_QUEUE = "cobalt"
+MAX_ATTEMPTS = 3
+SWEEP_BATCH = 500
+POLL_INTERVAL = 0.1
+WAIT_NOTICE_AFTER = 2.0
+STALL_NOTICE_AFTER = 30.0
+MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
+RETRY_STATUSES = (ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT, ItemResult.Status.CANCELLED)
+UNFINISHED = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
+ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
+
+
+class TeamModeError(RuntimeError):
+    """Team mode is misconfigured; the message says what to set."""
+
+
+class Detached(KeyboardInterrupt):
+    """Ctrl-C while waiting: the run goes on on the workers."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
+def lease_grace() -> float:
+    """Seconds a held item survives without a heartbeat (`COBALT_LEASE_GRACE`, default 60)."""
+    try:
+        return max(0.5, float(os.environ.get("COBALT_LEASE_GRACE") or 60))
+    except ValueError:
+        raise TeamModeError("COBALT_LEASE_GRACE must be a number of seconds") from None
+
+
+def beat_interval() -> float:
+    """How often workers renew leases, announce themselves and sweep."""
+    return max(0.2, min(10.0, lease_grace() / 4))
+
+
+def queue_name() -> str:
+    return os.environ.get("COBALT_QUEUE") or DEFAULT_QUEUE
+
+
+# ---------------------------------------------------------------------------- services
+
+
+def ensure_schema() -> None:
+    """Migrate the shared database if needed, one process at a time."""
+    from cobalt_project.bootstrap import migrate_if_needed
+
+    if connection.vendor != "postgresql":
+        migrate_if_needed()
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK])
+        try:
+            migrate_if_needed()
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK])
+
+
+def start_run(
+    experiment: Experiment,
+    config: Config,
+    *,
+    overrides: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+    file: str = "",
+    no_cache: bool = False,
+) -> tuple[Run, list[int]]:
+    """Create a team run with its item rows and enqueue every item; returns (run, item ids)."""
+    settings = experiment.settings(
+        default_concurrency=config.get("concurrency", 5),
+        default_timeout=config.get("timeout", 30),
+    )
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    settings["queue"] = queue_name()
+    if no_cache:
+        settings["noCache"] = True
+    run = services.run_create(
+        experiment=experiment,
+        settings=settings,
+        file=file,
+        tags=tags or [],
+        mode=Run.Mode.TEAM,
+        project_dir=config.project_dir,
+    )
+    ids = item_ids(run.id, UNFINISHED)
+    enqueue(run.id, ids)
+    return run, ids
+
+
+def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
+    """Put failed, timed-out and cancelled items back to pending and enqueue what is missing."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        services.item_reset_for_retry(run.id, RETRY_STATUSES)
+        config = dict(run.config)
+        config["queue"] = queue_name()
+        if no_cache:
+            config["noCache"] = True
+        Run.objects.filter(id=run.id).update(
+            status=Run.Status.QUEUED,
+            mode=Run.Mode.TEAM,
+            config=config,
+            started_at=None,
+            finished_at=None,
+            failure="",
+        )
+    forget_run(run.id)
+    enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]))
+    return Run.objects.get(id=run.id), item_ids(run.id, UNFINISHED)
+
+
+def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
+    items = ItemResult.objects.filter(run_id=run_id)
+    if statuses is not None:
+        items = items.filter(status__in=list(statuses))
+    return list(items.order_by("id").values_list("id", flat=True))
+
+
+def enqueue(run_id: str, ids: list[int]) -> None:
+    """Publish one task per item on the run's queue (call outside any open transaction)."""
+    if not ids:
+        return
+    from cobalt_app import tasks
+    from cobalt_project.celery import app
+
+    info = run_info(run_id)
+    task = tasks.rejudge_item if info.kind == "rejudge" else tasks.execute_item
+    with app.producer_or_acquire() as producer:
+        for item_id in ids:
+            task.apply_async((item_id,), queue=info.queue, producer=producer)
+    redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a worker needs to know about a run; it does not change while the run executes."""
+
+    id: str
+    name: str
+    file: str
+    config: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return "rejudge" if self.config.get("rejudge") else "execute"
+
+    @property
+    def queue(self) -> str:
+        return self.config.get("queue") or DEFAULT_QUEUE
+
+    @property
+    def timeout(self) -> float:
+        return float(self.config.get("timeout", 30))
+
+    @property
+    def no_cache(self) -> bool:
+        return bool(self.config.get("noCache"))
+
+
+_run_infos: dict[str, RunInfo] = {}
+
+
+def run_info(run_id: str) -> RunInfo:
+    info = _run_infos.get(run_id)
+    if info is None:
+        name, file, config = Run.objects.values_list("name", "file", "config").get(id=run_id)
+        info = _run_infos[run_id] = RunInfo(run_id, name, file, config or {})
+    return info
+
+
+def forget_run(run_id: str) -> None:
+    _run_infos.pop(run_id, None)
+
+
+@dataclass
+class Claim:
+    """An item this worker holds: its snapshot, what is stored of it, and which attempt."""
+
+    item_id: int
+    run_id: str
+    attempt: int
+    snapshot: ItemSnapshot
+    stored: dict[str, Any] = field(default_factory=dict)
+
+
+def item_claim(item_id: int, worker: str) -> Claim | None:
+    """Take a pending item (conditional UPDATE); None when someone else has it or it is done."""
+    now = timezone.now()
+    taken = ItemResult.objects.filter(id=item_id, status=ItemResult.Status.PENDING).update(
+        status=ItemResult.Status.RUNNING,
+        worker=worker[:200],
+        attempts=F("attempts") + 1,
+        lease_expires_at=now + timedelta(seconds=lease_grace()),
+        started_at=now,
+    )
+    if taken != 1:
+        return None
+    row = ItemResult.objects.values(
+        "run_id",
+        "item_index",
+        "run_index",
+        "item_key",
+        "input",
+        "output",
+        "metadata",
+        "latency_ms",
+        "tokens",
+        "cost",
+        "attempts",
+    ).get(id=item_id)
+    Run.objects.filter(id=row["run_id"], status=Run.Status.QUEUED).update(
+        status=Run.Status.RUNNING, started_at=now
+    )
+    snapshot = ItemSnapshot(
+        item_id, row["item_index"], row["run_index"], row["item_key"], row["input"]
+    )
+    stored = {k: row[k] for k in ("output", "metadata", "latency_ms", "tokens", "cost")}
+    return Claim(item_id, row["run_id"], row["attempts"], snapshot, stored)
+
+
+def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
+    """Record an outcome if the claim is still the current one; exactly once per item."""
+    with transaction.atomic():
+        current = (
+            ItemResult.objects.select_for_update()
+            .filter(id=claim.item_id)
+            .values_list("status", "attempts")
+            .first()
+        )
+        if current is None or current[0] in ItemResult.FINISHED or current[1] != claim.attempt:
+            return False
+        return services.record_item_outcomes(claim.run_id, [outcome]) == 1
+
+
+def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:
+    """Finalise the run when no item is left unfinished; only one caller ever does."""
+    if not force:
+        row = Run.objects.filter(id=run_id).values_list("status", "finished_items", "total_items")
+        counts = row.first()
+        if counts is None or counts[0] in Run.FINISHED or counts[1] < counts[2]:
+            return None
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None or run.is_finished:
+            return None
+        if ItemResult.objects.filter(run_id=run_id, status__in=UNFINISHED).exists():
+            return None
+        if run.started_at is None:
+            Run.objects.filter(id=run_id).update(started_at=run.created_at)
+        return results.run_finalise(run_id, status=Run.Status.COMPLETED)
+
+
+def leases_renew(worker: str, ids: list[int]) -> set[int]:
+    """Extend the leases of the items this worker still holds; returns those ids."""
+    held = set(
+        ItemResult.objects.filter(
+            id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
+        ).values_list("id", flat=True)
+    )
+    if held:
+        ItemResult.objects.filter(id__in=held, status=ItemResult.Status.RUNNING).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=lease_grace())
+        )
+    return held
+
+
+def run_cancel(run_id: str) -> tuple[Run, int]:
+    """Stop a run: unfinished items become cancelled, workers drop what they hold."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.is_finished:
+            return run, 0
+        cancelled = services.run_cancel_pending(run.id)
+        if run.started_at is None:
+            Run.objects.filter(id=run_id).update(started_at=run.created_at)
+        run = results.run_finalise(run.id, status=Run.Status.CANCELLED)
+    return run, cancelled
+
+
+@dataclass
+class SweepReport:
+    requeued: int = 0
+    abandoned: int = 0
+    redispatched: int = 0
+    finalised: list[str] = field(default_factory=list)
+
+
+def sweep() -> SweepReport:
+    """Recover the work of vanished workers (safe to run anywhere, any number of times)."""
+    report = SweepReport()
+    now = timezone.now()
+    requeue: dict[str, list[int]] = {}
+    touched: set[str] = set()
+    with transaction.atomic():
+        expired = list(
+            ItemResult.objects.select_for_update(skip_locked=True)
+            .filter(status=ItemResult.Status.RUNNING, lease_expires_at__lt=now)
+            .values_list("id", "run_id", "attempts", "worker")[:SWEEP_BATCH]
+        )
+        retry = [row for row in expired if row[2] < MAX_ATTEMPTS]
+        if retry:
+            ItemResult.objects.filter(id__in=[row[0] for row in retry]).update(
+                status=ItemResult.Status.PENDING, worker="", lease_expires_at=None
+            )
+        for item_id, run_id, _attempts, _worker in retry:
+            requeue.setdefault(run_id, []).append(item_id)
+        for item_id, run_id, attempts, worker in expired:
+            if attempts < MAX_ATTEMPTS:
+                continue
+            message = (
+                f"abandoned: the worker executing this item stopped responding {attempts} "
+                f"times (last: {worker or 'unknown'}); was it killed or out of memory?"
+            )
+            services.record_item_outcomes(run_id, [_abandoned(item_id, message, now)])
+            report.abandoned += 1
+            touched.add(run_id)
+    for run_id, ids in requeue.items():
+        enqueue(run_id, ids)
+        report.requeued += len(ids)
+    for run_id in touched:
+        if finish_if_done(run_id):
+            report.finalised.append(run_id)
+    _sweep_runs(report)
+    return report
+
+
+def _abandoned(item_id: int, message: str, now) -> ItemOutcome:
+    return ItemOutcome(
+        id=item_id,
+        item_index=0,
+        run_index=0,
+        item_key="",
+        status=ItemResult.Status.ERROR,
+        error=message,
+        finished_at=now,
+    )
+
+
+def _sweep_runs(report: SweepReport) -> None:
+    """Active team runs: finalise finished ones, re-enqueue items whose messages were lost."""
+    grace = lease_grace()
+    queue_sizes: dict[str, int] = {}
+    for run_id in Run.objects.filter(status__in=ACTIVE_RUN, mode=Run.Mode.TEAM).values_list(
+        "id", flat=True
+    ):
+        counts = dict(
+            ItemResult.objects.filter(run_id=run_id, status__in=UNFINISHED)
+            .values_list("status")
+            .annotate(n=Count("id"))
+        )
+        if not counts:
+            if finish_if_done(run_id, force=True):
+                report.finalised.append(run_id)
+            continue
+        if counts.get(ItemResult.Status.RUNNING) or not counts.get(ItemResult.Status.PENDING):
+            continue
+        # Pending work, nobody on it, its queue empty, nothing dispatched or claimed for a
+        # whole grace period: the messages left with a worker that died holding them.
+        info = run_info(run_id)
+        if info.queue not in queue_sizes:
+            queue_sizes[info.queue] = queue_size(info.queue)
+        if queue_sizes[info.queue]:
+            continue
+        if time.time() - dispatched_at(run_id) < grace:
+            continue
+        last_claim = ItemResult.objects.filter(run_id=run_id).aggregate(last=Max("started_at"))
+        if last_claim["last"] and (timezone.now() - last_claim["last"]).total_seconds() < grace:
+            continue
+        ids = item_ids(run_id, [ItemResult.Status.PENDING])
+        enqueue(run_id, ids)
+        report.redispatched += len(ids)
+
+
+# ------------------------------------------------------------------------------- redis
+
+
+_redis: Any = None
+
+
+def redis_client() -> Any:
+    global _redis
+    if _redis is None:
+        import redis
+        from django.conf import settings
+
+        if not settings.BROKER_URL.startswith(("redis://", "rediss://", "unix://")):
+            raise TeamModeError(
+                "team mode needs a Redis broker: set COBALT_BROKER_URL=redis://host:6379/0"
+            )
+        _redis = redis.Redis.from_url(settings.BROKER_URL)
+    return _redis
+
+
+def check_broker() -> None:
+    """Fail before creating anything when the broker does not answer."""
+    from cobalt.config import redact
+
+    try:
+        redis_client().ping()
+    except TeamModeError:
+        raise
+    except Exception as exc:
+        from django.conf import settings
+
+        where = redact(settings.BROKER_URL, "broker_url")
+        raise TeamModeError(f"cannot reach the broker at {where}: {exc}") from None
+
+
+def dispatched_at(run_id: str) -> float:
+    """When the run's items were last enqueued (unknown: from now on)."""
+    client = redis_client()
+    value = client.get(f"{KEY}dispatched:{run_id}")
+    if value is None:
+        client.set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
+        return time.time()
+    return float(value)
+
+
+def queue_size(queue: str) -> int:
+    """Messages waiting in a queue (not those a worker has received)."""
+    from cobalt_project.celery import app
+
+    with app.connection_for_read() as conn:
+        try:
+            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+        except Exception:  # an empty Redis queue does not exist at all
+            return 0
+
+
+def worker_beat(name: str, info: dict[str, Any], ttl: float) -> None:
+    redis_client().set(f"{KEY}worker:{name}", json.dumps(info), px=int(ttl * 1000))
+
+
+def worker_gone(name: str) -> None:
+    redis_client().delete(f"{KEY}worker:{name}")
+
+
+def live_workers() -> list[dict[str, Any]]:
+    """Workers that announced themselves within their last few heartbeats."""
+    client = redis_client()
+    keys = sorted(client.scan_iter(match=f"{KEY}worker:*", count=500))
+    values = client.mget(keys) if keys else []
+    return [json.loads(v) for v in values if v]
+
+
+def sweep_turn(name: str) -> bool:
+    """One sweeper per interval across all workers."""
+    interval_ms = int(beat_interval() * 1000)
+    return bool(redis_client().set(f"{KEY}sweeper", name, nx=True, px=interval_ms))
+
+
+# ------------------------------------------------------------------------------ waiting
+
+
+def execute(
+    experiments: list[Experiment],
+    config: Config,
+    *,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    overrides: dict[str, Any] | None = None,
+    resume_run_id: str | None = None,
+    tags: list[str] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+) -> list[Run]:
+    """`cobalt run` in team mode: enqueue every experiment's run, then stream each to the end."""
+    from cobalt_app.launcher import relative_file
+
+    check_broker()
+    ensure_schema()
+    on_notice = on_notice or _print_notice
+    started: list[tuple[Run, Experiment, list[int]]] = []
+    for experiment in experiments:
+        if resume_run_id:
+            run, ids = resume_run(resume_run_id, no_cache=no_cache)
+        else:
+            run, ids = start_run(
+                experiment,
+                config,
+                overrides=overrides,
+                tags=tags,
+                file=relative_file(config, experiment),
+                no_cache=no_cache,
+            )
+        started.append((run, experiment, ids))
+    runs: list[Run] = []
+    for run, experiment, ids in started:
+        if reporter is not None:
+            reporter.run_started(run, experiment)
+        try:
+            runs.append(wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice))
+        except KeyboardInterrupt:
+            raise Detached(run.id) from None
+    return runs
+
+
+def wait(
+    run_id: str,
+    config: Config,
+    *,
+    reporter: Reporter | None = None,
+    ids: list[int] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+    poll: float = POLL_INTERVAL,
+) -> Run:
+    """Stream the items of `ids` (default: all) as they finish; write the results file."""
+    watched = sorted(item_ids(run_id) if ids is None else ids)
+    waiting = set(watched)
+    cursor = 0
+    total = Run.objects.values_list("total_items", flat=True).get(id=run_id)
+    done = total - len(waiting)
+    began = last_progress = next_check = time.monotonic()
+    noticed_queue = noticed_stall = False
+    while True:
+        status = Run.objects.values_list("status", flat=True).get(id=run_id)
+        while cursor < len(watched) and watched[cursor] not in waiting:
+            cursor += 1
+        fresh = []
+        if cursor < len(watched):
+            finished = ItemResult.objects.filter(
+                run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
+            ).values_list("id", flat=True)
+            fresh = [i for i in finished if i in waiting]
+        if fresh:
+            waiting.difference_update(fresh)
+            last_progress = time.monotonic()
+            noticed_stall = False
+            for outcome in outcomes(fresh):
+                done += 1
+                if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
+                    reporter.item_finished(outcome, done, total)
+        if status in Run.FINISHED:
+            break
+        now = time.monotonic()
+        if on_notice and now >= next_check:
+            next_check = now + WAIT_NOTICE_AFTER
+            if status == Run.Status.QUEUED and not noticed_queue:
+                if now - began >= WAIT_NOTICE_AFTER:
+                    on_notice(waiting_message())
+                    noticed_queue = True
+            elif (
+                not noticed_stall
+                and now - last_progress >= STALL_NOTICE_AFTER
+                and not live_workers()
+            ):
+                on_notice(waiting_message())
+                noticed_stall = True
+        time.sleep(poll)
+    run = Run.objects.get(id=run_id)
+    path = results.write_results_file(run, config.results_dir)
+    Run.objects.filter(id=run_id).update(results_path=str(path))
+    run.results_path = str(path)
+    if reporter is not None:
+        reporter.run_finished(run)
+    return run
+
+
+def _print_notice(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def waiting_message() -> str:
+    workers = live_workers()
+    if not workers:
+        return (
+            "waiting for workers… none is running: start one with `cobalt worker` "
+            "(same COBALT_DATABASE_URL and COBALT_BROKER_URL)"
+        )
+    return (
+        f"waiting for workers… {len(workers)} running, none has picked up this run yet "
+        f"(busy, or listening on other queues than {queue_name()!r})"
+    )
+
+
+def outcomes(ids: list[int]) -> list[ItemOutcome]:
+    """Finished item rows as the reporter sees them in the embedded mode."""
+    rows = ItemResult.objects.filter(id__in=ids).order_by("finished_at", "id")
+    evaluations: dict[int, list[EvalOutcome]] = {}
+    for e in Evaluation.objects.filter(item_id__in=ids).order_by("id"):
+        evaluations.setdefault(e.item_id, []).append(
+            EvalOutcome(
+                e.evaluator,
+                e.score,
+                reason=e.reason,
+                status=e.status,
+                error=e.error,
+                cached=e.cached,
+                tokens=e.tokens,
+                cost=e.cost,
+            )
+        )
+    return [
+        ItemOutcome(
+            id=row.id,
+            item_index=row.item_index,
+            run_index=row.run_index,
+            item_key=row.item_key,
+            status=row.status,
+            output=row.output,
+            metadata=row.metadata,
+            error=row.error,
+            traceback=row.traceback,
+            latency_ms=row.latency_ms,
+            tokens=row.tokens,
+            cost=row.cost,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            evaluations=evaluations.get(row.id, []),
+        )
+        for row in rows
+    ]

@@ -1,0 +1,104 @@
+"""Formatting filters and a query-string tag for the dashboard templates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.http import QueryDict
+
+register = template.Library()
+
+
+def _number(value: Any) -> float | None:
+    """A number, or None for what templates give for missing values (None, "")."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@register.filter
+def score(value: float | None, digits: int = 2) -> str:
+    """0.8512 → "0.85"; missing → "—"."""
+    value = _number(value)
+    return "—" if value is None else f"{value:.{int(digits)}f}"
+
+
+@register.filter
+def delta(value: float | None) -> str:
+    value = _number(value)
+    return "—" if value is None else f"{value:+.2f}"
+
+
+@register.filter
+def trend_class(value: float | None) -> str:
+    """CSS class for a difference: up, down or flat."""
+    value = _number(value)
+    if value is None or abs(value) < 1e-12:
+        return "flat"
+    return "up" if value > 0 else "down"
+
+
+@register.filter
+def percent(value: float | None) -> str:
+    value = _number(value)
+    return "—" if value is None else f"{value:.0%}"
+
+
+@register.filter
+def duration(ms: float | None) -> str:
+    """Milliseconds as 420ms, 4.2s, 3m 05s or 1h 02m."""
+    ms = _number(ms)
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+@register.filter
+def cost(value: float | None) -> str:
+    value = _number(value)
+    return "—" if value is None else f"${value:.4f}"
+
+
+@register.filter
+def thousands(value: int | None) -> str:
+    value = _number(value)
+    return "—" if value is None else f"{int(value):,}"
+
+
+@register.filter
+def get(mapping: dict[str, Any] | None, key: str) -> Any:
+    return (mapping or {}).get(key)
+
+
+@register.simple_tag(takes_context=True)
+def query(context: template.Context, **changes: Any) -> str:
+    """The current query string with `changes` applied (None or "" removes a key)."""
+    request = context.get("request")
+    params = request.GET.copy() if request is not None else QueryDict(mutable=True)
+    for key, value in changes.items():
+        if value is None or value == "":
+            params.pop(key, None)
+        else:
+            params[key] = str(value)
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"
+
+
+@register.simple_tag(takes_context=True)
+def sort_query(context: template.Context, column: str, current: str) -> str:
+    """Query string sorting by `column`: ascending first, descending on a second click."""
+    target = f"-{column}" if current == column else column
+    return query(context, sort=target, page=None)

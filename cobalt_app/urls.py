@@ -1,0 +1,17 @@
+"""Dashboard pages (the REST API lives under /api/, the admin under /admin/)."""
+
+from django.urls import path
+
+from cobalt_app import views
+
+app_name = "cobalt"
+
+urlpatterns = [
+    path("", views.runs_list, name="runs"),
+    path("runs/<str:run_id>/", views.run_detail, name="run"),
+    path("runs/<str:run_id>/items/<int:item_id>/", views.item_panel, name="item"),
+    path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="export"),
+    path("compare/", views.compare, name="compare"),
+    path("trends/", views.trends, name="trends"),
+    path("healthz/", views.healthz, name="healthz"),
+]

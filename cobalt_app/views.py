@@ -1,0 +1,291 @@
+"""Dashboard pages: runs list, run detail (live while running), item panel, compare, trends.
+
+Each view parses its query with a form, calls page selectors and renders one template; an
+htmx request gets only the partial it swaps (`"page.html#partial"`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_GET
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
+
+from cobalt_app import exports, page_selectors
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.selectors import RunNotFound, run_get
+
+RUNS_PER_PAGE = 25
+ITEMS_PER_PAGE = 50
+POLL_SECONDS = 2
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# Forms --------------------------------------------------------------------------------------
+
+
+class RunFilterForm(forms.Form):
+    name = forms.CharField(required=False, max_length=200)
+    tag = forms.CharField(required=False, max_length=100)
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *Run.Status.choices])
+    date_from = forms.DateField(required=False, label="from")
+    date_to = forms.DateField(required=False, label="to")
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[(s, s) for key in page_selectors.RUN_SORTS for s in (key, f"-{key}")],
+    )
+    page = forms.IntegerField(required=False, min_value=1)
+
+
+class ItemFilterForm(forms.Form):
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *ItemResult.Status.choices])
+    evaluator = forms.CharField(required=False, max_length=100)
+    min = forms.FloatField(required=False)
+    max = forms.FloatField(required=False)
+    sort = forms.CharField(required=False, max_length=120)
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run = run
+
+    def clean_evaluator(self) -> str:
+        name = self.cleaned_data["evaluator"]
+        if name and name not in self.run.evaluator_names:
+            raise forms.ValidationError(
+                f"this run has no evaluator {name!r} (it has: "
+                f"{', '.join(self.run.evaluator_names) or 'none'})"
+            )
+        return name
+
+    def clean_sort(self) -> str:
+        sort = self.cleaned_data["sort"] or "index"
+        key = sort.lstrip("-")
+        allowed = set(page_selectors.ITEM_SORTS) | {
+            f"score:{name}" for name in self.run.evaluator_names
+        }
+        if key not in allowed:
+            raise forms.ValidationError(f"cannot sort by {key!r}")
+        return sort
+
+
+class CompareForm(forms.Form):
+    a = forms.CharField(max_length=32, label="Run A (baseline)")
+    b = forms.CharField(max_length=32, label="Run B (candidate)")
+    key = forms.CharField(required=False, max_length=200)
+
+
+class TrendForm(forms.Form):
+    experiment = forms.CharField(required=False, max_length=200)
+    tag = forms.CharField(required=False, max_length=100)
+
+
+# Helpers ------------------------------------------------------------------------------------
+
+
+def partial_or_page(
+    request: HtmxHttpRequest, template: str, context: dict[str, Any], partial: str
+) -> HttpResponse:
+    """The partial for an htmx swap, the whole page otherwise (history restores included)."""
+    wants_partial = request.htmx and not request.htmx.history_restore_request
+    name = f"{template}#{partial}" if wants_partial else template
+    response = render(request, name, context)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def get_run_or_404(run_id: str) -> Run:
+    try:
+        return run_get(run_id)
+    except RunNotFound as exc:
+        raise Http404(str(exc)) from None
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def run_url(run_id: str) -> str:
+    return reverse("cobalt:run", args=[run_id])
+
+
+# Views --------------------------------------------------------------------------------------
+
+
+@require_GET
+def runs_list(request: HtmxHttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET)
+    filters = form.cleaned_data if form.is_valid() else {}
+    runs = page_selectors.run_search(
+        name=filters.get("name") or "",
+        tag=filters.get("tag") or "",
+        status=filters.get("status") or "",
+        date_from=filters.get("date_from"),
+        date_to=filters.get("date_to"),
+        sort=filters.get("sort") or "-created",
+    )
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = [{"run": run, "scores": page_selectors.score_cells(run)} for run in page]
+    context = {
+        "form": form,
+        "page": page,
+        "rows": rows,
+        "runs_summary": f"{page.paginator.count:,} run"
+        + ("" if page.paginator.count == 1 else "s"),
+        "sort": filters.get("sort") or "-created",
+        "tags": page_selectors.tag_names(),
+        "statuses": Run.Status.choices,
+    }
+    return partial_or_page(request, "cobalt/runs_list.html", context, "runs")
+
+
+@require_GET
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    run = get_run_or_404(run_id)
+    if run.id != run_id:
+        return redirect(run_url(run.id))
+    target = request.htmx.target if request.htmx else None
+    context: dict[str, Any] = {"run": run, "poll_seconds": POLL_SECONDS}
+    if target != "items":
+        overview = page_selectors.run_overview(run)
+        context |= {"overview": overview, "charts": overview.chart_data}
+    if target == "live":
+        response = render(request, "cobalt/run_detail.html#live", context)
+        if run.is_finished:
+            # 286 stops htmx polling; the body still swaps in the final summary.
+            response = HttpResponseStopPolling(response.content)
+        response["HX-Trigger"] = "cobalt-progress"
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+    form = ItemFilterForm(request.GET, run=run)
+    filters = form.cleaned_data if form.is_valid() else {}
+    items = page_selectors.item_page(
+        run,
+        status=filters.get("status") or "",
+        evaluator=filters.get("evaluator") or "",
+        min_score=filters.get("min"),
+        max_score=filters.get("max"),
+        sort=filters.get("sort") or "index",
+        page=filters.get("page") or 1,
+        per_page=ITEMS_PER_PAGE,
+    )
+    context |= {
+        "form": form,
+        "items": items,
+        "sort": filters.get("sort") or "index",
+        "item_statuses": ItemResult.Status.choices,
+        "items_url": request.get_full_path(),
+    }
+    if target != "items":
+        context["previous"] = page_selectors.previous_run(run)
+    return partial_or_page(request, "cobalt/run_detail.html", context, "items")
+
+
+@require_GET
+def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
+    run = get_run_or_404(run_id)
+    item = page_selectors.item_detail(run, item_id)
+    if item is None:
+        raise Http404(f"run {run.id} has no item {item_id}")
+    context = {
+        "run": run,
+        "item": item,
+        "input": page_selectors.pretty(item.input),
+        "output": page_selectors.pretty(item.output),
+        "metadata": page_selectors.pretty(item.metadata) if item.metadata else "",
+    }
+    return partial_or_page(request, "cobalt/item.html", context, "panel")
+
+
+@require_GET
+def run_export(request: HttpRequest, run_id: str, fmt: str) -> StreamingHttpResponse:
+    run = get_run_or_404(run_id)
+    if fmt not in exports.FORMATS:
+        raise Http404(f"unknown export format {fmt!r}")
+    response = StreamingHttpResponse(
+        exports.export(run, fmt), content_type=exports.content_type(fmt)
+    )
+    disposition = "inline" if request.GET.get("view") else "attachment"
+    response["Content-Disposition"] = f'{disposition}; filename="{exports.filename(run, fmt)}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@require_GET
+def compare(request: HtmxHttpRequest) -> HttpResponse:
+    form = CompareForm(request.GET or None)
+    context: dict[str, Any] = {"form": form, "recent": page_selectors.recent_runs()}
+    if form.is_valid():
+        try:
+            a, b = run_get(form.cleaned_data["a"]), run_get(form.cleaned_data["b"])
+        except RunNotFound as exc:
+            form.add_error(None, str(exc))
+        else:
+            key = form.cleaned_data["key"]
+            if request.htmx and request.htmx.target == "side" and key:
+                context |= {
+                    "a": a,
+                    "b": b,
+                    "key": key,
+                    "side": page_selectors.side_by_side(a, b, key),
+                }
+                return partial_or_page(request, "cobalt/compare.html", context, "side")
+            comparison = page_selectors.compare(a, b)
+            context |= {
+                "a": a,
+                "b": b,
+                "comparison": comparison,
+                "charts": comparison.chart_data,
+                "key": key,
+                "side": page_selectors.side_by_side(a, b, key) if key else None,
+            }
+    return render(request, "cobalt/compare.html", context)
+
+
+@require_GET
+def trends(request: HtmxHttpRequest) -> HttpResponse:
+    form = TrendForm(request.GET)
+    filters = form.cleaned_data if form.is_valid() else {}
+    names = page_selectors.experiment_names()
+    experiment = filters.get("experiment") or page_selectors.latest_experiment()
+    context: dict[str, Any] = {
+        "form": form,
+        "experiments": names,
+        "experiment": experiment,
+        "tags": page_selectors.tag_names(),
+        "tag": filters.get("tag") or "",
+    }
+    if experiment:
+        trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
+        chart = trend.chart_data
+        chart["urls"] = [run_url(run.id) for run in trend.runs]
+        context |= {"trend": trend, "charts": chart}
+    return partial_or_page(request, "cobalt/trends.html", context, "trend")
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness, and which project this server shows (so `cobalt run --ui` can reuse it)."""
+    return JsonResponse({"status": "ok", "project": project_fingerprint()})
+
+
+def project_fingerprint() -> str:
+    return hashlib.sha256(str(settings.PROJECT_DIR).encode()).hexdigest()[:16]

