@@ -120,24 +120,26 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def start_server(project: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cobalt_cli", "serve", "--host", HOST, "--port", str(port)],
-        cwd=project,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    log = project / ".cobalt" / "bench-serve.log"
+    with log.open("w") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "cobalt_cli", "serve", "--host", HOST, "--port", str(port)],
+            cwd=project,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://{HOST}:{port}"
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            sys.exit(f"cobalt serve exited: {server.stderr.read().decode()}")
+            sys.exit(f"cobalt serve exited:\n{log.read_text()}")
         try:
             if httpx.get(f"{base}/api/runs/", timeout=2).status_code < 500:
-                return server, base
+                return server, base, log
         except httpx.TransportError:
             time.sleep(0.1)
     stop_server(server)
@@ -172,13 +174,19 @@ async def client(
         elapsed = (time.perf_counter() - started) * 1000
         record[kind].append(elapsed)
         if not ok:
-            record["errors"].append(f"{url}: {getattr(response, 'status_code', response)!r}")
+            at = seconds_before(until)
+            what = getattr(response, "status_code", response)
+            record["errors"].append(f"{url}: {what!r} ({at:.1f}s before the end)")
 
 
 async def load(base: str, token: str, run_id: str, items: int, clients: int, seconds: float):
     record: dict[str, list] = {"runs": [], "items": [], "errors": []}
     pages = max(1, items // PAGE_SIZE)
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    # Idle connections are dropped before the server's keep-alive (5 s) can close them under
+    # a request: with equal timeouts the two race and a reused connection is reset.
+    limits = httpx.Limits(
+        max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=2.0
+    )
     headers = {"Authorization": f"Token {token}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as http:
         until = time.monotonic() + seconds
@@ -188,6 +196,10 @@ async def load(base: str, token: str, run_id: str, items: int, clients: int, sec
         )
         wall = time.perf_counter() - started
     return record, wall
+
+
+def seconds_before(until: float) -> float:
+    return until - time.monotonic()
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -236,14 +248,17 @@ def main() -> int:
             print(f"reusing {project}: run {run_id}")
         else:
             run_id, token = prepare(project, args.items, env)
-        server, base = start_server(project, env)
+        server, base, log = start_server(project, env)
         try:
             record, wall = asyncio.run(
                 load(base, token, run_id, args.items, args.clients, args.seconds)
             )
         finally:
             stop_server(server)
-        return report(record, wall, args.clients)
+        failed = report(record, wall, args.clients)
+        if failed:
+            print("server log (tail):\n" + "\n".join(log.read_text().splitlines()[-20:]))
+        return failed
     finally:
         if args.project is None:
             shutil.rmtree(project, ignore_errors=True)

@@ -119,6 +119,8 @@ def redact(value: Any, key: str = "") -> Any:
         return "***"
     if isinstance(value, str) and key in ("database_url", "broker_url"):
         return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", value)
+    if isinstance(value, str) and key == "url":  # webhook paths often carry a token
+        return re.sub(r"^(https?://)(?:[^@/?#]*@)?([^/?#]+).*$", r"\1\2/***", value)
     return value
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import QuerySet
+
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 
@@ -143,7 +145,8 @@ def item_flakiness(
     for key, item in result.items():
         item.runs = len(runs_seen[key])
         item.variance = {name: _variance(values) for name, values in scores[key].items()}
-        noisy = min_stddev is not None and math.sqrt(item.max_variance[1]) >= min_stddev
+        stddev = math.sqrt(item.max_variance[1])
+        noisy = min_stddev is not None and stddev >= min_stddev - 1e-9  # float noise
         item.flaky = item.flips > 0 or noisy
     return result
 
@@ -168,34 +171,55 @@ class UnknownExperiment(LookupError):
     pass
 
 
-def history_runs(
-    experiment: str, *, last: int = HISTORY_RUNS, until: Run | None = None
-) -> list[Run]:
-    """The experiment's latest `last` finished runs (not rejudged), oldest first."""
+def history(experiment: str, *, last: int = HISTORY_RUNS, until: Run | None = None) -> QuerySet:
+    """The ids of the experiment's latest `last` finished runs (not rejudged), newest first."""
     runs = Run.objects.filter(name=experiment, status__in=Run.FINISHED, parent__isnull=True)
     if until is not None:
         runs = runs.filter(created_at__lte=until.created_at)
-    return list(reversed(runs.order_by("-created_at", "-id")[:last]))
+    return runs.order_by("-created_at", "-id").values("id")[:last]
 
 
-def observations(runs: Sequence[Run], *, keys: Iterable[str] | None = None) -> list[Observation]:
-    """Every finished repetition of the runs' items (restricted to `keys` when given)."""
-    order = {run.id: position for position, run in enumerate(runs)}
-    items = ItemResult.objects.filter(run_id__in=list(order), status__in=VERDICT_STATUSES)
+def history_runs(
+    experiment: str, *, last: int = HISTORY_RUNS, until: Run | None = None
+) -> list[str]:
+    """The ids of the runs `history()` picks, oldest first."""
+    ids = history(experiment, last=last, until=until).values_list("id", flat=True)
+    return list(reversed(ids))
+
+
+def observations(
+    runs: QuerySet | Sequence[str], *, keys: Iterable[str] | None = None
+) -> list[Observation]:
+    """Every finished repetition of the runs' items (only `keys` when given), in run order.
+
+    One query: the items joined (left) to their evaluations, so an errored item without any
+    evaluation is still observed. `runs` is a list of run ids or a `history()` subquery.
+    """
+    items = ItemResult.objects.filter(run_id__in=runs, status__in=VERDICT_STATUSES)
     if keys is not None:
         items = items.filter(item_key__in=list(keys))
-    rows = list(items.values_list("id", "run_id", "run_index", "item_key", "item_index", "status"))
-    scores: dict[int, dict[str, float]] = defaultdict(dict)
-    evaluations = Evaluation.objects.filter(
-        item__in=items, status=Evaluation.Status.OK, score__isnull=False
-    ).values_list("item_id", "evaluator", "score")
-    for item_id, name, score in evaluations.iterator(chunk_size=5000):
-        scores[item_id][name] = score
-    rows.sort(key=lambda r: (order[r[1]], r[2], r[4]))
-    return [
-        Observation(run_id, run_index, key, index, status, scores.get(item_id, {}))
-        for item_id, run_id, run_index, key, index, status in rows
-    ]
+    rows = items.order_by("run__created_at", "run_id", "run_index", "item_index").values_list(
+        "id",
+        "run_id",
+        "run_index",
+        "item_key",
+        "item_index",
+        "status",
+        "evaluations__evaluator",
+        "evaluations__score",
+        "evaluations__status",
+    )
+    found: list[Observation] = []
+    current_id = None
+    for item_id, run_id, run_index, key, index, status, name, score, verdict in rows.iterator(
+        chunk_size=5000
+    ):
+        if item_id != current_id:
+            found.append(Observation(run_id, run_index, key, index, status, {}))
+            current_id = item_id
+        if name is not None and verdict == Evaluation.Status.OK and score is not None:
+            found[-1].scores[name] = score
+    return found
 
 
 @dataclass
@@ -223,6 +247,17 @@ def experiment_names() -> list[str]:
     return list(Run.objects.order_by("name").values_list("name", flat=True).distinct())
 
 
+def check_experiment(experiment: str) -> None:
+    """Raise UnknownExperiment, with the closest names, when no run has this name."""
+    if Run.objects.filter(name=experiment).exists():
+        return
+    names = experiment_names()
+    close = difflib.get_close_matches(experiment, names, n=3)
+    hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
+    known = f" (known: {', '.join(names[:10])})" if names and not close else ""
+    raise UnknownExperiment(f"no runs of an experiment named {experiment!r}{hint}{known}")
+
+
 def flaky_report(
     experiment: str,
     *,
@@ -233,17 +268,11 @@ def flaky_report(
     keys: Iterable[str] | None = None,
 ) -> FlakyReport:
     """The items of an experiment ranked by flakiness over its latest `last` runs."""
-    runs = history_runs(experiment, last=last, until=until)
-    if not runs and until is None and not Run.objects.filter(name=experiment).exists():
-        names = experiment_names()
-        close = difflib.get_close_matches(experiment, names, n=3)
-        hint = f"; did you mean {', '.join(repr(n) for n in close)}?" if close else ""
-        known = f" (known: {', '.join(names[:10])})" if names and not close else ""
-        raise UnknownExperiment(f"no runs of an experiment named {experiment!r}{hint}{known}")
+    run_ids = history_runs(experiment, last=last, until=until)
     found = item_flakiness(
-        observations(runs, keys=keys), pass_score=pass_score, min_stddev=min_stddev
+        observations(run_ids, keys=keys), pass_score=pass_score, min_stddev=min_stddev
     )
-    return FlakyReport(experiment, [run.id for run in runs], ranked(found.values()))
+    return FlakyReport(experiment, run_ids, ranked(found.values()))
 
 
 def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
@@ -251,8 +280,8 @@ def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
     keys = list(keys)
     if not keys:
         return {}
-    report = flaky_report(run.name, until=run, keys=keys)
-    return {item.key: item for item in report.flaky}
+    found = item_flakiness(observations(history(run.name, until=run), keys=keys))
+    return {key: item for key, item in found.items() if item.flaky}
 
 
 def flaky_keys(experiment: str, *, last: int = HISTORY_RUNS) -> set[str]:

@@ -18,6 +18,17 @@ from cobalt_app.engine import Reporter, run_experiment
 from cobalt_app.models import Run
 
 GLOB_CHARS = set("*?[")
+LOCAL_TYPES = {
+    "contains",
+    "not-contains",
+    "regex",
+    "json-valid",
+    "json-schema",
+    "levenshtein",
+    "latency",
+    "cost",
+    "tool-calls",
+}
 
 
 @dataclass
@@ -73,6 +84,22 @@ def relative_file(config: Config, experiment: Experiment) -> str:
         return str(path)
 
 
+def preload_sdks(experiments: list[Experiment], config: Config) -> None:
+    """Import the provider SDKs the evaluators will call before items start, not on the loop.
+
+    Importing `openai` takes about half a second; done lazily inside the first evaluation it
+    would stall every item in flight and show up as their latency.
+    """
+    from cobalt_app.providers import import_sdk
+
+    default = config.get("judge.provider") or "openai"
+    for experiment in experiments:
+        for evaluator in experiment.evaluators:
+            if evaluator.type in ("function", "exact-match") or evaluator.type in LOCAL_TYPES:
+                continue
+            import_sdk(evaluator.provider or default)
+
+
 def execute(
     experiments: list[Experiment],
     config: Config,
@@ -99,6 +126,8 @@ def execute(
             resume_run_id=resume_run_id,
             tags=tags,
         )
+
+    preload_sdks(experiments, config)
 
     async def run_all() -> list[Run]:
         db = aio.DatabaseThread()

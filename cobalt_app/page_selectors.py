@@ -18,7 +18,9 @@ from django.db import connection
 from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
+from cobalt_app import significance
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.significance import ALPHA
 
 HISTOGRAM_BINS = 10
 TEXT_PREVIEW = 160
@@ -114,7 +116,7 @@ class RunOverview:
         return {
             "bars": {
                 "labels": [e["name"] for e in self.evaluators],
-                "values": [e["avg"] for e in self.evaluators],
+                "values": [e.get("avg") for e in self.evaluators],
             },
             "histogram": {
                 "labels": [
@@ -523,6 +525,7 @@ class Comparison:
     matched: int
     only_in_a: int
     only_in_b: int
+    alpha: float = ALPHA
 
     @property
     def chart_data(self) -> dict[str, Any]:
@@ -535,7 +538,8 @@ class Comparison:
         }
 
 
-PAIRS_JOIN = """
+PAIRS_SQL = """
+SELECT ea.evaluator, ia.item_key, {score_a}, {score_b}, {index_a}, {index_b}
 FROM {evaluation} ea
 INNER JOIN {item} ia ON ia.id = ea.item_id
 INNER JOIN {item} ib
@@ -543,34 +547,7 @@ INNER JOIN {item} ib
 INNER JOIN {evaluation} eb ON eb.item_id = ib.id AND eb.evaluator = ea.evaluator
 WHERE ea.run_id = %s AND ea.status = %s AND eb.status = %s
     AND ea.score IS NOT NULL AND eb.score IS NOT NULL
-"""
-PAIRS = """
-SELECT ia.item_key AS item_key, ea.evaluator AS evaluator, ea.score AS score_a,
-    eb.score AS score_b, ia.item_index AS index_a, ib.item_index AS index_b
-"""
-# With repetitions, a key's scores are averaged per run before the difference is taken.
-PAIRS_AVERAGED = """
-SELECT ia.item_key AS item_key, ea.evaluator AS evaluator, AVG(ea.score) AS score_a,
-    AVG(eb.score) AS score_b, MIN(ia.item_index) AS index_a, MIN(ib.item_index) AS index_b
-"""
-# The differences are computed once (a CTE used three times is materialised by SQLite and
-# PostgreSQL alike) and come back as per-evaluator moments plus the top movers each way.
-COMPARE_SQL = """
-WITH deltas AS (SELECT p.*, p.score_b - p.score_a AS delta FROM ({pairs}) p)
-SELECT 'all', evaluator, NULL, COUNT(*) * 1.0, SUM(delta), SUM(delta * delta),
-    SUM(CASE WHEN delta < 0 THEN 1 ELSE 0 END) * 1.0,
-    SUM(CASE WHEN delta > 0 THEN 1 ELSE 0 END) * 1.0, NULL, NULL
-FROM deltas GROUP BY evaluator
-UNION ALL
-SELECT * FROM (
-    SELECT 'down', evaluator, item_key, score_a, score_b, delta, NULL, NULL, index_a, index_b
-    FROM deltas WHERE delta < 0 ORDER BY delta, item_key, evaluator LIMIT %s
-) down
-UNION ALL
-SELECT * FROM (
-    SELECT 'up', evaluator, item_key, score_a, score_b, delta, NULL, NULL, index_a, index_b
-    FROM deltas WHERE delta > 0 ORDER BY delta DESC, item_key, evaluator LIMIT %s
-) up
+{group}
 """
 KEY_COUNTS_SQL = """
 SELECT
@@ -581,88 +558,107 @@ SELECT
 """
 
 
-def compare(a: Run, b: Run, *, top: int = 10) -> Comparison:
-    """Per-evaluator averages, deltas and a paired t-test; the items that moved most, by key.
+def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Comparison:
+    """Per-evaluator averages and deltas with the paired test the CLI and API report
+    (`significance.paired_compare`), and the items that moved most, matched by key.
 
-    Each scored verdict of A is paired with B's verdict for the same item key, repetition
-    and evaluator in one SQL pass (over the `(run, item_key)` and `(item, evaluator)`
-    indexes); only the aggregates and the top movers leave the database.
+    One SQL pass pairs each scored verdict of A with B's verdict for the same item key,
+    repetition and evaluator (over the `(run, item_key)` and `(item, evaluator)` indexes);
+    with repetitions, a key's scores are averaged per run first. Rows come through a plain
+    cursor: ORM rows for 100k pairs would cost more than the join itself.
     """
-    tables = {"evaluation": Evaluation._meta.db_table, "item": ItemResult._meta.db_table}
+    import numpy as np
+
     repeated = any(int((run.config or {}).get("runs") or 1) > 1 for run in (a, b))
-    pairs = (
-        (PAIRS_AVERAGED + PAIRS_JOIN + " GROUP BY ia.item_key, ea.evaluator")
-        if repeated
-        else (PAIRS + PAIRS_JOIN)
-    )
-    sql = COMPARE_SQL.format(pairs=pairs.format(**tables))
+    columns = {
+        "score_a": "AVG(ea.score)" if repeated else "ea.score",
+        "score_b": "AVG(eb.score)" if repeated else "eb.score",
+        "index_a": "MIN(ia.item_index)" if repeated else "ia.item_index",
+        "index_b": "MIN(ib.item_index)" if repeated else "ib.item_index",
+        "group": "GROUP BY ea.evaluator, ia.item_key" if repeated else "",
+    }
+    tables = {"evaluation": Evaluation._meta.db_table, "item": ItemResult._meta.db_table}
     ok = Evaluation.Status.OK
-    moments: dict[str, tuple] = {}
-    down, up = [], []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [b.id, a.id, ok, ok, top, top])
-        for kind, name, key, v1, v2, v3, v4, v5, index_a, index_b in cursor.fetchall():
-            if kind == "all":
-                moments[name] = (int(v1), float(v2), float(v3), int(v4), int(v5))
-                continue
-            mover = {
-                "key": key,
-                "evaluator": name,
-                "a": float(v1),
-                "b": float(v2),
-                "delta": float(v3),
-                "indexA": index_a,
-                "indexB": index_b,
-            }
-            (down if kind == "down" else up).append(mover)
+        cursor.execute(PAIRS_SQL.format(**columns, **tables), [b.id, a.id, ok, ok])
+        rows = cursor.fetchall()
         cursor.execute(KEY_COUNTS_SQL.format(**tables), [a.id, b.id, a.id, b.id])
         keys_a, keys_b, matched = cursor.fetchone()
+    # Columns, split per evaluator with numpy masks (a Python loop over 100k rows is slower).
+    name_col, key_col, a_col, b_col, ia_col, ib_col = (
+        [np.asarray(c) for c in zip(*rows, strict=True)] if rows else [np.asarray([])] * 6
+    )
+    by_name = {}
+    for name in dict.fromkeys(name_col.tolist()):
+        mask = name_col == name
+        by_name[name] = (
+            key_col[mask].tolist(),
+            a_col[mask].astype(float),
+            b_col[mask].astype(float),
+            ia_col[mask].tolist(),
+            ib_col[mask].tolist(),
+        )
     names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-    names += sorted(set(moments) - set(names))
-    evaluators = []
+    names += sorted(set(by_name) - set(names))
+    evaluators: list[dict[str, Any]] = []
+    movers: list[dict[str, Any]] = []
     for name in names:
+        empty = np.asarray([], dtype=float)
+        keys, scores_a, scores_b, indexes_a, indexes_b = by_name.get(
+            name, ([], empty, empty, [], [])
+        )
+        deltas = scores_b - scores_a
+        test = significance.paired_compare(
+            dict(zip(keys, scores_a.tolist(), strict=True)),
+            dict(zip(keys, scores_b.tolist(), strict=True)),
+            alpha=alpha,
+        )
         avg_a = (_scores(a).get(name) or {}).get("avg")
         avg_b = (_scores(b).get(name) or {}).get("avg")
-        n, total, squares, regressed, improved = moments.get(name, (0, 0.0, 0.0, 0, 0))
         evaluators.append(
             {
                 "name": name,
                 "a": avg_a,
                 "b": avg_b,
                 "delta": avg_b - avg_a if avg_a is not None and avg_b is not None else None,
-                "pairs": n,
-                "regressed": regressed,
-                "improved": improved,
-                **paired_test(n, total, squares),
+                "pairs": len(keys),
+                "regressed": int((deltas < 0).sum()),
+                "improved": int((deltas > 0).sum()),
+                "meanDelta": test["delta"],
+                "ci": test["ci"],
+                "pValue": test["pValue"],
+                "test": test["test"],
+                "verdict": test["verdict"],
             }
         )
+        # This evaluator's `top` largest moves each way; the best overall are picked below.
+        order = np.argsort(deltas, kind="stable")
+        for i in sorted({*order[:top].tolist(), *order[::-1][:top].tolist()}):
+            if deltas[i]:
+                movers.append(
+                    {
+                        "key": keys[i],
+                        "evaluator": name,
+                        "a": float(scores_a[i]),
+                        "b": float(scores_b[i]),
+                        "delta": float(deltas[i]),
+                        "indexA": indexes_a[i],
+                        "indexB": indexes_b[i],
+                    }
+                )
+    down = sorted((m for m in movers if m["delta"] < 0), key=lambda m: (m["delta"], m["key"]))
+    up = sorted((m for m in movers if m["delta"] > 0), key=lambda m: (-m["delta"], m["key"]))
     return Comparison(
         a=a,
         b=b,
         evaluators=evaluators,
-        regressions=down,
-        improvements=up,
+        regressions=down[:top],
+        improvements=up[:top],
         matched=matched,
         only_in_a=keys_a - matched,
         only_in_b=keys_b - matched,
+        alpha=alpha,
     )
-
-
-def paired_test(n: int, total: float, squares: float) -> dict[str, Any]:
-    """Mean difference and the two-sided paired t-test p-value, from the moments of the
-    differences (None when it cannot be computed: fewer than two pairs, or no spread)."""
-    if n == 0:
-        return {"meanDelta": None, "pValue": None}
-    mean = total / n
-    if n < 2:
-        return {"meanDelta": mean, "pValue": None}
-    variance = max(0.0, (squares - n * mean * mean) / (n - 1))
-    if variance <= 1e-18:
-        return {"meanDelta": mean, "pValue": 1.0 if abs(mean) < 1e-12 else None}
-    from scipy import stats as scipy_stats
-
-    t = mean / math.sqrt(variance / n)
-    return {"meanDelta": mean, "pValue": float(2 * scipy_stats.t.sf(abs(t), n - 1))}
 
 
 def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
@@ -729,7 +725,7 @@ class Trend:
     def chart_data(self) -> dict[str, Any]:
         columns = list(zip(*(self.averages(run) for run in self.runs), strict=True))
         return {
-            "labels": [run.created_at.strftime("%Y-%m-%d %H:%M") for run in self.runs],
+            "labels": [run.created_at.strftime("%Y-%m-%d %H:%M:%S") for run in self.runs],
             "runs": [run.id for run in self.runs],
             "series": [
                 {"label": name, "values": list(columns[i]) if columns else []}

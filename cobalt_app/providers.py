@@ -40,6 +40,15 @@ class Embeddings:
     model: str
 
 
+def import_sdk(provider: str) -> None:
+    """Import a provider's SDK ahead of use (unknown providers are reported when called)."""
+    import importlib
+
+    module = {"openai": "openai", "anthropic": "anthropic"}.get(provider)
+    if module:
+        importlib.import_module(module)
+
+
 def resolve_api_key(
     provider: str,
     *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from cobalt_app.models import Evaluation, ItemResult, Run
@@ -68,15 +69,22 @@ def scores_by_key(run: Run) -> dict[str, dict[str, float]]:
 
 
 def scores_by_item(run: Run) -> dict[str, dict[str, list[float]]]:
-    """Item key → evaluator → its scores across repetitions, in repetition order."""
-    result: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    rows = (
-        Evaluation.objects.filter(run=run, status=Evaluation.Status.OK, score__isnull=False)
-        .order_by("item__item_index", "item__run_index")
-        .values_list("item__item_key", "evaluator", "score")
+    """Item key → evaluator → its scores across repetitions (scored evaluations only).
+
+    A plain cursor: run summaries call this for every run, and ORM rows for 100k evaluations
+    cost twice the query.
+    """
+    sql = (
+        f"SELECT i.item_key, e.evaluator, e.score FROM {Evaluation._meta.db_table} e "
+        f"INNER JOIN {ItemResult._meta.db_table} i ON i.id = e.item_id "
+        "WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL"
     )
-    for key, evaluator, score in rows.iterator(chunk_size=5000):
-        result[key][evaluator].append(score)
+    result: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run.id, Evaluation.Status.OK])
+        while chunk := cursor.fetchmany(20000):
+            for key, evaluator, score in chunk:
+                result[key][evaluator].append(score)
     return result
 
 

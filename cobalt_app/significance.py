@@ -323,6 +323,7 @@ def paired_compare(
         "pValue": None,
         "alpha": alpha,
         "verdict": INSUFFICIENT,
+        "table": None,
         "onlyInA": len(only_a),
         "onlyInB": len(only_b),
         "onlyInAKeys": only_a[:keys_listed],

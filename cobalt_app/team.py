@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Max
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from cobalt.config import Config
@@ -224,39 +224,51 @@ class Claim:
     stored: dict[str, Any] = field(default_factory=dict)
 
 
+CLAIM_SQL = (
+    "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
+    "lease_expires_at = %s, started_at = %s WHERE id = %s AND status = %s RETURNING run_id, "
+    "item_index, run_index, item_key, input, output, metadata, latency_ms, tokens, cost, attempts"
+)
+
+
+_marked_running: dict[str, float] = {}  # run id → when this process last set it running
+
+
 def item_claim(item_id: int, worker: str) -> Claim | None:
     """Take a pending item (conditional UPDATE); None when someone else has it or it is done."""
     now = timezone.now()
-    taken = ItemResult.objects.filter(id=item_id, status=ItemResult.Status.PENDING).update(
-        status=ItemResult.Status.RUNNING,
-        worker=worker[:200],
-        attempts=F("attempts") + 1,
-        lease_expires_at=now + timedelta(seconds=lease_grace()),
-        started_at=now,
-    )
-    if taken != 1:
+    lease = now + timedelta(seconds=lease_grace())
+    params = [ItemResult.Status.RUNNING, worker[:200], lease, now, item_id]
+    params.append(ItemResult.Status.PENDING)
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CLAIM_SQL,
+            [ops.adapt_datetimefield_value(p) if p in (now, lease) else p for p in params],
+        )
+        row = cursor.fetchone()
+    if row is None:
         return None
-    row = ItemResult.objects.values(
-        "run_id",
-        "item_index",
-        "run_index",
-        "item_key",
-        "input",
-        "output",
-        "metadata",
-        "latency_ms",
-        "tokens",
-        "cost",
-        "attempts",
-    ).get(id=item_id)
-    Run.objects.filter(id=row["run_id"], status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING, started_at=now
-    )
-    snapshot = ItemSnapshot(
-        item_id, row["item_index"], row["run_index"], row["item_key"], row["input"]
-    )
-    stored = {k: row[k] for k in ("output", "metadata", "latency_ms", "tokens", "cost")}
-    return Claim(item_id, row["run_id"], row["attempts"], snapshot, stored)
+    run_id, index, repetition, key, item, output, metadata, latency, tokens, cost, attempt = row
+    if time.monotonic() - _marked_running.get(run_id, -60.0) > 2.0:
+        Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
+            status=Run.Status.RUNNING, started_at=now
+        )
+        _marked_running[run_id] = time.monotonic()
+    snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
+    stored = {
+        "output": _json(output),
+        "metadata": _json(metadata) or {},
+        "latency_ms": latency,
+        "tokens": tokens,
+        "cost": cost,
+    }
+    return Claim(item_id, run_id, attempt, snapshot, stored)
+
+
+def _json(value: Any) -> Any:
+    """JSON columns come back as text from a raw cursor (PostgreSQL and SQLite alike)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
@@ -270,7 +282,8 @@ def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
         )
         if current is None or current[0] in ItemResult.FINISHED or current[1] != claim.attempt:
             return False
-        return services.record_item_outcomes(claim.run_id, [outcome]) == 1
+        # The row is locked and still ours: no need to re-check it inside.
+        return services.record_item_outcomes(claim.run_id, [outcome], exclusive=True) == 1
 
 
 def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:
@@ -548,16 +561,21 @@ def wait(
     watched = sorted(item_ids(run_id) if ids is None else ids)
     waiting = set(watched)
     cursor = 0
-    total = Run.objects.values_list("total_items", flat=True).get(id=run_id)
+    total, run_config = Run.objects.values_list("total_items", "config").get(id=run_id)
+    order = [e["name"] for e in (run_config or {}).get("evaluators", [])]
     done = total - len(waiting)
     began = last_progress = next_check = time.monotonic()
     noticed_queue = noticed_stall = False
+    counted, fetched_at = -1, 0.0
     while True:
-        status = Run.objects.values_list("status", flat=True).get(id=run_id)
+        status, finished = Run.objects.values_list("status", "finished_items").get(id=run_id)
         while cursor < len(watched) and watched[cursor] not in waiting:
             cursor += 1
         fresh = []
-        if cursor < len(watched):
+        # Read the items only when the run's counter moved (or now and then, to be sure).
+        look = finished != counted or status in Run.FINISHED or time.monotonic() - fetched_at > 2
+        if cursor < len(watched) and look:
+            counted, fetched_at = finished, time.monotonic()
             finished = ItemResult.objects.filter(
                 run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
             ).values_list("id", flat=True)
@@ -566,7 +584,7 @@ def wait(
             waiting.difference_update(fresh)
             last_progress = time.monotonic()
             noticed_stall = False
-            for outcome in outcomes(fresh):
+            for outcome in outcomes(fresh, order=order):
                 done += 1
                 if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
                     reporter.item_finished(outcome, done, total)
@@ -613,8 +631,9 @@ def waiting_message() -> str:
     )
 
 
-def outcomes(ids: list[int]) -> list[ItemOutcome]:
+def outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
     """Finished item rows as the reporter sees them in the embedded mode."""
+    rank = {name: position for position, name in enumerate(order or [])}
     rows = ItemResult.objects.filter(id__in=ids).order_by("finished_at", "id")
     evaluations: dict[int, list[EvalOutcome]] = {}
     for e in Evaluation.objects.filter(item_id__in=ids).order_by("id"):
@@ -646,7 +665,9 @@ def outcomes(ids: list[int]) -> list[ItemOutcome]:
             cost=row.cost,
             started_at=row.started_at,
             finished_at=row.finished_at,
-            evaluations=evaluations.get(row.id, []),
+            evaluations=sorted(
+                evaluations.get(row.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
+            ),
         )
         for row in rows
     ]

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from cobalt_app import exports, page_selectors
+from cobalt_app import exports, flaky, page_selectors
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
 
@@ -193,6 +193,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "sort": filters.get("sort") or "index",
         "item_statuses": ItemResult.Status.choices,
         "items_url": request.get_full_path(),
+        "flaky": flaky.flaky_marks(run, {row.key for row in items.rows}),
     }
     if target != "items":
         context["previous"] = page_selectors.previous_run(run)

@@ -202,17 +202,20 @@ class Runtime:
                 return
 
     def beat(self) -> None:
-        """Renew leases (dropping items taken away), announce this worker, sweep in turn."""
+        """Renew leases (dropping items taken away), announce this worker, sweep in turn.
+
+        Runs on the heartbeat thread with its own connection, never blocking the items.
+        """
         with self.lock:
             held = dict(self.held)
         if held:
-            still = self.call_db(team.leases_renew, self.name, list(held))
+            still = team.leases_renew(self.name, list(held))
             for item_id, entry in held.items():
                 if item_id not in still and entry.future is not None:
                     entry.future.cancel()
         team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
         if team.sweep_turn(self.name):
-            report = self.call_db(team.sweep)
+            report = team.sweep()
             if report.requeued or report.abandoned or report.redispatched:
                 logger.warning("sweeper: %s", report)
 

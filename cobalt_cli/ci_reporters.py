@@ -196,7 +196,8 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
             console.print(f"    note: {escape(note)}", soft_wrap=True)
     code = outcome.exit_code
     if code == 0:
-        console.print(f"\nCI passed ({len(outcome.reports)} runs)")
+        count = len(outcome.reports)
+        console.print(f"\nCI passed ({count} run{'s' * (count != 1)})")
     elif code == 1:
         count = len(outcome.violations)
         console.print(f"\nCI failed: {count} violation{'s' * (count != 1)} (exit 1)")

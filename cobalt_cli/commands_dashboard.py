@@ -186,9 +186,34 @@ class DashboardServer:
             def load(self):
                 from django.core.wsgi import get_wsgi_application
 
-                return get_wsgi_application()
+                application = get_wsgi_application()
+                log_request_errors()
+                threading.Thread(target=warm_up, daemon=True).start()
+                return application
 
         Application(prog="cobalt serve").run()
+
+
+def log_request_errors() -> None:
+    """A page that fails (HTTP 500) logs its traceback to the server's stderr."""
+    import logging
+
+    logger = logging.getLogger("django.request")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.ERROR)
+
+
+def warm_up() -> None:
+    """Import in the background what the first requests would otherwise wait for: the URL
+    configuration (views, API) and scipy (about a second; compare pages need it)."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - imports every view module
+    import scipy.special  # noqa: F401
+    import scipy.stats  # noqa: F401
 
 
 # run --ui -----------------------------------------------------------------------------------

@@ -72,12 +72,13 @@ def flaky(
     from cobalt_cli.main import console, fail, setup
 
     setup()
-    from cobalt_app.flaky import UnknownExperiment, flaky_report
+    from cobalt_app.flaky import UnknownExperiment, check_experiment, flaky_report
 
     try:
-        report = flaky_report(experiment, last=last, pass_score=pass_score, min_stddev=min_stddev)
+        check_experiment(experiment)
     except UnknownExperiment as exc:
         raise fail(str(exc)) from None
+    report = flaky_report(experiment, last=last, pass_score=pass_score, min_stddev=min_stddev)
     if as_json:
         typer.echo(json.dumps(report.to_dict(limit=limit), ensure_ascii=False, indent=2))
         return

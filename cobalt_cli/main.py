@@ -109,6 +109,10 @@ def run(
             help="Run the items that flipped in earlier runs N times (see `cobalt flaky`).",
         ),
     ] = None,
+    ui: Annotated[
+        bool,
+        typer.Option("--ui", help="Then open the run in the dashboard (served until Ctrl+C)."),
+    ] = False,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     config = setup()
@@ -169,6 +173,10 @@ def run(
         raise fail(str(exc)) from None
     if resume:
         report_load_errors(config, result.load_errors)
+    if ui and result.runs and not ci:  # CI mode never opens the dashboard
+        from cobalt_cli.commands_dashboard import open_ui
+
+        open_ui(config, result.runs)
     if ci:
         raise typer.Exit(commands_ci.finish(ci_options, config, result))
     if result.load_errors:

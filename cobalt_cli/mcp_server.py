@@ -519,6 +519,7 @@ def verdict_text(entry: dict[str, Any] | None, evaluator: str) -> str | None:
 
 def cobalt_compare_tool(project: Project, *, run_a: str, run_b: str) -> CallToolResult:
     from cobalt_app.selectors import compare_runs, run_get
+    from cobalt_app.significance import describe_result
 
     a, b = run_get(run_a), run_get(run_b)
     diff = compare_runs(a, b, top=FAILING_SHOWN)
@@ -542,6 +543,8 @@ def cobalt_compare_tool(project: Project, *, run_a: str, run_b: str) -> CallTool
             lines.append(
                 f"  {name}: {values['a']:.2f} → {values['b']:.2f} ({values['delta']:+.2f})"
             )
+        if name in diff["significance"]:  # the paired test: is the change more than noise?
+            lines.append(f"    paired test: {describe_result(diff['significance'][name])}")
     lines.append(
         f"{diff['regressionCount']} regressions and {diff['improvementCount']} improvements "
         f"across {diff['matchedItems']} matched items."

@@ -79,7 +79,9 @@ class ConsoleReporter:
     def item_line(self, outcome) -> tuple[str, str]:
         """(plain text, rich markup) of one item's line."""
         label = f"Item {outcome.item_index + 1}/{self.items_in_dataset}"
-        if self.runs > 1:
+        if outcome.run_index >= self.runs:  # --repeat-flaky: a flaky item's extra repetitions
+            label += f" (repeat {outcome.run_index + 1})"
+        elif self.runs > 1:
             label += f" (run {outcome.run_index + 1}/{self.runs})"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":

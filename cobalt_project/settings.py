@@ -111,6 +111,14 @@ def _database() -> dict:
         database = env.db_url_config(url)
         database["CONN_MAX_AGE"] = env.int("COBALT_DB_CONN_MAX_AGE", default=300)
         database["CONN_HEALTH_CHECKS"] = True
+        if "postgres" in database["ENGINE"]:
+            # Each item is a few small commits; waiting for the WAL flush of every one costs
+            # more than the item. A server crash may forget the last moments of commits,
+            # which team mode redoes (leases and the sweeper). COBALT_DB_SYNCHRONOUS_COMMIT=on
+            # restores the PostgreSQL default.
+            commit = env("COBALT_DB_SYNCHRONOUS_COMMIT", default="off")
+            options = database.setdefault("OPTIONS", {})
+            options.setdefault("options", f"-c synchronous_commit={commit}")
         return database
     return {
         "ENGINE": "django.db.backends.sqlite3",

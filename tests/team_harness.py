@@ -334,8 +334,15 @@ class Team:
         return self.spawn([sys.executable, "-m", "cobalt_cli", *args])
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            process.stop()
+        running = [p for p in self.processes if p.popen.poll() is None]
+        for process in running:
+            process.popen.send_signal(signal.SIGTERM)  # all at once: warm shutdowns overlap
+        for process in running:
+            try:
+                process.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.popen.kill()
+                process.popen.wait(timeout=10)
 
     # database reads
 

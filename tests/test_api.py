@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -239,6 +241,10 @@ def test_unknown_runs_are_json_404s_that_say_how_to_find_runs(api_project, api):
     assert response.status_code == 404 and "cobalt history" in response.json()["detail"]
     response = api.get("/api/compare/", {"a": "nosuchrun", "b": "other"})
     assert response.status_code == 404
+    response = api.get("/api/nothing/here/")
+    assert response.status_code == 404
+    assert response.json()["detail"].startswith("no API endpoint at /api/nothing/here/")
+    assert api.get("/api/runs").status_code == 301  # the slash is added, as everywhere
 
 
 def test_compare_matches_items_by_key_and_lists_regressions(api_project, api):
@@ -338,6 +344,18 @@ def test_config_is_redacted_and_no_response_carries_an_api_key(api_project, api,
     ):
         text = api.get(url).content.decode()
         assert secret not in text and "sk-env-SECRET" not in text, url
+
+
+def test_a_missing_plugin_file_is_a_json_500_naming_it(api_project, api):
+    api_project.write("cobalt.toml", 'test_dir = "experiments"\nplugins = ["plugins/gone.py"]\n')
+    set_active_config(load_config(api_project.path))
+    for response in (
+        api.get("/api/experiments/"),
+        api.post("/api/runs/", {"file": "experiments/qa.cobalt.py"}, format="json"),
+    ):
+        assert response.status_code == 500
+        assert "plugin file 'plugins/gone.py'" in response.json()["detail"]
+        assert "does not exist" in response.json()["detail"]
 
 
 # Starting and cancelling ----------------------------------------------------------------------
@@ -508,3 +526,113 @@ def test_a_script_with_a_token_lists_starts_polls_and_reads_items(api_project, t
         assert "cdn" not in docs.text.lower() and "unpkg" not in docs.text
         schema = http.get("/api/schema/", headers={"Accept": "application/json"})
         assert "/api/runs/{run_id}/items/" in schema.json()["paths"]
+
+
+# Team mode: PostgreSQL, Redis DB 7, a real `cobalt worker` and `cobalt serve` -----------------
+
+API_REDIS_URL = "redis://127.0.0.1:6379/7"  # this area's Redis DB (team tests use 5)
+
+
+@pytest.fixture(scope="module")
+def team_services():
+    import psycopg
+    import redis
+
+    from tests import team_harness as harness
+
+    name = f"cobalt_test_api_{os.getpid()}"
+    with psycopg.connect(harness.PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    redis.Redis.from_url(API_REDIS_URL).flushdb()
+    services = harness.Services(
+        name, f"postgresql://postgres@127.0.0.1:5432/{name}", broker_url=API_REDIS_URL
+    )
+    try:
+        yield services
+    finally:
+        with psycopg.connect(harness.PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        redis.Redis.from_url(API_REDIS_URL).flushdb()
+
+
+@pytest.fixture
+def team_server(team_services, fake_provider_server, tmp_path):
+    """A team-mode project with one worker and `cobalt serve`; yields (team, base url)."""
+    from tests import team_harness as harness
+
+    fake_provider_server.reset()
+    folder = tmp_path / "team-proj"
+    (folder / "experiments").mkdir(parents=True)
+    (folder / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    provider_env = {
+        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
+        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+    }
+    compose = harness.compose_config({"COBALT_WORKER_CONCURRENCY": "4"})
+    team = harness.Team(team_services, compose, folder, f"api-{os.getpid()}", provider_env)
+    try:
+        migrated = team.cli("migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        team.start_worker()
+        port = harness.free_port()
+        server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
+        base = f"http://127.0.0.1:{port}"
+
+        def answering() -> bool:
+            assert server.popen.poll() is None, server.err()
+            try:
+                return httpx.get(f"{base}/api/runs/", timeout=2).status_code == 401
+            except httpx.TransportError:
+                return False
+
+        harness.wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
+        yield team, base
+    finally:
+        team.stop_all()
+
+
+@pytest.mark.timeout(180)
+def test_in_team_mode_the_api_needs_a_token_and_runs_go_to_the_workers(team_server):
+    from tests.team_harness import experiment_source
+
+    team, base = team_server
+    folder = team.folder / "experiments"
+    (folder / "demo.cobalt.py").write_text(experiment_source(items=6, token=team.queue))
+    slow = experiment_source(items=40, token=team.queue, delay=0.5, call_agent=False)
+    (folder / "slow.cobalt.py").write_text(slow)
+    created = subprocess.run(
+        [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
+        cwd=team.folder,
+        env=team.env,
+        input="team-pass-123\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+    key = team.cli("token", "create", "ops").stdout.strip()
+
+    assert httpx.get(f"{base}/api/experiments/").status_code == 401
+    refused = httpx.post(f"{base}/api/runs/", json={"file": "experiments/demo.cobalt.py"})
+    assert refused.status_code == 401
+    with httpx.Client(base_url=base, headers={"Authorization": f"Token {key}"}, timeout=30) as api:
+        started = api.post("/api/runs/", json={"file": "experiments/demo.cobalt.py"})
+        assert started.status_code == 202, started.text
+        run_id = started.json()["id"]
+        deadline = time.monotonic() + 60
+        while (detail := api.get(f"/api/runs/{run_id}/").json())["status"] != "completed":
+            assert time.monotonic() < deadline, detail
+            time.sleep(0.1)
+        assert team.run_row(run_id)["mode"] == "team"
+        items = api.get(f"/api/runs/{run_id}/items/").json()
+        assert items["count"] == 6
+        assert {i["evaluations"]["judge"]["score"] for i in items["results"]} == {0.8}
+        assert len(team.executions()) == 6  # executed by the worker, once each
+
+        long_run = api.post("/api/runs/", json={"file": "experiments/slow.cobalt.py"}).json()
+        cancelled = api.post(f"/api/runs/{long_run['id']}/cancel/")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "cancelled"
+        assert team.item_statuses(long_run["id"]).get("cancelled", 0) > 0
+        assert api.post(f"/api/runs/{long_run['id']}/cancel/").status_code == 409

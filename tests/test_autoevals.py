@@ -223,3 +223,16 @@ def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     found = run_with(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], "Paris")
     assert "Factuality: OPENAI_API_KEY is not set: the autoevals evaluator" in found["facts"].error
+
+
+def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
+    import asyncio
+    import sys
+
+    from cobalt_app.evaluators import EvalTarget, evaluate
+
+    monkeypatch.setitem(sys.modules, "autoevals", None)  # as if not installed
+    evaluator = Evaluator("facts", "autoevals", autoeval="Factuality")
+    outcome = asyncio.run(evaluate(evaluator, EvalTarget(ITEM, "Paris"), None))
+    assert outcome.status == "error"
+    assert "pip install 'cobalt[autoevals]'" in outcome.error

@@ -6,7 +6,13 @@ passes or always fails; the bounds are the binomial 99.9% range around the nomin
 
 import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import anyio
+import httpx
 import numpy as np
 import pytest
 from scipy import stats
@@ -24,6 +30,7 @@ from cobalt_app.significance import (
     pass_at_k,
     pass_k_table,
 )
+from tests.conftest import cli_env
 
 
 def keyed(values):
@@ -42,7 +49,9 @@ def test_every_score_dropping_by_a_tenth_over_200_items_is_a_regression_with_p_b
     assert result["pValue"] < 0.001
     assert result["n"] == 200
     assert result["delta"] == pytest.approx(-0.1)
-    assert result["ci"]["low"] == pytest.approx(-0.1) and result["ci"]["high"] == pytest.approx(-0.1)
+    assert result["ci"]["low"] == pytest.approx(-0.1) and result["ci"]["high"] == pytest.approx(
+        -0.1
+    )
 
 
 def test_a_noisy_drop_of_a_tenth_is_a_regression_and_its_interval_covers_it():
@@ -172,9 +181,7 @@ def test_the_t_interval_covers_the_true_mean_about_95_percent_of_the_time():
 def test_the_wilson_interval_covers_the_true_pass_rate_about_95_percent_of_the_time():
     rng = np.random.default_rng(12)
     samples = (rng.uniform(size=(2000, 40)) < 0.3).astype(float)
-    covered = sum(
-        (ci := mean_ci(sample))["low"] <= 0.3 <= ci["high"] for sample in samples
-    )
+    covered = sum((ci := mean_ci(sample))["low"] <= 0.3 <= ci["high"] for sample in samples)
     assert 0.92 <= covered / 2000 <= 0.98, covered
 
 
@@ -289,7 +296,12 @@ def test_compare_prints_each_evaluators_delta_interval_p_value_and_verdict(noisy
 
     result = cobalt_cli(noisy, "compare", a, b)
     assert result.returncode == 0, result.stderr
-    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line.strip()}
+    tests = [
+        line.split()
+        for line in result.stdout.splitlines()
+        if "wilcoxon" in line or "mcnemar" in line
+    ]
+    rows = {row[0]: row for row in tests}
     assert "95% CI" in result.stdout and "Verdict" in result.stdout
     quality = rows["quality"]
     # quality  200  -0.1xx  [-0.1xx,  -0.0xx]  <0.001  wilcoxon  regressed
@@ -298,13 +310,16 @@ def test_compare_prints_each_evaluators_delta_interval_p_value_and_verdict(noisy
     delta = float(quality[2])
     low, high = float(quality[3].strip("[,")), float(quality[4].strip("]"))
     assert -0.13 < low < delta < high < -0.07
-    passed = [line for line in result.stdout.splitlines() if line.strip().startswith("passed")]
-    assert "mcnemar" in passed[0] and passed[0].rstrip().endswith("regressed")
+    assert rows["passed"][-2:] == ["mcnemar", "regressed"]
 
     noise = cobalt_cli(noisy, "compare", a, c, "--alpha", "0.01")
     assert "99% CI" in noise.stdout and "α = 0.01" in noise.stdout
-    verdicts = [line for line in noise.stdout.splitlines() if "wilcoxon" in line or "mcnemar" in line]
-    assert len(verdicts) == 2 and all(v.rstrip().endswith("no significant change") for v in verdicts)
+    verdicts = [
+        line for line in noise.stdout.splitlines() if "wilcoxon" in line or "mcnemar" in line
+    ]
+    assert len(verdicts) == 2 and all(
+        v.rstrip().endswith("no significant change") for v in verdicts
+    )
 
     bad = cobalt_cli(noisy, "compare", a, c, "--alpha", "1.5")
     assert bad.returncode == 2 and "--alpha" in bad.stderr and "at most 0.5" in bad.stderr
@@ -324,14 +339,15 @@ def test_the_significance_gate_passes_on_noise_and_fails_on_a_real_regression(no
 
     real = cobalt_cli(noisy, *gate, env={"SEED": "3", "SHIFT": "-0.1"})
     assert real.returncode == 1, real.stdout + real.stderr
-    assert "quality significant regression: Δ -0.1" in real.stdout
-    assert "p < 0.001 (wilcoxon, 200 items) → regressed at α 0.05" in real.stdout
+    assert re.search(
+        r"quality significant regression: Δ -0\.(08|09|1)\d* \[-0\.\d+, -0\.\d+\], "
+        r"p < 0\.001 \(wilcoxon, 200 items\) → regressed at α 0\.05 vs run \w+",
+        real.stdout,
+    ), real.stdout
     assert "passed significant regression" in real.stdout
 
     # Thresholds still fail the gate, whatever the test says.
-    noisy.write(
-        "cobalt.toml", 'test_dir = "experiments"\n[ci.thresholds.quality]\navg = 0.9\n'
-    )
+    noisy.write("cobalt.toml", 'test_dir = "experiments"\n[ci.thresholds.quality]\navg = 0.9\n')
     threshold = cobalt_cli(noisy, *gate, env={"SEED": "4"})
     assert threshold.returncode == 1 and "quality avg" in threshold.stdout
 
@@ -359,3 +375,125 @@ def test_repeated_runs_report_intervals_and_pass_at_k(noisy, cobalt_cli):
     assert len(items) == 200 and summary["repetitions"]["runs"] == 3
     spread = items["q0"]["quality"]
     assert spread["n"] == 3 and spread["min"] <= spread["mean"] <= spread["max"]
+
+
+# --- every door shows the same test ---------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def start_server(project):
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cobalt_cli", "serve", "--port", "0"],
+        cwd=project.path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in server.stdout:  # the first line says where it listens
+        match = re.search(r"Cobalt dashboard: (http://\S+?)/ ", line)
+        if match:
+            return server, match.group(1)
+    server.wait(timeout=10)
+    raise AssertionError(f"cobalt serve exited with {server.returncode}")
+
+
+def mcp_compare(project, run_a, run_b):
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "cobalt_cli", "mcp"], cwd=project.path, env=cli_env()
+    )
+    found = {}
+
+    async def main():
+        with anyio.fail_after(90):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                found["result"] = await session.call_tool(
+                    "cobalt_compare", {"runA": run_a, "runB": run_b}
+                )
+
+    anyio.run(main)
+    return found["result"]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
+def test_the_cli_api_mcp_tool_and_pages_show_the_same_test_and_flaky_marks(noisy, cobalt_cli):
+    from playwright.sync_api import sync_playwright
+
+    a = run_id_of(cobalt_cli(noisy, "run", "-q", env={"SEED": "1"}))
+    b = run_id_of(cobalt_cli(noisy, "run", "-q", env={"SEED": "2", "SHIFT": "-0.05"}))
+    cli = cobalt_cli(noisy, "compare", a, b)
+    cli_rows = {
+        row[0]: row
+        for row in (line.split() for line in cli.stdout.splitlines())
+        if "wilcoxon" in row or "mcnemar" in row
+    }
+    flaky = json.loads(cobalt_cli(noisy, "flaky", "noisy", "--json", "--limit", "200").stdout)
+    flaky_keys = {item["key"] for item in flaky["flaky"]}
+    assert flaky_keys  # items near the pass mark flipped between the two runs
+
+    tool = mcp_compare(noisy, a, b)
+    assert not tool.is_error
+    server, url = start_server(noisy)
+    try:
+        api = httpx.get(f"{url}/api/compare/", params={"a": a, "b": b}, timeout=30).json()
+        assert api["alpha"] == 0.05
+        for name in ("quality", "passed"):
+            entry = api["significance"][name]
+            assert tool.structured_content["significance"][name] == entry
+            row = cli_rows[name]
+            assert row[1] == str(entry["n"]) == "200"
+            assert row[2] == f"{entry['delta']:+.3f}"
+            assert row[3] == f"[{entry['ci']['low']:+.3f},"
+            assert row[4] == f"{entry['ci']['high']:+.3f}]"
+            test_at = row.index(entry["test"])
+            assert " ".join(row[test_at + 1 :]) == entry["verdict"]
+            text = "\n".join(block.text for block in tool.content if block.type == "text")
+            assert f"paired test: {significance.describe_result(entry)}" in text
+        assert api["significance"]["quality"]["verdict"] == REGRESSED
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(f"{url}/compare/?a={a}&b={b}")
+            quality = page.locator("table.deltas tbody tr", has_text="quality").inner_text()
+            entry = api["significance"]["quality"]
+            assert "regressed" in quality
+            assert f"[{entry['ci']['low']:+.3f}, {entry['ci']['high']:+.3f}]" in quality
+            assert f"{entry['delta']:+.3f}" in quality
+
+            page.goto(f"{url}/runs/{b}/")
+            ci = httpx.get(f"{url}/api/runs/{b}/", timeout=30).json()
+            api_ci = ci["summary"]["scores"]["quality"]["ci95"]
+            scores = page.locator("table.scores tbody tr", has_text="quality").inner_text()
+            assert f"{api_ci['low']:.2f}–{api_ci['high']:.2f}" in scores
+            rows = page.locator("table.items-table tbody tr")
+            marked, shown = set(), set()
+            for i in range(rows.count()):
+                row = rows.nth(i)
+                key = row.locator("code.key").inner_text()
+                shown.add(key)
+                mark = row.locator("a.flaky-mark")
+                if mark.count():
+                    assert mark.inner_text() == "flaky"
+                    assert "flipped 1× in 2 observations" in mark.get_attribute("title")
+                    marked.add(key)
+            assert shown and marked == flaky_keys & shown
+            assert "cobalt flaky noisy" in page.locator("#flaky-help").inner_text()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -109,6 +109,7 @@ def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
 @db
 def test_a_provider_failure_is_an_error_not_a_zero(project, fake_provider):
     fake_provider.fail_next(10, status=500, retry_after=0)
+    project.write("cobalt.toml", "[judge]\nmax_retries = 0\n")
     items = [{"id": "a", "answer": "x", "expected_output": "y"}]
     _, found = run_with(project, [Evaluator("sim", "similarity")], items)
     assert found[("a", "sim")].status == "error" and found[("a", "sim")].score is None

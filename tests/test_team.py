@@ -367,3 +367,35 @@ def test_database_and_redis_health_checks_of_compose_answer_here(compose: dict):
         command += ["-h", "127.0.0.1"]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         assert result.returncode == 0, (name, result.stdout, result.stderr)
+
+
+def test_rejudge_in_embedded_mode_scores_again_in_process(project, cobalt_cli):
+    project.write("experiments/demo.cobalt.py", experiment_source(items=3, token="embedded"))
+    first = cobalt_cli(project, "run")
+    assert first.returncode == 0, first.stderr
+    original = json.loads(project.results_files()[0].read_text())
+    assert len((project.path / "executions.log").read_text().splitlines()) == 3
+
+    project.write(
+        "experiments/demo.cobalt.py", experiment_source(items=3, token="embedded", score=0.1)
+    )
+    result = cobalt_cli(project, "rejudge", original["id"][:6])
+    assert result.returncode == 0, result.stderr
+    assert "✓ Item 1/3 — judge: 0.10 | has-answer: 1.00" in result.stdout
+    assert len((project.path / "executions.log").read_text().splitlines()) == 3
+    documents = [json.loads(p.read_text()) for p in project.results_files()]
+    rejudged = next(d for d in documents if d["parentRunId"] == original["id"])
+    assert rejudged["summary"]["scores"]["judge"]["avg"] == pytest.approx(0.1)
+    assert rejudged["items"][1]["evaluations"]["has-answer"]["score"] == 1.0
+    assert "cached" not in rejudged["items"][1]["evaluations"]["has-answer"]  # both re-run
+
+    missing = cobalt_cli(project, "rejudge", "ffffffffffff")
+    assert missing.returncode == 2
+    assert "no run with id 'ffffffffffff'" in missing.stderr
+
+
+def test_team_commands_explain_how_to_enable_team_mode(project, cobalt_cli):
+    for command in (["worker"], ["watch", "abc123"], ["cancel", "abc123"], ["workers"]):
+        result = cobalt_cli(project, *command)
+        assert result.returncode == 2, command
+        assert "needs team mode: set COBALT_BROKER_URL=redis://" in result.stderr

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from cobalt.config import load_config
 from cobalt_app.webhooks import public_url, sign, verify
 
 SECRET = "whsec-test-7f3a"
@@ -200,3 +201,12 @@ def test_signature_is_hmac_sha256_of_the_body_and_urls_are_shown_without_paths()
         public_url("https://hooks.slack.com/services/T0/B0/XYZ?x=1") == "https://hooks.slack.com/…"
     )
     assert public_url("http://127.0.0.1:8080/a") == "http://127.0.0.1:8080/…"
+
+
+def test_webhook_urls_and_secrets_are_redacted_wherever_the_config_is_shown(tmp_path):
+    (tmp_path / "cobalt.toml").write_text(
+        '[[webhooks]]\nurl = "https://user:pw@hooks.slack.com/services/T0/B0/XYZ"\n'
+        f'secret = "{SECRET}"\n'
+    )
+    (hook,) = load_config(tmp_path).redacted()["webhooks"]
+    assert hook == {"url": "https://hooks.slack.com/***", "secret": "***"}

@@ -151,6 +151,42 @@ class ItemChangeSerializer(serializers.Serializer):
     delta = serializers.FloatField()
 
 
+class IntervalSerializer(serializers.Serializer):
+    low = serializers.FloatField()
+    high = serializers.FloatField()
+    level = serializers.FloatField()
+    method = serializers.CharField(help_text="bootstrap, t, or exact (every difference equal).")
+
+
+class McNemarTableSerializer(serializers.Serializer):
+    passPass = serializers.IntegerField()
+    passFail = serializers.IntegerField()
+    failPass = serializers.IntegerField()
+    failFail = serializers.IntegerField()
+
+
+class SignificanceSerializer(serializers.Serializer):
+    """One evaluator's paired test of B against A over the items both scored (by key)."""
+
+    n = serializers.IntegerField(help_text="Items scored in both runs.")
+    kind = serializers.CharField(help_text="score, or pass/fail when every value is 0 or 1.")
+    test = serializers.CharField(help_text="wilcoxon (signed-rank) or mcnemar.")
+    meanA = serializers.FloatField(allow_null=True)
+    meanB = serializers.FloatField(allow_null=True)
+    delta = serializers.FloatField(allow_null=True, help_text="Mean difference B − A.")
+    ci = IntervalSerializer(allow_null=True, help_text="Interval of the mean difference.")
+    pValue = serializers.FloatField(allow_null=True)
+    alpha = serializers.FloatField()
+    verdict = serializers.CharField(
+        help_text="regressed, improved, no significant change, or not enough data."
+    )
+    table = McNemarTableSerializer(allow_null=True, help_text="pass/fail only.")
+    onlyInA = serializers.IntegerField(help_text="Items scored only in A.")
+    onlyInB = serializers.IntegerField(help_text="Items scored only in B.")
+    onlyInAKeys = serializers.ListField(child=serializers.CharField())
+    onlyInBKeys = serializers.ListField(child=serializers.CharField())
+
+
 class CompareSerializer(serializers.Serializer):
     runA = RunRefSerializer()
     runB = RunRefSerializer()
@@ -163,6 +199,8 @@ class CompareSerializer(serializers.Serializer):
     improvements = ItemChangeSerializer(many=True)
     regressionCount = serializers.IntegerField()
     improvementCount = serializers.IntegerField()
+    alpha = serializers.FloatField()
+    significance = serializers.DictField(child=SignificanceSerializer())
 
 
 class CompareQuerySerializer(serializers.Serializer):
@@ -170,6 +208,12 @@ class CompareQuerySerializer(serializers.Serializer):
     b = serializers.CharField(max_length=32, help_text="Candidate run id (or unique prefix).")
     top = serializers.IntegerField(
         min_value=1, max_value=100, default=10, help_text="Items per direction."
+    )
+    alpha = serializers.FloatField(
+        default=0.05,
+        min_value=1e-6,
+        max_value=0.5,
+        help_text="Significance level of the paired tests (verdicts).",
     )
 
 

@@ -1,6 +1,6 @@
 """`/api/…` routes, the OpenAPI schema and its Swagger UI (served from local static files)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from cobalt_app.api import views
 
@@ -15,4 +15,6 @@ urlpatterns = [
     path("config/", views.ConfigView.as_view(), name="api-config"),
     path("schema/", views.SchemaView.as_view(), name="api-schema"),
     path("docs/", views.DocsView.as_view(url_name="api-schema"), name="api-docs"),
+    # Last: unknown endpoints answer in JSON too (paths without the slash still redirect).
+    re_path(r"^.*/$", views.endpoint_not_found),
 ]

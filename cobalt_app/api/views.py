@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import HttpRequest, JsonResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, generics, status
@@ -22,6 +23,7 @@ from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
 from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
 from cobalt_app.models import ItemResult, Run
+from cobalt_app.plugins import PluginError
 from cobalt_app.results import iter_item_entries, run_header
 from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_list
 
@@ -37,10 +39,18 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: ERRORS[code] for code in (401, 403, *codes)}
 
 
+class ProjectMisconfigured(exceptions.APIException):
+    status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
+    default_code = "project_misconfigured"
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus a missing run as a 404 whose message says how to find runs."""
+    """DRF's handler, plus: a missing run is a 404 whose message says how to find runs; a
+    broken plugin is a JSON 500 naming it (as `cobalt run` would)."""
     if isinstance(exc, RunNotFound):
         exc = exceptions.NotFound(str(exc))
+    elif isinstance(exc, PluginError):
+        exc = ProjectMisconfigured(str(exc))
     return drf_exception_handler(exc, context)
 
 
@@ -65,10 +75,34 @@ class DocsView(ExplainAuthentication, SpectacularSwaggerView):
     pass
 
 
+def endpoint_not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"detail": f"no API endpoint at {request.path}; the endpoints are listed at /api/docs/"},
+        status=404,
+    )
+
+
 class Pagination(PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+
+class KnownCount:
+    """A queryset whose row count is already known: every item row of a run is counted in
+    `Run.total_items`, so paging through 100,000 items needs no COUNT(*)."""
+
+    ordered = True
+
+    def __init__(self, queryset: QuerySet, count: int) -> None:
+        self.queryset = queryset
+        self.total = count
+
+    def count(self) -> int:
+        return self.total
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.queryset[index]
 
 
 def run_detail(run: Run) -> dict[str, Any]:
@@ -174,10 +208,12 @@ class RunItemsView(CobaltAPIView, generics.ListAPIView):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
-        ids = self.paginate_queryset(queryset.values_list("id", flat=True))
-        page = ItemResult.objects.filter(id__in=ids)
-        entries = list(iter_item_entries(self.run, page))
-        return self.get_paginated_response(serializers.ItemSerializer(entries, many=True).data)
+        ids = queryset.values_list("id", flat=True)
+        if not any(request.query_params.get(name) for name in ItemFilter.base_filters):
+            ids = KnownCount(ids, self.run.total_items)
+        page = ItemResult.objects.filter(id__in=self.paginate_queryset(ids))
+        # Entries are already in the results-file shape ItemSerializer documents.
+        return self.get_paginated_response(list(iter_item_entries(self.run, page)))
 
     @extend_schema(
         summary="A run's item results (paginated, filterable)",
@@ -199,7 +235,9 @@ class CompareView(CobaltAPIView):
         query.is_valid(raise_exception=True)
         a = run_get(query.validated_data["a"])
         b = run_get(query.validated_data["b"])
-        diff = compare_runs(a, b, top=query.validated_data["top"])
+        diff = compare_runs(
+            a, b, top=query.validated_data["top"], alpha=query.validated_data["alpha"]
+        )
         return Response(serializers.CompareSerializer(diff).data)
 
 

@@ -14,13 +14,16 @@ maps any scorer argument to an item field or a dotted path (`"metadata.docs"`, `
 Model calls go through Cobalt, not autoevals' own client: the judge provider, model, base URL
 and key of the evaluator or the `[judge]` configuration (Anthropic included, translated to
 tool use), the SDKs' retries, and the judge cache. Embeddings (AnswerSimilarity,
-EmbeddingSimilarity, AnswerRelevancy) use the cached OpenAI embeddings, or the offline local
-model with `embedding_provider="local"`.
+EmbeddingSimilarity, AnswerRelevancy) use the cached OpenAI embeddings (`embedding_model=`,
+default `text-embedding-3-small`), or the offline local model with `embedding_provider="local"`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
+import importlib
 import inspect
 import json
 import weakref
@@ -324,6 +327,11 @@ def llm_client(evaluator: Evaluator, env: Any, embedding_provider: str) -> Any:
     return per_env[config]
 
 
+def _import_quietly(module: str) -> None:
+    with contextlib.suppress(ImportError):
+        importlib.import_module(module)
+
+
 def scorer_class(name: Any) -> type:
     try:
         import autoevals
@@ -443,6 +451,8 @@ def describe(score: Any, name: str) -> str:
 @register("autoevals")
 async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     name = evaluator.options.get("autoeval") or evaluator.options.get("scorer")
+    # The first import takes ~0.4 s: do it off the event loop, where other items are running.
+    await asyncio.to_thread(_import_quietly, "autoevals")
     cls = scorer_class(name)
     embedding_provider = evaluator.options.get("embedding_provider", "openai")
     if embedding_provider not in embeddings.PROVIDERS:

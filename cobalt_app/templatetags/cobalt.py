@@ -34,6 +34,27 @@ def delta(value: float | None) -> str:
 
 
 @register.filter
+def delta3(value: float | None) -> str:
+    value = _number(value)
+    return "—" if value is None else f"{value:+.3f}"
+
+
+@register.filter
+def pvalue(value: float | None) -> str:
+    value = _number(value)
+    if value is None:
+        return "—"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+@register.filter
+def confidence(alpha: float | None) -> str:
+    """alpha 0.05 → "95%"."""
+    value = _number(alpha)
+    return "—" if value is None else f"{1 - value:.0%}"
+
+
+@register.filter
 def trend_class(value: float | None) -> str:
     """CSS class for a difference: up, down or flat."""
     value = _number(value)

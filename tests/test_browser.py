@@ -1,0 +1,404 @@
+"""The dashboard in headless Chromium against a real `cobalt serve`, after real `cobalt run`s.
+
+Screenshots go to `test-artifacts/` at the repository root. Every page is checked for
+console errors; an agent output `<script>alert(1)</script>` must show as text (a dialog
+would fail the test).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, Project, cli_env
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "test-artifacts"
+XSS = "<script>alert(1)</script>"
+POLL_SECONDS = 2  # cobalt_app.views.POLL_SECONDS
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
+
+QA_EXPERIMENT = """
+import os
+
+from cobalt import Dataset, Evaluator, experiment
+
+VERSION = os.environ.get("AGENT_VERSION", "1")
+dataset = Dataset(
+    items=[{"id": f"q{i:02d}", "input": f"question {i}", "expected": f"answer {i}"}
+           for i in range(60)]
+)
+
+
+def agent(item):
+    i = int(item["id"][1:])
+    if i == 3:
+        return "<script>alert(1)</script>"
+    if i == 4 and VERSION == "2":
+        raise RuntimeError("agent crashed on q04")
+    if VERSION == "2" and i % 5 == 0:
+        return "wrong"
+    if VERSION == "1" and i % 7 == 0:
+        return "wrong"
+    return item["expected"]
+
+
+def length(ctx):
+    size = len(str(ctx.output))
+    return {"score": min(1.0, size / 10), "reason": f"{size} characters"}
+
+
+evaluators = [
+    Evaluator(name="exact", type="exact-match", field="expected"),
+    Evaluator(name="length", type="function", fn=length),
+]
+
+
+@experiment("qa", dataset, evaluators=evaluators, tags=[f"v{VERSION}"])
+def run(ctx):
+    return {"output": agent(ctx.item), "metadata": {"version": VERSION}}
+"""
+
+# Each item waits until the test creates its gate file: the test decides when the run moves.
+SLOW_EXPERIMENT = """
+import asyncio
+import os
+from pathlib import Path
+
+from cobalt import Dataset, Evaluator, experiment
+
+GATES = Path(os.environ["GATE_DIR"])
+
+
+@experiment("slow", Dataset(items=[{"id": f"s{i}"} for i in range(3)]), concurrency=1,
+            timeout=120, evaluators=[Evaluator(name="done", type="function", fn=lambda c: 1.0)])
+async def run(ctx):
+    while not (GATES / str(ctx.index)).exists():
+        await asyncio.sleep(0.02)
+    return f"finished {ctx.index}"
+"""
+
+
+@dataclass
+class Site:
+    project: Project
+    url: str
+    runs: list[str]
+    server: subprocess.Popen
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cobalt(self, *args: str, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cobalt_cli", *args],
+            cwd=self.project.path,
+            env=cli_env({**self.env, **kwargs.pop("env", {})}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kwargs,
+        )
+
+
+def cobalt_run(project: Project, *args: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "cobalt_cli", "run", *args],
+        cwd=project.path,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return re.search(r"Run ID: (\w+)", done.stdout).group(1)
+
+
+def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cobalt_cli", "serve", "--port", "0", *args],
+        cwd=project.path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in server.stdout:  # the first line says where it listens
+        match = re.search(r"Cobalt dashboard: (http://\S+?)/ ", line)
+        if match:
+            return server, match.group(1)
+    server.wait(timeout=10)
+    raise AssertionError(f"cobalt serve exited with {server.returncode}")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[Site]:
+    project = Project(tmp_path_factory.mktemp("dashboard") / "proj")
+    project.path.mkdir()
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("experiments/qa.cobalt.py", QA_EXPERIMENT)
+    project.write("experiments/slow.cobalt.py", SLOW_EXPERIMENT)
+    gates = project.path / "gates"
+    gates.mkdir()
+    env = {"GATE_DIR": str(gates)}
+    first = cobalt_run(project, "experiments/qa.cobalt.py", env={**env, "AGENT_VERSION": "1"})
+    second = cobalt_run(project, "experiments/qa.cobalt.py", env={**env, "AGENT_VERSION": "2"})
+    server, url = start_server(project)
+    try:
+        yield Site(project=project, url=url, runs=[first, second], server=server, env=env)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A page that records console errors, uncaught exceptions and JavaScript dialogs."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on(
+        "console",
+        lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+    )
+    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    tab.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    tab.set_default_timeout(15_000)
+    yield tab
+    context.close()
+    assert problems == []
+
+
+def shot(tab, name: str) -> None:
+    tab.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def chart_labels(tab, kind: str) -> list[str]:
+    tab.wait_for_selector(f"canvas[data-chart={kind}][data-drawn]")
+    return tab.evaluate(
+        "kind => Chart.getChart(document.querySelector(`canvas[data-chart=${kind}]`)).data.labels",
+        kind,
+    )
+
+
+def test_from_the_list_into_a_run_and_its_item_panel(site, page):
+    from playwright.sync_api import expect
+
+    first, second = site.runs
+    page.goto(site.url + "/")
+    links = page.locator("a.run-link")
+    expect(links).to_have_count(2)
+    shot(page, "01-runs-list")
+
+    links.first.click()  # newest first
+    page.wait_for_url(f"**/runs/{second}/")
+    assert chart_labels(page, "bars") == ["exact", "length"]
+    assert len(chart_labels(page, "histogram")) == 10
+    expect(page.locator("#progress-count")).to_have_text("60 / 60 items")
+    shot(page, "02-run-detail")
+
+    page.get_by_role("link", name="#3", exact=True).click()
+    panel = page.locator("#item-panel")
+    expect(panel).to_be_visible()
+    expect(page.locator("#item-output")).to_have_text(XSS)  # shown as text, never run
+    expect(panel).to_contain_text("25 characters")
+    shot(page, "03-item-panel")
+    expect(panel).to_have_attribute("data-modal", "true")  # reopened as a modal by cobalt.js
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()
+
+    page.get_by_role("link", name="#4", exact=True).click()
+    expect(page.locator("#item-panel pre.error")).to_have_text("RuntimeError: agent crashed on q04")
+    expect(panel).to_have_attribute("data-modal", "true")
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()
+
+    page.get_by_role("link", name="Next ›").click()
+    page.wait_for_url("**page=2")
+    expect(page.locator(".item-row")).to_have_count(10)
+    expect(page.locator(".item-row").first).to_contain_text("q50")
+    page.go_back()
+    page.wait_for_url(f"**/runs/{second}/")
+    expect(page.locator(".item-row")).to_have_count(50)
+
+
+def test_compare_two_runs_and_their_outputs_side_by_side(site, page):
+    from playwright.sync_api import expect
+
+    first, second = site.runs
+    page.goto(site.url + "/")
+    page.get_by_label(f"Compare {first} as A").check()
+    page.get_by_label(f"Compare {second} as B").check()
+    page.get_by_role("button", name="Compare A with B").click()
+    page.wait_for_url(re.compile(r"/compare/\?"))
+    assert sorted(page.url.split("?")[1].split("&")) == [f"a={first}", f"b={second}"]
+    assert chart_labels(page, "compare") == ["exact", "length"]
+    regressions = page.locator(".mover-down tbody tr")
+    expect(regressions).to_have_count(10)
+    expect(regressions.first).to_contain_text("-1.00")
+    # 10 items regressed and 7 improved on `exact`: McNemar's test finds no significant change.
+    expect(page.locator("table.deltas")).to_contain_text("no significant change")
+    shot(page, "04-compare")
+
+    regressions.first.get_by_role("link", name="side by side").click()
+    side = page.locator("#side")
+    expect(side).to_contain_text("side by side")
+    expect(side.locator("pre.output").nth(0)).to_have_text("answer 5")
+    expect(side.locator("pre.output").nth(1)).to_have_text("wrong")
+    shot(page, "05-compare-side-by-side")
+
+
+def test_trend_points_open_their_runs(site, page):
+    first, _ = site.runs
+    page.goto(site.url + "/trends/?experiment=qa")
+    assert len(chart_labels(page, "trends")) == 2
+    box = page.locator("canvas[data-chart=trends]").bounding_box()
+    x, y = page.evaluate(
+        """() => { const point = Chart.getChart(document.querySelector('canvas[data-chart=trends]'))
+                     .getDatasetMeta(0).data[0]; return [point.x, point.y]; }"""
+    )
+    shot(page, "06-trends")
+    page.mouse.click(box["x"] + x, box["y"] + y)
+    page.wait_for_url(f"**/runs/{first}/")
+
+
+def test_a_running_run_updates_itself_and_stops_polling_when_done(site, page):
+    from playwright.sync_api import expect
+
+    gates = Path(site.env["GATE_DIR"])
+    runner = site.cobalt("run", "experiments/slow.cobalt.py")
+    try:
+        run_id = None
+        deadline = time.monotonic() + 60
+        while run_id is None and time.monotonic() < deadline:
+            listing = httpx.get(site.url + "/?status=running&name=slow").text
+            found = re.search(r'class="run-link" href="/runs/(\w+)/"', listing)
+            run_id = found.group(1) if found else None
+        assert run_id, "the slow run never showed up as running"
+
+        polls: list[int] = []
+        page.on(
+            "response",
+            lambda r: (
+                polls.append(r.status) if r.request.headers.get("hx-target") == "live" else None
+            ),
+        )
+        page.goto(f"{site.url}/runs/{run_id}/")
+        expect(page.locator("#run-status")).to_have_text("running")
+        expect(page.locator("#progress-count")).to_have_text("0 / 3 items")
+
+        (gates / "0").touch()
+        expect(page.locator("#progress-count")).to_have_text("1 / 3 items")
+        expect(page.locator(".item-row").first.locator(".status")).to_have_text("ok")
+        shot(page, "07-live-running")
+
+        (gates / "1").touch()
+        (gates / "2").touch()
+        expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+        assert runner.wait(timeout=60) == 0, runner.stderr.read()
+        expect(page.locator(".item-row .status")).to_have_text(["ok", "ok", "ok"])
+        assert polls[-1] == 286 and all(status == 200 for status in polls[:-1])
+        # Polling has stopped: nothing more is asked for over more than two intervals.
+        # (A wait is the only way to observe that nothing happens.)
+        seen = len(polls)
+        page.wait_for_timeout(POLL_SECONDS * 2500)
+        assert len(polls) == seen
+        assert page.locator("#live").get_attribute("hx-trigger") is None
+        shot(page, "08-live-finished")
+    finally:
+        for index in range(3):
+            (gates / str(index)).touch()
+        if runner.poll() is None:
+            runner.terminate()
+            runner.wait(timeout=30)
+
+
+def test_the_pages_work_without_javascript(site, browser):
+    from playwright.sync_api import expect
+
+    _, second = site.runs
+    context = browser.new_context(
+        java_script_enabled=False, viewport={"width": 1360, "height": 900}
+    )
+    tab = context.new_page()
+    try:
+        tab.goto(site.url + "/?name=qa")
+        tab.locator("a.run-link").first.click()
+        tab.wait_for_url(f"**/runs/{second}/")
+        expect(tab.locator(".item-row")).to_have_count(50)
+        expect(tab.locator("table.scores")).to_contain_text("exact")
+        tab.get_by_role("link", name="Next ›").click()
+        tab.wait_for_url("**?page=2")
+        expect(tab.locator(".item-row").first).to_contain_text("q50")
+        tab.go_back()
+        tab.get_by_role("link", name="#3", exact=True).click()
+        tab.wait_for_url("**/items/*/")
+        expect(tab.locator("#item-output")).to_have_text(XSS)
+        shot(tab, "09-item-page-without-javascript")
+    finally:
+        context.close()
+
+
+def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_path):
+    opened = tmp_path / "opened.txt"
+    browser_command = tmp_path / "record-browser"
+    browser_command.write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    browser_command.chmod(0o755)
+    env = {"BROWSER": str(browser_command)}
+
+    # No dashboard yet on the configured port: `--ui` starts one and opens the run there.
+    site.project.write("cobalt.toml", 'test_dir = "experiments"\n[dashboard]\nport = 0\n')
+    ui = site.cobalt("run", "experiments/qa.cobalt.py", "--ui", env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (opened.exists() and opened.read_text().strip()) and time.monotonic() < deadline:
+            assert ui.poll() is None, ui.stderr.read()
+            time.sleep(0.05)
+        url = opened.read_text().strip()
+        run_id = re.search(r"/runs/(\w+)/$", url).group(1)
+        reply = httpx.get(url)
+        assert reply.status_code == 200 and f'<code class="id">{run_id}</code>' in reply.text
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        ui.wait(timeout=30)
+
+    # A dashboard of this project already listens on the configured port: it is reused.
+    port = site.url.rsplit(":", 1)[1]
+    site.project.write("cobalt.toml", f'test_dir = "experiments"\n[dashboard]\nport = {port}\n')
+    opened.unlink()
+    try:
+        again = site.cobalt("run", "experiments/qa.cobalt.py", "--ui", env=env)
+        out, errors = again.communicate(timeout=120)
+    finally:
+        site.project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    assert again.returncode == 0, errors
+    assert f"Dashboard: {site.url}/runs/" in out
+    assert opened.read_text().strip().startswith(f"{site.url}/runs/")
