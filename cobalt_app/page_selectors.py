@@ -542,8 +542,7 @@ PAIRS_SQL = """
 SELECT ea.evaluator, ia.item_key, {score_a}, {score_b}, {index_a}, {index_b}
 FROM {evaluation} ea
 INNER JOIN {item} ia ON ia.id = ea.item_id
-INNER JOIN {item} ib
-    ON ib.run_id = %s AND ib.item_key = ia.item_key AND ib.run_index = ia.run_index
+INNER JOIN {item} ib ON ib.run_id = %s AND ib.item_key = ia.item_key {same_repetition}
 INNER JOIN {evaluation} eb ON eb.item_id = ib.id AND eb.evaluator = ea.evaluator
 WHERE ea.run_id = %s AND ea.status = %s AND eb.status = %s
     AND ea.score IS NOT NULL AND eb.score IS NOT NULL
@@ -558,6 +557,17 @@ SELECT
 """
 
 
+def has_repetitions(run: Run) -> bool:
+    """Some item of the run ran more than once (`runs` > 1, or `--repeat-flaky`)."""
+    config = run.config or {}
+    size = (config.get("dataset") or {}).get("size")
+    return (
+        int(config.get("runs") or 1) > 1
+        or bool(config.get("repeat_flaky"))
+        or (size is not None and run.total_items > size)
+    )
+
+
 def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Comparison:
     """Per-evaluator averages and deltas with the paired test the CLI and API report
     (`significance.paired_compare`), and the items that moved most, matched by key.
@@ -569,13 +579,16 @@ def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Compariso
     """
     import numpy as np
 
-    repeated = any(int((run.config or {}).get("runs") or 1) > 1 for run in (a, b))
+    repeated = has_repetitions(a) or has_repetitions(b)
     columns = {
         "score_a": "AVG(ea.score)" if repeated else "ea.score",
         "score_b": "AVG(eb.score)" if repeated else "eb.score",
         "index_a": "MIN(ia.item_index)" if repeated else "ia.item_index",
         "index_b": "MIN(ib.item_index)" if repeated else "ib.item_index",
         "group": "GROUP BY ea.evaluator, ia.item_key" if repeated else "",
+        # Without repetitions every run_index is 0: the (run, item_key) index alone finds B's
+        # item, without reading its row.
+        "same_repetition": "AND ib.run_index = ia.run_index" if repeated else "",
     }
     tables = {"evaluation": Evaluation._meta.db_table, "item": ItemResult._meta.db_table}
     ok = Evaluation.Status.OK

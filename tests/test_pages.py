@@ -44,6 +44,7 @@ def make_run(
     finish: bool = True,
     done: int | None = None,
     created_at=None,
+    runs: int = 1,
 ) -> Run:
     """A run written through the services, as the engine writes it."""
     items = [{"id": key, "input": f"question {key}", "expected": f"answer {key}"} for key in keys]
@@ -54,9 +55,10 @@ def make_run(
             lambda ctx: None,
             evaluators=[Evaluator(name=n, type="function", fn=lambda ctx: 1.0) for n in evaluators],
             tags=list(tags),
+            runs=runs,
         )
     run = services.run_create(
-        experiment=found[0], settings={"runs": 1, "concurrency": 1, "timeout": 30}
+        experiment=found[0], settings={"runs": runs, "concurrency": 1, "timeout": 30}
     )
     if created_at is not None:
         Run.objects.filter(id=run.id).update(created_at=created_at)
@@ -67,8 +69,10 @@ def make_run(
         key = snapshot.item_key
         failed = key in errors
         verdicts = []
+        # "key#1" overrides the scores of repetition 1 of that key.
+        wanted = scores.get(f"{key}#{snapshot.run_index}", scores.get(key, {}))
         for n in evaluators:
-            score = scores.get(key, {}).get(n, 1.0)
+            score = wanted.get(n, 1.0)
             if score is None:
                 verdicts.append(EvalOutcome.failed(n, f"judge replied prose for {key}"))
             else:
@@ -77,7 +81,7 @@ def make_run(
             ItemOutcome(
                 id=snapshot.id,
                 item_index=snapshot.item_index,
-                run_index=0,
+                run_index=snapshot.run_index,
                 item_key=key,
                 status="error" if failed else "ok",
                 output=None if failed else outputs.get(key, f"answer {key}"),
@@ -309,6 +313,17 @@ def test_compare_matches_items_by_key_and_lists_the_biggest_moves(
     charts = json.loads(re.search(r'id="compare-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["labels"] == ["exact", "judge"]
     assert "mcnemar" in page or "wilcoxon" in page
+
+
+def test_compare_averages_the_repetitions_of_an_item_before_taking_the_difference(client):
+    a = make_run(keys=keys(2), runs=2, scores={"k000#1": {"judge": 0.0}}, evaluators=("judge",))
+    b = make_run(keys=keys(2), runs=2, scores={"k001": {"judge": 0.5}}, evaluators=("judge",))
+    page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    improved = page.split("Improved most")[1]
+    regressed = page.split("Regressed most")[1].split("Improved most")[0]
+    assert re.search(r"<code>k000</code>.*?0\.50.*?1\.00.*?\+0\.50", improved, re.S)
+    assert re.search(r"<code>k001</code>.*?1\.00.*?0\.50.*?-0\.50", regressed, re.S)
+    assert re.search(r"<td class=\"num\">2</td>", page)  # two keys paired, not four rows
 
 
 def test_compare_shows_two_outputs_side_by_side(client):
