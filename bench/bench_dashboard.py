@@ -5,15 +5,18 @@
 Builds a project whose history holds two runs of `--items` items (same item keys, scores
 moved between them, 1% errors, two evaluators) plus `--small` runs of 100 items over three
 experiments and tags (one of them still running), with bulk inserts and the real
-finalisation (`run_finalise` stores each summary). Then starts `cobalt serve` as a
-subprocess and times each page with httpx (keep-alive; one warm-up request, then the
-median, p95 and max of `--repeat` requests). Targets: list < 200 ms, detail < 300 ms,
+finalisation (`run_finalise` stores each summary). It times `selectors.compare_runs` of the
+two big runs in-process (what `cobalt compare`, the API, MCP and the compare page call; target
+< 1 s), then starts `cobalt serve` as a
+subprocess and times each page with httpx: after a warm-up pass over all pages, the median,
+p95 and max of `--repeat` keep-alive requests. Targets: list < 200 ms, detail < 300 ms,
 compare of the two big runs < 1 s, trends < 300 ms, next items page < 200 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -173,6 +176,30 @@ def first_item(client: httpx.Client, run_id: str) -> str:
     return re.search(r'href="(/runs/[^"]+/items/\d+/)"', page).group(1)
 
 
+def time_compare_runs(project: Path, a: str, b: str, repeat: int) -> tuple:
+    """`selectors.compare_runs` of the two big runs in this process, as `cobalt compare`, the
+    API, the MCP tool and the compare page call it: a table row like the pages' ones."""
+    sys.path.insert(0, str(REPO))
+    from cobalt.config import load_config
+    from cobalt_project import bootstrap
+
+    bootstrap.setup(load_config(project))
+    from cobalt_app.models import Run
+    from cobalt_app.selectors import compare_runs
+
+    run_a, run_b = Run.objects.get(id=a), Run.objects.get(id=b)
+    times = []
+    for _ in range(repeat + 1):
+        started = time.perf_counter()
+        diff = compare_runs(run_a, run_b)
+        times.append((time.perf_counter() - started) * 1000)
+    first, times = times[0], sorted(times[1:])
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    size = len(json.dumps(diff, default=str))
+    median = statistics.median(times)
+    return ("compare_runs() 50k vs 50k", first, median, p95, times[-1], 1000, size)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=50_000)
@@ -194,6 +221,8 @@ def main() -> None:
         ids = build(project, items=args.items, small=args.small)
         ids_file.write_text("\n".join(f"{k}={v}" for k, v in ids.items()))
 
+    # The selector first, in this process, before the server competes for the cores.
+    selector = time_compare_runs(project, ids["a"], ids["b"], args.repeat)
     process, base = serve(project)
     a, b, running = ids["a"], ids["b"], ids["running"]
     items_partial = {**HTMX, "HX-Target": "items"}
@@ -212,13 +241,20 @@ def main() -> None:
         ("trends", "/trends/?experiment=qa-agent", {}, 300),
         ("trends, tag filter", "/trends/?experiment=qa-agent&tag=nightly", HTMX, 300),
     ]
-    rows = []
+    rows = [selector]
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
             item_url = first_item(client, a)
+            # One pass over every page first: each worker process imports its views and
+            # scipy (in a background thread at start) before anything is timed.
+            first: dict[str, float] = {}
+            for _ in range(2):
+                for name, url, headers, _target in cases:
+                    started = time.perf_counter()
+                    client.get(url or item_url, headers=headers).raise_for_status()
+                    first.setdefault(name, (time.perf_counter() - started) * 1000)
             for name, url, headers, target in cases:
                 url = url or item_url
-                client.get(url, headers=headers).raise_for_status()
                 times = []
                 for _ in range(args.repeat):
                     started = time.perf_counter()
@@ -229,22 +265,26 @@ def main() -> None:
                 times.sort()
                 p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
                 median = statistics.median(times)
-                rows.append((name, median, p95, times[-1], target, len(reply.content)))
+                rows.append((name, first[name], median, p95, times[-1], target, len(reply.content)))
     finally:
         process.terminate()
         process.wait(timeout=30)
         if not args.keep:
             shutil.rmtree(project, ignore_errors=True)
 
-    print(f"\n{'page':32} {'median':>8} {'p95':>8} {'max':>8} {'target':>8} {'bytes':>9}  ok")
+    print(
+        f"\n{'page':32} {'first':>9} {'median':>8} {'p95':>8} {'max':>8} {'target':>8} "
+        f"{'bytes':>9}  ok"
+    )
     failed = 0
-    for name, median, p95, worst, target, size in rows:
+    for name, cold, median, p95, worst, target, size in rows:
         ok = median < target
         failed += not ok
         print(
-            f"{name:32} {median:7.1f}ms {p95:6.1f}ms {worst:6.1f}ms {target:6d}ms "
+            f"{name:32} {cold:7.1f}ms {median:6.1f}ms {p95:6.1f}ms {worst:6.1f}ms {target:6d}ms "
             f"{size:9,}  {'✓' if ok else '✗'}"
         )
+    print("first = the first request after the server started (workers still warming up)")
     print(f"\n{len(rows) - failed}/{len(rows)} pages under target (median)")
     sys.exit(1 if failed else 0)
 

@@ -1,8 +1,9 @@
 """Reads behind the dashboard pages: run lists, a run's overview and items, compare, trends.
 
 Lists read the summaries stored on runs at finalisation; only a run that is still running
-is aggregated from its rows. Reads that touch every evaluation of a large run (histogram,
-compare) are single SQL passes over the `(run, evaluator, score)` index.
+is aggregated from its rows. The histogram, which touches every evaluation of a large run,
+is one SQL pass over the `(run, evaluator, score)` index; compare is
+`selectors.compare_runs`, shared with the CLI, the API and the MCP tool.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from django.db import connection
 from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
-from cobalt_app import significance
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
 
 HISTOGRAM_BINS = 10
@@ -538,105 +539,18 @@ class Comparison:
         }
 
 
-PAIRS_SQL = """
-SELECT ea.evaluator, ia.item_key, {score_a}, {score_b}, {index_a}, {index_b}
-FROM {evaluation} ea
-INNER JOIN {item} ia ON ia.id = ea.item_id
-INNER JOIN {item} ib ON ib.run_id = %s AND ib.item_key = ia.item_key {same_repetition}
-INNER JOIN {evaluation} eb ON eb.item_id = ib.id AND eb.evaluator = ea.evaluator
-WHERE ea.run_id = %s AND ea.status = %s AND eb.status = %s
-    AND ea.score IS NOT NULL AND eb.score IS NOT NULL
-{group}
-"""
-KEY_COUNTS_SQL = """
-SELECT
-    (SELECT COUNT(DISTINCT item_key) FROM {item} WHERE run_id = %s),
-    (SELECT COUNT(DISTINCT item_key) FROM {item} WHERE run_id = %s),
-    (SELECT COUNT(DISTINCT ia.item_key) FROM {item} ia WHERE ia.run_id = %s AND EXISTS (
-        SELECT 1 FROM {item} ib WHERE ib.run_id = %s AND ib.item_key = ia.item_key))
-"""
-
-
-def has_repetitions(run: Run) -> bool:
-    """Some item of the run ran more than once (`runs` > 1, or `--repeat-flaky`)."""
-    config = run.config or {}
-    size = (config.get("dataset") or {}).get("size")
-    return (
-        int(config.get("runs") or 1) > 1
-        or bool(config.get("repeat_flaky"))
-        or (size is not None and run.total_items > size)
-    )
-
-
 def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Comparison:
-    """Per-evaluator averages and deltas with the paired test the CLI and API report
-    (`significance.paired_compare`), and the items that moved most, matched by key.
-
-    One SQL pass pairs each scored verdict of A with B's verdict for the same item key,
-    repetition and evaluator (over the `(run, item_key)` and `(item, evaluator)` indexes);
-    with repetitions, a key's scores are averaged per run first. Rows come through a plain
-    cursor: ORM rows for 100k pairs would cost more than the join itself.
-    """
-    import numpy as np
-
-    repeated = has_repetitions(a) or has_repetitions(b)
-    columns = {
-        "score_a": "AVG(ea.score)" if repeated else "ea.score",
-        "score_b": "AVG(eb.score)" if repeated else "eb.score",
-        "index_a": "MIN(ia.item_index)" if repeated else "ia.item_index",
-        "index_b": "MIN(ib.item_index)" if repeated else "ib.item_index",
-        "group": "GROUP BY ea.evaluator, ia.item_key" if repeated else "",
-        # Without repetitions every run_index is 0: the (run, item_key) index alone finds B's
-        # item, without reading its row.
-        "same_repetition": "AND ib.run_index = ia.run_index" if repeated else "",
-    }
-    tables = {"evaluation": Evaluation._meta.db_table, "item": ItemResult._meta.db_table}
-    ok = Evaluation.Status.OK
-    with connection.cursor() as cursor:
-        cursor.execute(PAIRS_SQL.format(**columns, **tables), [b.id, a.id, ok, ok])
-        rows = cursor.fetchall()
-        cursor.execute(KEY_COUNTS_SQL.format(**tables), [a.id, b.id, a.id, b.id])
-        keys_a, keys_b, matched = cursor.fetchone()
-    # Columns, split per evaluator with numpy masks (a Python loop over 100k rows is slower).
-    name_col, key_col, a_col, b_col, ia_col, ib_col = (
-        [np.asarray(c) for c in zip(*rows, strict=True)] if rows else [np.asarray([])] * 6
-    )
-    by_name = {}
-    for name in dict.fromkeys(name_col.tolist()):
-        mask = name_col == name
-        by_name[name] = (
-            key_col[mask].tolist(),
-            a_col[mask].astype(float),
-            b_col[mask].astype(float),
-            ia_col[mask].tolist(),
-            ib_col[mask].tolist(),
-        )
-    names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-    names += sorted(set(by_name) - set(names))
-    evaluators: list[dict[str, Any]] = []
-    movers: list[dict[str, Any]] = []
-    for name in names:
-        empty = np.asarray([], dtype=float)
-        keys, scores_a, scores_b, indexes_a, indexes_b = by_name.get(
-            name, ([], empty, empty, [], [])
-        )
-        deltas = scores_b - scores_a
-        test = significance.paired_compare(
-            dict(zip(keys, scores_a.tolist(), strict=True)),
-            dict(zip(keys, scores_b.tolist(), strict=True)),
-            alpha=alpha,
-        )
-        avg_a = (_scores(a).get(name) or {}).get("avg")
-        avg_b = (_scores(b).get(name) or {}).get("avg")
+    """The compare page's view of `selectors.compare_runs`: the same averages, paired tests
+    and movers as the CLI, the API and the MCP tool, one row per evaluator."""
+    diff = compare_runs(a, b, top=top, alpha=alpha)
+    evaluators = []
+    for name, values in diff["evaluators"].items():
+        test = diff["significance"][name]
         evaluators.append(
             {
                 "name": name,
-                "a": avg_a,
-                "b": avg_b,
-                "delta": avg_b - avg_a if avg_a is not None and avg_b is not None else None,
-                "pairs": len(keys),
-                "regressed": int((deltas < 0).sum()),
-                "improved": int((deltas > 0).sum()),
+                **values,
+                "pairs": test["n"],
                 "meanDelta": test["delta"],
                 "ci": test["ci"],
                 "pValue": test["pValue"],
@@ -644,33 +558,16 @@ def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Compariso
                 "verdict": test["verdict"],
             }
         )
-        # This evaluator's `top` largest moves each way; the best overall are picked below.
-        order = np.argsort(deltas, kind="stable")
-        for i in sorted({*order[:top].tolist(), *order[::-1][:top].tolist()}):
-            if deltas[i]:
-                movers.append(
-                    {
-                        "key": keys[i],
-                        "evaluator": name,
-                        "a": float(scores_a[i]),
-                        "b": float(scores_b[i]),
-                        "delta": float(deltas[i]),
-                        "indexA": indexes_a[i],
-                        "indexB": indexes_b[i],
-                    }
-                )
-    down = sorted((m for m in movers if m["delta"] < 0), key=lambda m: (m["delta"], m["key"]))
-    up = sorted((m for m in movers if m["delta"] > 0), key=lambda m: (-m["delta"], m["key"]))
     return Comparison(
         a=a,
         b=b,
         evaluators=evaluators,
-        regressions=down[:top],
-        improvements=up[:top],
-        matched=matched,
-        only_in_a=keys_a - matched,
-        only_in_b=keys_b - matched,
-        alpha=alpha,
+        regressions=diff["regressions"],
+        improvements=diff["improvements"],
+        matched=diff["matchedItems"],
+        only_in_a=len(diff["onlyInA"]),
+        only_in_b=len(diff["onlyInB"]),
+        alpha=diff["alpha"],
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from cobalt_app import significance, stats
+from cobalt_app import stats
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import scores_by_item
 
@@ -59,6 +59,8 @@ def compute_summary(run: Run) -> dict[str, Any]:
         name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
         for name in names
     }
+    from cobalt_app import significance  # numpy/scipy: loaded when first needed
+
     extra = significance.run_statistics(
         scores_by_item(run), names, runs=int((run.config or {}).get("runs", 1))
     )

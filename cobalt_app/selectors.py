@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection
@@ -54,95 +55,208 @@ def latest_run(name: str, *, exclude: str | None = None) -> Run | None:
     return runs.first()
 
 
-def scores_by_key(run: Run) -> dict[str, dict[str, float]]:
-    """Mean score per item key and evaluator (repetitions averaged)."""
-    sums: dict[tuple[str, str], list[float]] = defaultdict(list)
-    rows = Evaluation.objects.filter(run=run, status=Evaluation.Status.OK).values_list(
-        "item__item_key", "evaluator", "score"
+# Scores -------------------------------------------------------------------------------------
+
+# From the evaluations (by their run index) to each one's item by primary key, for the key:
+# cheaper than starting from the items, and no item column but the key is read.
+SCORED_SQL = """
+SELECT e.run_id, e.evaluator, i.item_key, e.score
+FROM {evaluation} e INNER JOIN {item} i ON i.id = e.item_id
+WHERE e.run_id IN ({runs}) AND e.status = %s AND e.score IS NOT NULL
+"""
+
+
+def _scored_rows(*run_ids: str) -> Iterator[list[tuple[str, str, str, float]]]:
+    """(run id, evaluator, item key, score) of every scored evaluation of the runs, in chunks.
+
+    A plain cursor: run summaries and comparisons read every evaluation of a run, and ORM
+    rows for 100k evaluations cost more than the query.
+    """
+    ids = list(dict.fromkeys(run_ids))
+    sql = SCORED_SQL.format(
+        evaluation=Evaluation._meta.db_table,
+        item=ItemResult._meta.db_table,
+        runs=", ".join(["%s"] * len(ids)),
     )
-    for key, evaluator, score in rows.iterator(chunk_size=5000):
-        sums[(key, evaluator)].append(score)
-    result: dict[str, dict[str, float]] = defaultdict(dict)
-    for (key, evaluator), values in sums.items():
-        result[key][evaluator] = sum(values) / len(values)
-    return result
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*ids, Evaluation.Status.OK])
+        while chunk := cursor.fetchmany(20000):
+            yield chunk
 
 
 def scores_by_item(run: Run) -> dict[str, dict[str, list[float]]]:
-    """Item key → evaluator → its scores across repetitions (scored evaluations only).
-
-    A plain cursor: run summaries call this for every run, and ORM rows for 100k evaluations
-    cost twice the query.
-    """
-    sql = (
-        f"SELECT i.item_key, e.evaluator, e.score FROM {Evaluation._meta.db_table} e "
-        f"INNER JOIN {ItemResult._meta.db_table} i ON i.id = e.item_id "
-        "WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL"
-    )
+    """Item key → evaluator → its scores across repetitions (scored evaluations only)."""
     result: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run.id, Evaluation.Status.OK])
-        while chunk := cursor.fetchmany(20000):
-            for key, evaluator, score in chunk:
-                result[key][evaluator].append(score)
+    for chunk in _scored_rows(run.id):
+        for _, evaluator, key, score in chunk:
+            result[key][evaluator].append(score)
     return result
 
 
-def item_keys(run: Run) -> dict[str, int]:
-    """Item key → item index, for every item of a run."""
-    rows = ItemResult.objects.filter(run=run, run_index=0).values_list("item_key", "item_index")
-    return dict(rows.iterator(chunk_size=5000))
+def key_scores(*runs: Run) -> dict[str, dict[str, dict[str, float]]]:
+    """Run id → evaluator → item key → the item's score (the mean over its repetitions)."""
+    result: dict[str, dict[str, dict[str, float]]] = {run.id: {} for run in runs}
+    repeated: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for chunk in _scored_rows(*result):
+        for run_id, evaluator, key, score in chunk:
+            scores = result[run_id].get(evaluator)
+            if scores is None:
+                scores = result[run_id][evaluator] = {}
+            if key in scores:
+                repeated[run_id, evaluator, key].append(score)
+            else:
+                scores[key] = score
+    for (run_id, evaluator, key), more in repeated.items():
+        values = [result[run_id][evaluator][key], *more]
+        result[run_id][evaluator][key] = sum(values) / len(values)
+    return result
+
+
+def scores_by_key(run: Run) -> dict[str, dict[str, float]]:
+    """Item key → evaluator → the item's score (repetitions averaged)."""
+    result: dict[str, dict[str, float]] = defaultdict(dict)
+    for evaluator, scores in key_scores(run)[run.id].items():
+        for key, score in scores.items():
+            result[key][evaluator] = score
+    return result
+
+
+# Compare ------------------------------------------------------------------------------------
+
+# The keys of each run missing from the other, how many distinct keys A has (matched = those
+# minus A's missing ones), then the item index of each listed mover in either run. The key
+# lookups stay on the `(run, item_key)` index; only the movers' rows are read.
+KEYS_SQL = """
+SELECT 'onlyA', ia.item_key, CAST(NULL AS INTEGER) FROM {item} ia WHERE ia.run_id = %s
+    AND NOT EXISTS (SELECT 1 FROM {item} ib WHERE ib.run_id = %s AND ib.item_key = ia.item_key)
+UNION ALL
+SELECT 'onlyB', ib.item_key, CAST(NULL AS INTEGER) FROM {item} ib WHERE ib.run_id = %s
+    AND NOT EXISTS (SELECT 1 FROM {item} ia WHERE ia.run_id = %s AND ia.item_key = ib.item_key)
+UNION ALL
+SELECT 'keysA', NULL, COUNT(DISTINCT item_key) FROM {item} WHERE run_id = %s
+"""
+INDEXES_SQL = """
+UNION ALL
+SELECT '{label}', item_key, MIN(item_index) FROM {item}
+WHERE run_id = %s AND item_key IN ({keys}) GROUP BY item_key
+"""
 
 
 def compare_runs(a: Run, b: Run, *, top: int = 10, alpha: float = 0.05) -> dict[str, Any]:
     """Per-evaluator averages and deltas, and the items that changed most, matched by key.
 
-    `significance[evaluator]`: the paired test of B against A at level `alpha` (see
-    cobalt_app.significance.paired_compare).
+    Two queries: every scored verdict of both runs (an item's repetitions averaged per run),
+    then the keys found in only one run and the movers' item indexes. `significance[name]`
+    is the paired test of B against A at level `alpha` (`significance.paired_compare`);
+    `evaluators[name]` counts the items that `regressed` and `improved`. Movers are ordered
+    by their change, then by key, so every door lists the same items.
     """
     from cobalt_app import significance
 
-    scores_a, scores_b = scores_by_key(a), scores_by_key(b)
-    keys_a, keys_b = item_keys(a), item_keys(b)
+    scores = key_scores(a, b)
+    scores_a, scores_b = scores[a.id], scores[b.id]
     evaluators = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
+    tests: dict[str, dict[str, Any]] = {}
+    falls: list[dict[str, Any]] = []
+    rises: list[dict[str, Any]] = []
+    regression_count = improvement_count = 0
     for name in evaluators:
+        by_a, by_b = scores_a.get(name, {}), scores_b.get(name, {})
+        tests[name] = significance.paired_compare(by_a, by_b, alpha=alpha)
+        down, up, regressed, improved = _movers(name, by_a, by_b, top)
+        falls += down
+        rises += up
+        regression_count += regressed
+        improvement_count += improved
         avg_a = (a.summary.get("scores", {}).get(name) or {}).get("avg")
         avg_b = (b.summary.get("scores", {}).get(name) or {}).get("avg")
-        delta = avg_b - avg_a if avg_a is not None and avg_b is not None else None
-        summary[name] = {"a": avg_a, "b": avg_b, "delta": delta}
-    changes: list[dict[str, Any]] = []
-    for key in keys_a.keys() & keys_b.keys():
-        for name in evaluators:
-            score_a = scores_a.get(key, {}).get(name)
-            score_b = scores_b.get(key, {}).get(name)
-            if score_a is None or score_b is None or score_a == score_b:
-                continue
-            changes.append(
-                {
-                    "key": key,
-                    "indexA": keys_a[key],
-                    "indexB": keys_b[key],
-                    "evaluator": name,
-                    "a": score_a,
-                    "b": score_b,
-                    "delta": score_b - score_a,
-                }
-            )
-    regressions = sorted((c for c in changes if c["delta"] < 0), key=lambda c: c["delta"])
-    improvements = sorted((c for c in changes if c["delta"] > 0), key=lambda c: -c["delta"])
+        summary[name] = {
+            "a": avg_a,
+            "b": avg_b,
+            "delta": avg_b - avg_a if avg_a is not None and avg_b is not None else None,
+            "regressed": regressed,
+            "improved": improved,
+        }
+    regressions = sorted(falls, key=lambda m: (m["delta"], m["key"]))[:top]
+    improvements = sorted(rises, key=lambda m: (-m["delta"], m["key"]))[:top]
+    only_a, only_b, keys_a, indexes = _keys(a, b, {m["key"] for m in regressions + improvements})
+    for mover in regressions + improvements:
+        mover["indexA"] = indexes["indexA"].get(mover["key"])
+        mover["indexB"] = indexes["indexB"].get(mover["key"])
     return {
         "runA": {"id": a.id, "name": a.name, "createdAt": a.created_at.isoformat()},
         "runB": {"id": b.id, "name": b.name, "createdAt": b.created_at.isoformat()},
         "evaluators": summary,
         "cost": {"a": a.estimated_cost, "b": b.estimated_cost},
-        "matchedItems": len(keys_a.keys() & keys_b.keys()),
-        "onlyInA": sorted(keys_a.keys() - keys_b.keys()),
-        "onlyInB": sorted(keys_b.keys() - keys_a.keys()),
-        "regressions": regressions[:top],
-        "improvements": improvements[:top],
-        "regressionCount": len(regressions),
-        "improvementCount": len(improvements),
+        "matchedItems": keys_a - len(only_a),
+        "onlyInA": only_a,
+        "onlyInB": only_b,
+        "regressions": regressions,
+        "improvements": improvements,
+        "regressionCount": regression_count,
+        "improvementCount": improvement_count,
         "alpha": alpha,
-        "significance": significance.compare_scores(scores_a, scores_b, evaluators, alpha=alpha),
+        "significance": tests,
     }
+
+
+def _movers(
+    name: str, by_a: dict[str, float], by_b: dict[str, float], top: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """One evaluator's `top` largest falls and rises over the keys scored in both runs, and
+    how many items fell and rose."""
+    import numpy as np
+
+    keys = sorted(by_a.keys() & by_b.keys())
+    before = np.fromiter(map(by_a.__getitem__, keys), dtype=float, count=len(keys))
+    after = np.fromiter(map(by_b.__getitem__, keys), dtype=float, count=len(keys))
+    deltas = after - before
+    regressed, improved = int((deltas < 0).sum()), int((deltas > 0).sum())
+
+    def moves(order: np.ndarray, count: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "key": keys[i],
+                "indexA": None,
+                "indexB": None,
+                "evaluator": name,
+                "a": float(before[i]),
+                "b": float(after[i]),
+                "delta": float(deltas[i]),
+            }
+            for i in order[: min(top, count)].tolist()
+        ]
+
+    # Stable sorts over keys in order: equal changes stay in key order.
+    down = moves(np.argsort(deltas, kind="stable"), regressed)
+    up = moves(np.argsort(-deltas, kind="stable"), improved)
+    return down, up, regressed, improved
+
+
+def _keys(
+    a: Run, b: Run, movers: set[str]
+) -> tuple[list[str], list[str], int, dict[str, dict[str, int]]]:
+    """Keys only in A, keys only in B (sorted), A's distinct key count, and per run the item
+    index of each mover key."""
+    item = ItemResult._meta.db_table
+    sql = KEYS_SQL.format(item=item)
+    params: list[Any] = [a.id, b.id, b.id, a.id, a.id]
+    if movers:
+        wanted = sorted(movers)
+        for label, run in (("indexA", a), ("indexB", b)):
+            sql += INDEXES_SQL.format(label=label, item=item, keys=", ".join(["%s"] * len(wanted)))
+            params += [run.id, *wanted]
+    found: dict[str, set[str]] = {"onlyA": set(), "onlyB": set()}
+    indexes: dict[str, dict[str, int]] = {"indexA": {}, "indexB": {}}
+    keys_a = 0
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for kind, key, number in cursor.fetchall():
+            if kind == "keysA":
+                keys_a = number
+            elif kind in found:
+                found[kind].add(key)  # once per repetition of the item
+            else:
+                indexes[kind][key] = number
+    return sorted(found["onlyA"]), sorted(found["onlyB"]), keys_a, indexes

@@ -167,7 +167,9 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
     if not outcomes:
         return 0
     finished = [str(s) for s in ItemResult.FINISHED]
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (team mode records a batch in one): a
+    # failure here fails the whole transaction either way.
+    with transaction.atomic(savepoint=False):
         if not exclusive:
             open_ids = set(
                 ItemResult.objects.filter(id__in=[o.id for o in outcomes])

@@ -271,19 +271,51 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
-    """Record an outcome if the claim is still the current one; exactly once per item."""
+def items_record(pairs: list[tuple[Claim, ItemOutcome]]) -> tuple[set[int], set[str]]:
+    """Record outcomes whose claims are still current, in one transaction.
+
+    Returns the ids recorded and the runs that may now be complete (their counter reached
+    the total). An item is recorded exactly once: a claim that was superseded (its lease ran
+    out and another worker took the item) or an item already finished records nothing.
+    """
+    if not pairs:
+        return set(), set()
+    ids = [claim.item_id for claim, _ in pairs]
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with transaction.atomic():
-        current = (
-            ItemResult.objects.select_for_update()
-            .filter(id=claim.item_id)
-            .values_list("status", "attempts")
-            .first()
-        )
-        if current is None or current[0] in ItemResult.FINISHED or current[1] != claim.attempt:
-            return False
-        # The row is locked and still ours: no need to re-check it inside.
-        return services.record_item_outcomes(claim.run_id, [outcome], exclusive=True) == 1
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, status, attempts FROM cobalt_app_itemresult "
+                f"WHERE id IN ({', '.join(['%s'] * len(ids))}){lock}",
+                ids,
+            )
+            current = {item_id: (status, attempts) for item_id, status, attempts in cursor}
+        by_run: dict[str, list[ItemOutcome]] = {}
+        recorded: set[int] = set()
+        for claim, outcome in pairs:
+            status, attempts = current.get(claim.item_id, (None, None))
+            if status is None or status in ItemResult.FINISHED or attempts != claim.attempt:
+                continue
+            by_run.setdefault(claim.run_id, []).append(outcome)
+            recorded.add(claim.item_id)
+        for run_id, outcomes in by_run.items():
+            # The rows are locked and still ours: no need to check them again inside.
+            services.record_item_outcomes(run_id, outcomes, exclusive=True)
+        due: set[str] = set()
+        if by_run:
+            runs = list(by_run)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT id, finished_items, total_items FROM cobalt_app_run "
+                    f"WHERE id IN ({', '.join(['%s'] * len(runs))})",
+                    runs,
+                )
+                due = {run_id for run_id, done, total in cursor if done >= total}
+    return recorded, due
+
+
+def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
+    return claim.item_id in items_record([(claim, outcome)])[0]
 
 
 def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:

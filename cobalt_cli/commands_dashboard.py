@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -242,10 +243,14 @@ def open_ui(config: Config, runs: list[Run]) -> None:
     command = [sys.executable, "-m", "cobalt_cli", "serve", "--host", host, "--port", str(port)]
     command += ["--open", "--open-path", path]
     child = subprocess.Popen(command, cwd=config.project_dir)
+    # Ctrl+C reaches both processes; a SIGTERM sent to this one is passed on to the server.
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     try:
         child.wait()
     except KeyboardInterrupt:
         child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def existing_dashboard(host: str, port: int) -> str | None:

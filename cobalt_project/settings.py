@@ -147,9 +147,12 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [_bundled("static")]
-STATIC_ROOT = env("COBALT_STATIC_ROOT", default=str(OUTPUT_DIR / "staticfiles"))
+# Static files are served from the package by whitenoise's finders; no collectstatic needed.
+STATIC_ROOT = env("COBALT_STATIC_ROOT", default=None)
 WHITENOISE_USE_FINDERS = True
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -1,8 +1,15 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("cobalt_app.api.urls")),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="cobalt/login.html"),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("cobalt_app.urls")),
 ]

@@ -386,9 +386,13 @@ def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_pat
         run_id = re.search(r"/runs/(\w+)/$", url).group(1)
         reply = httpx.get(url)
         assert reply.status_code == 200 and f'<code class="id">{run_id}</code>' in reply.text
+        ui.terminate()  # passed on to the dashboard it started
+        assert ui.wait(timeout=30) == 0
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url)
     finally:
-        os.killpg(ui.pid, signal.SIGTERM)
-        ui.wait(timeout=30)
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)
 
     # A dashboard of this project already listens on the configured port: it is reused.
     port = site.url.rsplit(":", 1)[1]
@@ -402,3 +406,16 @@ def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_pat
     assert again.returncode == 0, errors
     assert f"Dashboard: {site.url}/runs/" in out
     assert opened.read_text().strip().startswith(f"{site.url}/runs/")
+
+
+def test_serve_explains_a_port_that_is_taken(site):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = site.cobalt("serve", "--port", str(port))
+        out, errors = refused.communicate(timeout=60)
+    assert refused.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use; pick another with --port" in errors

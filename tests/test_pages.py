@@ -202,14 +202,15 @@ def test_a_run_that_has_just_started_shows_its_empty_progress(client):
     assert "0 / 2 items" in page and 'class="status status-running"' in page
 
 
-def test_a_running_run_polls_and_the_last_poll_stops_with_286(client):
+def test_a_running_run_polls_and_the_last_poll_stops_with_286(client, django_assert_num_queries):
     run = make_run(keys=keys(4), finish=False, done=1)
     page = client.get(f"/runs/{run.id}/").content.decode()
     live = page.split('id="live"')[1].split(">")[0]
     assert f'hx-get="/runs/{run.id}/"' in live and 'hx-trigger="every 2s"' in live
     assert "1 / 4 items" in page
     assert 'hx-trigger="cobalt-progress from:body"' in page
-    poll = client.get(f"/runs/{run.id}/", **target("live"))
+    with django_assert_num_queries(4):  # run, item counts, evaluation aggregates, histogram
+        poll = client.get(f"/runs/{run.id}/", **target("live"))
     assert poll.status_code == 200 and poll["HX-Trigger"] == "cobalt-progress"
     assert poll.content.decode().lstrip().startswith('<section id="live"')
     services.record_item_outcomes(run.id, [])

@@ -39,7 +39,7 @@
             return { label: s.label, data: s.values, backgroundColor: colour(i, 0.7) };
           }),
         },
-        options: { scales: { y: { beginAtZero: true, title: { display: true, text: "items" } } } },
+        options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 }, title: { display: true, text: "items" } } } },
       };
     },
     compare: function (d) {
