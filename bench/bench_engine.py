@@ -88,7 +88,9 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, fl
     """Wall seconds and peak RSS (MB) of a whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"{command} failed:\n{result.stderr[-3000:]}")
@@ -134,14 +136,22 @@ def main() -> None:
                 )
             bare_best, cobalt_best = min(bare_times), min(cobalt_times)
             print(f"LLM workload: {args.items} items x 2 calls at 100 ms, concurrency 40")
-            print(f"  bare asyncio + openai SDK : {bare_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in bare_times)})")
-            print(f"  cobalt run --no-cache     : {cobalt_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in cobalt_times)})")
-            print(f"  ratio                     : {cobalt_best / bare_best:6.2f}x  (target <= 1.3x)")
+            print(
+                f"  bare asyncio + openai SDK : {bare_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in bare_times)})"
+            )
+            print(
+                f"  cobalt run --no-cache     : {cobalt_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in cobalt_times)})"
+            )
+            print(
+                f"  ratio                     : {cobalt_best / bare_best:6.2f}x  (target <= 1.3x)"
+            )
 
             noop = project(tmp_path / "noop", "noop", NOOP, args.big)
             elapsed, rss = timed([sys.executable, "-m", "cobalt_cli", "run"], noop, env)
             print(f"No-op workload: {args.big} items, function evaluator")
-            print(f"  whole process             : {elapsed:6.2f} s = {args.big / elapsed:,.0f} items/s (target >= 2,000)")
+            print(
+                f"  whole process             : {elapsed:6.2f} s = {args.big / elapsed:,.0f} items/s (target >= 2,000)"
+            )
             print(f"  peak RSS                  : {rss:6.0f} MB (target < 300)")
     finally:
         fake.terminate()

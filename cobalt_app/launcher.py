@@ -101,16 +101,11 @@ def preload_sdks(experiments: list[Experiment], config: Config) -> None:
 
 
 def prewarm_statistics() -> None:
-    """Import numpy/scipy (about 0.3 s) in the background while the first items run.
-
-    Run summaries need them at finalisation; items are mostly waiting on the network, so the
-    import overlaps with that wait instead of adding to the run's time.
-    """
+    """Import numpy in the background while the first items run (summaries need it)."""
     import threading
 
     def load() -> None:
         from cobalt_app import significance  # noqa: F401
-        from scipy.special import stdtrit  # noqa: F401
 
     threading.Thread(target=load, name="cobalt-prewarm", daemon=True).start()
 

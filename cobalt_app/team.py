@@ -146,8 +146,9 @@ def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
             failure="",
         )
     forget_run(run.id)
+    watched = item_ids(run.id, UNFINISHED)  # before enqueueing: workers may be quick
     enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]))
-    return Run.objects.get(id=run.id), item_ids(run.id, UNFINISHED)
+    return Run.objects.get(id=run.id), watched
 
 
 def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
@@ -198,14 +199,18 @@ class RunInfo:
         return bool(self.config.get("noCache"))
 
 
-_run_infos: dict[str, RunInfo] = {}
+RUN_INFO_TTL = 10.0
+_run_infos: dict[str, tuple[float, RunInfo]] = {}
 
 
 def run_info(run_id: str) -> RunInfo:
-    info = _run_infos.get(run_id)
-    if info is None:
-        name, file, config = Run.objects.values_list("name", "file", "config").get(id=run_id)
-        info = _run_infos[run_id] = RunInfo(run_id, name, file, config or {})
+    """Cached for a few seconds: `--resume` may change a run's queue or cache setting."""
+    cached = _run_infos.get(run_id)
+    if cached is not None and time.monotonic() - cached[0] < RUN_INFO_TTL:
+        return cached[1]
+    name, file, config = Run.objects.values_list("name", "file", "config").get(id=run_id)
+    info = RunInfo(run_id, name, file, config or {})
+    _run_infos[run_id] = (time.monotonic(), info)
     return info
 
 
@@ -231,30 +236,21 @@ CLAIM_SQL = (
 )
 
 
-_marked_running: dict[str, float] = {}  # run id → when this process last set it running
-
-
 def item_claim(item_id: int, worker: str) -> Claim | None:
     """Take a pending item (conditional UPDATE); None when someone else has it or it is done."""
     now = timezone.now()
-    lease = now + timedelta(seconds=lease_grace())
-    params = [ItemResult.Status.RUNNING, worker[:200], lease, now, item_id]
-    params.append(ItemResult.Status.PENDING)
-    ops = connection.ops
+    adapt = connection.ops.adapt_datetimefield_value
+    lease = adapt(now + timedelta(seconds=lease_grace()))
+    params = [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now), item_id]
     with connection.cursor() as cursor:
-        cursor.execute(
-            CLAIM_SQL,
-            [ops.adapt_datetimefield_value(p) if p in (now, lease) else p for p in params],
-        )
+        cursor.execute(CLAIM_SQL, [*params, ItemResult.Status.PENDING])
         row = cursor.fetchone()
     if row is None:
         return None
     run_id, index, repetition, key, item, output, metadata, latency, tokens, cost, attempt = row
-    if time.monotonic() - _marked_running.get(run_id, -60.0) > 2.0:
-        Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
-            status=Run.Status.RUNNING, started_at=now
-        )
-        _marked_running[run_id] = time.monotonic()
+    Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
+        status=Run.Status.RUNNING, started_at=now
+    )
     snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
     stored = {
         "output": _json(output),
@@ -608,10 +604,10 @@ def wait(
         look = finished != counted or status in Run.FINISHED or time.monotonic() - fetched_at > 2
         if cursor < len(watched) and look:
             counted, fetched_at = finished, time.monotonic()
-            finished = ItemResult.objects.filter(
+            ended = ItemResult.objects.filter(
                 run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
             ).values_list("id", flat=True)
-            fresh = [i for i in finished if i in waiting]
+            fresh = [i for i in ended if i in waiting]
         if fresh:
             waiting.difference_update(fresh)
             last_progress = time.monotonic()
@@ -663,43 +659,44 @@ def waiting_message() -> str:
     )
 
 
+ITEM_FIELDS = (
+    "id",
+    "item_index",
+    "run_index",
+    "item_key",
+    "status",
+    "output",
+    "metadata",
+    "error",
+    "traceback",
+    "latency_ms",
+    "tokens",
+    "cost",
+    "started_at",
+    "finished_at",
+)
+EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
+
+
 def outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
     """Finished item rows as the reporter sees them in the embedded mode."""
     rank = {name: position for position, name in enumerate(order or [])}
-    rows = ItemResult.objects.filter(id__in=ids).order_by("finished_at", "id")
     evaluations: dict[int, list[EvalOutcome]] = {}
-    for e in Evaluation.objects.filter(item_id__in=ids).order_by("id"):
-        evaluations.setdefault(e.item_id, []).append(
-            EvalOutcome(
-                e.evaluator,
-                e.score,
-                reason=e.reason,
-                status=e.status,
-                error=e.error,
-                cached=e.cached,
-                tokens=e.tokens,
-                cost=e.cost,
-            )
+    rows = Evaluation.objects.filter(item_id__in=ids).values_list(*EVALUATION_FIELDS)
+    for item_id, evaluator, score, reason, status, error, cached in rows:
+        evaluations.setdefault(item_id, []).append(
+            EvalOutcome(evaluator, score, reason=reason, status=status, error=error, cached=cached)
         )
-    return [
-        ItemOutcome(
-            id=row.id,
-            item_index=row.item_index,
-            run_index=row.run_index,
-            item_key=row.item_key,
-            status=row.status,
-            output=row.output,
-            metadata=row.metadata,
-            error=row.error,
-            traceback=row.traceback,
-            latency_ms=row.latency_ms,
-            tokens=row.tokens,
-            cost=row.cost,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            evaluations=sorted(
-                evaluations.get(row.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
-            ),
+    items = (
+        ItemResult.objects.filter(id__in=ids)
+        .order_by("finished_at", "id")
+        .values_list(*ITEM_FIELDS)
+    )
+    found = []
+    for values in items:
+        outcome = ItemOutcome(**dict(zip(ITEM_FIELDS, values, strict=True)))
+        outcome.evaluations = sorted(
+            evaluations.get(outcome.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
         )
-        for row in rows
-    ]
+        found.append(outcome)
+    return found

@@ -73,12 +73,27 @@ class Recorder:
                     break
             try:
                 results = self._commit(batch)
-            except Exception as exc:
-                for *_, done in batch:
-                    done.set_exception(exc)
+            except Exception:
+                # One bad outcome must not sink the others: record them one by one.
+                for entry in batch:
+                    self._commit_alone(*entry)
             else:
                 for (*_, done), result in zip(batch, results, strict=True):
                     done.set_result(result)
+
+    def _commit_alone(
+        self, claim: team.Claim, outcome: ItemOutcome, done: concurrent.futures.Future
+    ) -> None:
+        try:
+            done.set_result(self._commit([(claim, outcome, done)])[0])
+            return
+        except Exception as exc:
+            logger.exception("could not record item %s", claim.item_id)
+            failure = unavailable(claim, f"the result could not be stored: {exc}")
+        try:  # an error the item shows, rather than a retry that fails the same way
+            done.set_result(self._commit([(claim, failure, done)])[0])
+        except Exception as exc:
+            done.set_exception(exc)
 
     def _commit(self, batch: list) -> list[tuple[bool, Any]]:
         pairs = [(claim, outcome) for claim, outcome, _ in batch]
@@ -122,6 +137,15 @@ class Runtime:
 
     # -- plumbing
 
+    def _load_plugins(self) -> None:
+        """Custom evaluator types (entry points, `plugins = [...]`), as `cobalt run` loads them."""
+        from cobalt_app import plugins
+
+        try:
+            plugins.load_plugins(self.config)
+        except plugins.PluginError as exc:
+            raise ExperimentUnavailable(f"worker {self.name}: {exc}") from None
+
     def call_db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run an ORM function on the database pool (few connections for many items)."""
         return self.db.pool.submit(guarded, fn, *args, **kwargs).result()
@@ -145,6 +169,7 @@ class Runtime:
         with self.import_lock:
             cached = self.files.get(path)
             if cached is None or cached[0] != mtime:
+                self._load_plugins()
                 cached = (mtime, discovery.load_file(path, project))
                 self.files[path] = cached
         loaded = cached[1]

@@ -45,6 +45,15 @@ def worker(
         str, typer.Option(help="Comma-separated queues to consume (default: COBALT_QUEUE).")
     ] = "",
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "warning",
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Processes sharing --concurrency: more than one when the SDKs' own CPU work "
+            "(parsing replies) saturates a core.",
+        ),
+    ] = 1,
 ) -> None:
     """Start a worker: executes the items of team runs from this project folder."""
     config = _team_setup()
@@ -64,6 +73,8 @@ def worker(
     except Exception as exc:
         raise fail(f"could not prepare the database: {exc}") from None
     names = [q.strip() for q in (queues or team.queue_name()).split(",") if q.strip()]
+    if processes > 1:
+        raise typer.Exit(supervise(processes, concurrency, names, loglevel))
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
     console.print(
@@ -85,6 +96,52 @@ def worker(
         )
     finally:
         worker_runtime.shutdown()
+
+
+def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str) -> int:
+    """Run `processes` single-process workers; restart one that dies, stop all on a signal."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cobalt_cli.main import console
+
+    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+
+    def start(share: int) -> subprocess.Popen:
+        command = [sys.executable, "-m", "cobalt_cli", "worker", f"--concurrency={max(share, 1)}"]
+        command += [f"--queues={','.join(queues)}", f"--loglevel={loglevel}"]
+        # Own session: a terminal's Ctrl-C reaches the children once, through us.
+        return subprocess.Popen(command, start_new_session=True)
+
+    children = [start(share) for share in shares]
+    started = [time.monotonic()] * processes
+    console.print(f" cobalt worker: {processes} processes, {concurrency} threads in all")
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        for position, child in enumerate(children):
+            code = child.poll()
+            if code is not None and not stopping:
+                if time.monotonic() - started[position] < 10:  # failing at start: give up
+                    stop(signal.SIGTERM, None)
+                    notice(f"worker process {child.pid} exited with {code} at start")
+                    return code or 1
+                notice(f"worker process {child.pid} exited with {code}; starting another")
+                children[position] = start(shares[position])
+                started[position] = time.monotonic()
+        if stopping and all(child.poll() is not None for child in children):
+            return 0
+        time.sleep(0.5)
 
 
 def workers(

@@ -497,3 +497,13 @@ def test_the_cli_api_mcp_tool_and_pages_show_the_same_test_and_flaky_marks(noisy
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_fast_t_quantiles_match_scipy():
+    from scipy.special import stdtrit
+
+    from cobalt_app.significance import t_quantile
+
+    for df in (1, 2, 5, 10, 29, 30, 31, 45, 100, 1000, 50_000):
+        for p in (0.9, 0.95, 0.975, 0.995):
+            assert t_quantile(df, p) == pytest.approx(float(stdtrit(df, p)), rel=1e-6, abs=1e-6)
