@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -167,10 +168,16 @@ def enqueue(run_id: str, ids: list[int]) -> None:
 
     info = run_info(run_id)
     task = tasks.rejudge_item if info.kind == "rejudge" else tasks.execute_item
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, _batched(producer):
         for item_id in ids:
             task.apply_async((item_id,), queue=info.queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
+
+
+def _batched(producer: Any) -> Any:
+    """One pipelined round trip per 50 messages instead of one each (kombu >= 5.7)."""
+    batch = getattr(producer, "batch", None)
+    return batch(max_size=50) if batch is not None else contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,14 @@ def run_info(run_id: str) -> RunInfo:
     return info
 
 
+def cached_run_info(run_id: str) -> RunInfo | None:
+    """`run_info` when it needs no query (any thread may call it), else None."""
+    cached = _run_infos.get(run_id)
+    if cached is not None and time.monotonic() - cached[0] < RUN_INFO_TTL:
+        return cached[1]
+    return None
+
+
 def forget_run(run_id: str) -> None:
     _run_infos.pop(run_id, None)
 
@@ -234,6 +249,12 @@ CLAIM_SQL = (
     "lease_expires_at = %s, started_at = %s WHERE id = %s AND status = %s RETURNING run_id, "
     "item_index, run_index, item_key, input, output, metadata, latency_ms, tokens, cost, attempts"
 )
+# PostgreSQL: the claim and "the run has started" in one round trip.
+CLAIM_AND_START_SQL = (
+    f"WITH claimed AS ({CLAIM_SQL}), started AS (UPDATE cobalt_app_run SET status = %s, "
+    "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
+    "SELECT * FROM claimed"
+)
 
 
 def item_claim(item_id: int, worker: str) -> Claim | None:
@@ -242,15 +263,20 @@ def item_claim(item_id: int, worker: str) -> Claim | None:
     adapt = connection.ops.adapt_datetimefield_value
     lease = adapt(now + timedelta(seconds=lease_grace()))
     params = [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now), item_id]
+    params.append(ItemResult.Status.PENDING)  # WHERE status = pending
+    together = connection.vendor == "postgresql"
+    if together:
+        params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM_SQL, [*params, ItemResult.Status.PENDING])
+        cursor.execute(CLAIM_AND_START_SQL if together else CLAIM_SQL, params)
         row = cursor.fetchone()
     if row is None:
         return None
     run_id, index, repetition, key, item, output, metadata, latency, tokens, cost, attempt = row
-    Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING, started_at=now
-    )
+    if not together:
+        Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
+            status=Run.Status.RUNNING, started_at=now
+        )
     snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
     stored = {
         "output": _json(output),

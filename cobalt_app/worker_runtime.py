@@ -204,7 +204,7 @@ class Runtime:
         claim = self.call_db(team.item_claim, item_id, self.name)
         if claim is None:
             return "skipped"
-        info = self.call_db(team.run_info, claim.run_id)
+        info = team.cached_run_info(claim.run_id) or self.call_db(team.run_info, claim.run_id)
         held = Held(claim)
         with self.lock:
             self.held[item_id] = held

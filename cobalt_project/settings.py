@@ -188,6 +188,8 @@ SPECTACULAR_SETTINGS = {
 }
 
 CELERY_BROKER_URL = BROKER_URL or "memory://"
+if BROKER_URL.startswith("redis://"):  # one Redis client per channel (cobalt_app/broker.py)
+    CELERY_BROKER_TRANSPORT = "cobalt_app.broker:Transport"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
