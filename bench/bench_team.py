@@ -27,33 +27,11 @@ from pathlib import Path
 
 import psycopg
 import redis
+from bench_engine import BARE, start_fake_provider  # the same bare script as the engine bench
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BROKER = "redis://127.0.0.1:6379/6"
-
-BARE = """
-import asyncio
-from openai import AsyncOpenAI
-
-client = AsyncOpenAI()
-
-async def one(i, sem):
-    async with sem:
-        agent = await client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": f"ECHO: answer {i}"}])
-        output = agent.choices[0].message.content
-        await client.chat.completions.create(
-            model="gpt-4o-mini", temperature=0,
-            messages=[{"role": "system", "content": "judge"},
-                      {"role": "user", "content": f"Q: question {i} A: {output} [[score:0.8]]"}])
-
-async def main():
-    sem = asyncio.Semaphore(40)
-    await asyncio.gather(*(one(i, sem) for i in range(N)))
-
-asyncio.run(main())
-"""
 
 EXPERIMENT = """
 from openai import AsyncOpenAI
@@ -80,16 +58,6 @@ dataset = Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])
 def run(ctx):
     return ctx.item["input"]
 """
-
-
-def start_fake_provider(latency: float) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--latency", str(latency)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    return process, process.stdout.readline().strip().split("=", 1)[1]
 
 
 def project(folder: Path, source: str, n: int) -> Path:
