@@ -18,17 +18,6 @@ from cobalt_app.engine import Reporter, run_experiment
 from cobalt_app.models import Run
 
 GLOB_CHARS = set("*?[")
-LOCAL_TYPES = {
-    "contains",
-    "not-contains",
-    "regex",
-    "json-valid",
-    "json-schema",
-    "levenshtein",
-    "latency",
-    "cost",
-    "tool-calls",
-}
 
 
 @dataclass
@@ -90,14 +79,14 @@ def preload_sdks(experiments: list[Experiment], config: Config) -> None:
     Importing `openai` takes about half a second; done lazily inside the first evaluation it
     would stall every item in flight and show up as their latency.
     """
+    from cobalt_app.evaluators import calls_provider
     from cobalt_app.providers import import_sdk
 
     default = config.get("judge.provider") or "openai"
     for experiment in experiments:
         for evaluator in experiment.evaluators:
-            if evaluator.type in ("function", "exact-match") or evaluator.type in LOCAL_TYPES:
-                continue
-            import_sdk(evaluator.provider or default)
+            if calls_provider(evaluator.type):
+                import_sdk(evaluator.provider or default)
 
 
 def prewarm_statistics() -> None:

@@ -56,12 +56,26 @@ Implementation = Callable[[Evaluator, EvalTarget, Any], Awaitable[EvalOutcome]]
 REGISTRY: dict[str, Implementation] = {}
 
 
-def register(type_name: str) -> Callable[[Implementation], Implementation]:
+PROVIDER_TYPES: set[str] = set()
+
+
+def register(
+    type_name: str, *, calls_provider: bool = False
+) -> Callable[[Implementation], Implementation]:
+    """Register an implementation; `calls_provider` when it calls an LLM provider's SDK."""
+
     def decorator(fn: Implementation) -> Implementation:
         REGISTRY[type_name] = fn
+        if calls_provider:
+            PROVIDER_TYPES.add(type_name)
         return fn
 
     return decorator
+
+
+def calls_provider(type_name: str) -> bool:
+    _load_builtins()
+    return type_name in PROVIDER_TYPES
 
 
 def known_types() -> list[str]:

@@ -448,7 +448,7 @@ def describe(score: Any, name: str) -> str:
     return f"{name} scored {score.score:.3f}"
 
 
-@register("autoevals")
+@register("autoevals", calls_provider=True)
 async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     name = evaluator.options.get("autoeval") or evaluator.options.get("scorer")
     # The first import takes ~0.4 s: do it off the event loop, where other items are running.

@@ -213,7 +213,7 @@ async def ask_judge(
     )
 
 
-@register("llm-judge")
+@register("llm-judge", calls_provider=True)
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     context = template_context(target.item, target.output, target.metadata)
     try:

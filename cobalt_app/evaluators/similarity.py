@@ -53,7 +53,7 @@ def as_text(value: Any) -> str:
     return value if isinstance(value, str) else output_text(value)
 
 
-@register("similarity")
+@register("similarity", calls_provider=True)
 async def similarity(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     mode, distance, threshold = settings(evaluator)
     name = evaluator.field or "expected_output"

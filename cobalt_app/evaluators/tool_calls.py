@@ -256,6 +256,6 @@ def trajectory_prompt(evaluator: Evaluator, target: EvalTarget) -> str:
     return "\n\n".join(parts)
 
 
-@register("trajectory")
+@register("trajectory", calls_provider=True)
 async def trajectory(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     return await ask_judge(evaluator, trajectory_prompt(evaluator, target), env)
