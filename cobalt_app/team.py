@@ -1,12 +1,13 @@
 """Team mode: runs executed by `cobalt worker` processes through Celery, on a shared database.
 
 - `start_run()` creates the run and its item rows with the same `services.run_create` as the
-  embedded mode, then enqueues one task per item; `wait()` polls the database and streams
-  finished items to the reporter, then writes the results file where the run was started.
-- A worker claims an item with a conditional UPDATE (pending → running, with a lease),
-  executes it with the engine's `execute_item` and records it with `item_record`, which only
-  accepts the claim that is still current. The last item finalises the run, found by
-  counting in the database (no chords).
+  embedded mode, then enqueues its item ids (a few per message on big runs); `wait()` polls
+  the database and streams finished items to the reporter, then writes the results file
+  where the run was started.
+- A worker claims a message's items with one conditional UPDATE (pending → running, with a
+  lease), executes them one after another with the engine's `execute_item` and records each
+  with `items_record`, which only accepts the claim that is still current. The last item
+  finalises the run, found by counting in the database (no chords).
 - Every worker renews the leases of the items it holds (`leases_renew`). `sweep()` (one
   worker at a time) puts items whose lease ran out back to pending and enqueues them again,
   gives up on an item whose workers died `MAX_ATTEMPTS` times, re-enqueues items whose
@@ -41,6 +42,8 @@ from cobalt_app.services import ItemSnapshot
 KEY = "cobalt:"
 DEFAULT_QUEUE = "cobalt"
 MAX_ATTEMPTS = 3
+MAX_CHUNK = 8  # item ids per message, at most
+MESSAGES_PER_THREAD = 2  # fewer messages than this per worker thread: one item each
 SWEEP_BATCH = 500
 POLL_INTERVAL = 0.1
 WAIT_NOTICE_AFTER = 2.0
@@ -160,18 +163,32 @@ def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
 
 
 def enqueue(run_id: str, ids: list[int]) -> None:
-    """Publish one task per item on the run's queue (call outside any open transaction)."""
+    """Publish the run's items on its queue, a few ids per message (outside any transaction)."""
     if not ids:
         return
     from cobalt_app import tasks
     from cobalt_project.celery import app
 
     info = run_info(run_id)
-    task = tasks.rejudge_item if info.kind == "rejudge" else tasks.execute_item
+    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
+    size = chunk_size(len(ids), info.queue, int(info.config.get("concurrency") or 5))
     with app.producer_or_acquire() as producer, _batched(producer):
-        for item_id in ids:
-            task.apply_async((item_id,), queue=info.queue, producer=producer)
+        for start in range(0, len(ids), size):
+            chunk = ids[start : start + size]
+            task.apply_async((chunk,), queue=info.queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
+
+
+def chunk_size(count: int, queue: str, run_concurrency: int) -> int:
+    """Item ids per message: one, unless every worker thread would still get several messages.
+
+    A message costs the worker a Redis read, its bookkeeping, an ack and a database claim;
+    sharing them among a few items saves most of the dispatch overhead of big runs, while
+    small runs keep one item per message so that two workers share them evenly.
+    """
+    listening = [w for w in live_workers() if queue in (w.get("queues") or [])]
+    threads = sum(int(worker.get("concurrency") or 0) for worker in listening) or run_concurrency
+    return max(1, min(MAX_CHUNK, count // (max(threads, 1) * MESSAGES_PER_THREAD)))
 
 
 def _batched(producer: Any) -> Any:
@@ -244,48 +261,64 @@ class Claim:
     stored: dict[str, Any] = field(default_factory=dict)
 
 
-CLAIM_SQL = (
-    "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
-    "lease_expires_at = %s, started_at = %s WHERE id = %s AND status = %s RETURNING run_id, "
-    "item_index, run_index, item_key, input, output, metadata, latency_ms, tokens, cost, attempts"
-)
-# PostgreSQL: the claim and "the run has started" in one round trip.
-CLAIM_AND_START_SQL = (
-    f"WITH claimed AS ({CLAIM_SQL}), started AS (UPDATE cobalt_app_run SET status = %s, "
-    "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
-    "SELECT * FROM claimed"
-)
+def claim_sql(count: int, *, start_run: bool) -> str:
+    """Take pending items (a conditional UPDATE); on PostgreSQL, mark the run started too."""
+    claim = (
+        "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
+        f"lease_expires_at = %s, started_at = %s WHERE id IN ({', '.join(['%s'] * count)}) "
+        "AND status = %s RETURNING id, run_id, item_index, run_index, item_key, input, output, "
+        "metadata, latency_ms, tokens, cost, attempts"
+    )
+    if not start_run:
+        return claim
+    # The claim and "the run has started" in one round trip.
+    return (
+        f"WITH claimed AS ({claim}), started AS (UPDATE cobalt_app_run SET status = %s, "
+        "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
+        "SELECT * FROM claimed"
+    )
 
 
-def item_claim(item_id: int, worker: str) -> Claim | None:
-    """Take a pending item (conditional UPDATE); None when someone else has it or it is done."""
+def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
+    """Take the items of `item_ids` still pending, in id order; the others are someone else's.
+
+    Every claimed item gets a lease that the worker's heartbeat renews until it is recorded.
+    """
+    if not item_ids:
+        return []
     now = timezone.now()
     adapt = connection.ops.adapt_datetimefield_value
     lease = adapt(now + timedelta(seconds=lease_grace()))
-    params = [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now), item_id]
+    params = [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now), *item_ids]
     params.append(ItemResult.Status.PENDING)  # WHERE status = pending
     together = connection.vendor == "postgresql"
     if together:
         params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM_AND_START_SQL if together else CLAIM_SQL, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    run_id, index, repetition, key, item, output, metadata, latency, tokens, cost, attempt = row
-    if not together:
-        Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
-            status=Run.Status.RUNNING, started_at=now
-        )
-    snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
-    stored = {
-        "output": _json(output),
-        "metadata": _json(metadata) or {},
-        "latency_ms": latency,
-        "tokens": tokens,
-        "cost": cost,
-    }
-    return Claim(item_id, run_id, attempt, snapshot, stored)
+        cursor.execute(claim_sql(len(item_ids), start_run=together), params)
+        rows = sorted(cursor.fetchall())
+    claims = []
+    for row in rows:
+        item_id, run_id, index, repetition, key, item, output, metadata = row[:8]
+        latency, tokens, cost, attempt = row[8:]
+        snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
+        stored = {
+            "output": _json(output),
+            "metadata": _json(metadata) or {},
+            "latency_ms": latency,
+            "tokens": tokens,
+            "cost": cost,
+        }
+        claims.append(Claim(item_id, run_id, attempt, snapshot, stored))
+    if claims and not together:
+        Run.objects.filter(
+            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
+        ).update(status=Run.Status.RUNNING, started_at=now)
+    return claims
+
+
+def run_status(run_id: str) -> str | None:
+    return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
 
 
 def _json(value: Any) -> Any:
@@ -334,10 +367,6 @@ def items_record(pairs: list[tuple[Claim, ItemOutcome]]) -> tuple[set[int], set[
                 )
                 due = {run_id for run_id, done, total in cursor if done >= total}
     return recorded, due
-
-
-def item_record(claim: Claim, outcome: ItemOutcome) -> bool:
-    return claim.item_id in items_record([(claim, outcome)])[0]
 
 
 def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:

@@ -6,9 +6,10 @@ runner and judge runs (so a module-level `AsyncOpenAI()` client keeps working), 
 `EvalEnv` (provider clients, judge cache, a small pool of database threads) and a heartbeat
 thread that renews the leases of held items, announces the worker in Redis and sweeps.
 
-A Celery thread handles one item: claim → execute (the engine's `execute_item`, or the
-evaluators only for a re-judge) → record (`services.record_item_outcomes`, through
-`team.item_record`) → finalise the run if it was the last item.
+A Celery thread handles one message: claim its items (one statement) → for each, execute
+(the engine's `execute_item`, or the evaluators only for a re-judge) → record
+(`services.record_item_outcomes`, through `team.items_record`, batched across threads) →
+finalise the run if it was the last item.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from cobalt.config import Config, active_config
 from cobalt.experiment import Experiment
 from cobalt_app import aio, discovery, engine, team
 from cobalt_app.engine import EvalEnv, ItemOutcome
-from cobalt_app.models import ItemResult
+from cobalt_app.models import ItemResult, Run
 
 logger = logging.getLogger("cobalt.worker")
 T = TypeVar("T")
@@ -110,6 +111,7 @@ class Recorder:
 class Held:
     claim: team.Claim
     future: concurrent.futures.Future | None = None
+    dropped: bool = False  # cancelled, or the lease went to another worker
 
 
 class Runtime:
@@ -129,6 +131,7 @@ class Runtime:
         self.held: dict[int, Held] = {}
         self.lock = threading.Lock()
         self.files: dict[Path, tuple[int, discovery.LoadedFile]] = {}
+        self.run_states: dict[str, tuple[float, str | None]] = {}
         self.import_lock = threading.Lock()
         self.started = time.time()
         self.processed = 0
@@ -191,44 +194,69 @@ class Runtime:
 
     # -- the per-item path
 
-    def execute(self, item_id: int) -> str:
+    def execute(self, item_ids: list[int]) -> str:
         """Task body: claim, run the agent and the evaluators, record, maybe finalise."""
-        return self._process(item_id, self._execute_item)
+        return self._process(item_ids, self._execute_item)
 
-    def rejudge(self, item_id: int) -> str:
-        """Task body for a re-judge: the stored output scored again, the agent not called."""
-        return self._process(item_id, self._rejudge_item)
+    def rejudge(self, item_ids: list[int]) -> str:
+        """Task body for a re-judge: the stored outputs scored again, the agent not called."""
+        return self._process(item_ids, self._rejudge_item)
 
-    def _process(self, item_id: int, work: Callable[..., Coroutine[Any, Any, ItemOutcome]]) -> str:
+    def _process(
+        self, item_ids: list[int], work: Callable[..., Coroutine[Any, Any, ItemOutcome]]
+    ) -> str:
         self.ensure_started()
-        claim = self.call_db(team.item_claim, item_id, self.name)
-        if claim is None:
-            return "skipped"
-        info = team.cached_run_info(claim.run_id) or self.call_db(team.run_info, claim.run_id)
-        held = Held(claim)
+        claims = self.call_db(team.items_claim, item_ids, self.name)
+        entries = [Held(claim) for claim in claims]
         with self.lock:
-            self.held[item_id] = held
+            self.held.update((entry.claim.item_id, entry) for entry in entries)
+        statuses = []
         try:
-            try:
-                experiment = self.experiment(info)
-            except ExperimentUnavailable as exc:
-                outcome = unavailable(claim, str(exc))
-            else:
-                held.future = self.on_loop(work(experiment, claim, info))
-                try:
-                    outcome = held.future.result()
-                except concurrent.futures.CancelledError:
-                    return "dropped"  # cancelled, or our lease went to another worker
-            recorded, run = self.recorder.record(claim, outcome)
+            for position, entry in enumerate(entries):
+                # The others of the message wait their turn: the run may end meanwhile.
+                if entry.dropped or (position and self.run_stopped(entry.claim.run_id)):
+                    statuses.append("dropped")
+                    continue
+                statuses.append(self._process_one(entry, work))
+                with self.lock:
+                    self.held.pop(entry.claim.item_id, None)
         finally:
             with self.lock:
-                self.held.pop(item_id, None)
+                for entry in entries:
+                    self.held.pop(entry.claim.item_id, None)
+        return ", ".join(statuses) or "skipped"
+
+    def _process_one(
+        self, held: Held, work: Callable[..., Coroutine[Any, Any, ItemOutcome]]
+    ) -> str:
+        claim = held.claim
+        info = team.cached_run_info(claim.run_id) or self.call_db(team.run_info, claim.run_id)
+        try:
+            experiment = self.experiment(info)
+        except ExperimentUnavailable as exc:
+            outcome = unavailable(claim, str(exc))
+        else:
+            held.future = self.on_loop(work(experiment, claim, info))
+            try:
+                outcome = held.future.result()
+            except concurrent.futures.CancelledError:
+                return "dropped"
+        recorded, run = self.recorder.record(claim, outcome)
         if not recorded:
             return "superseded"
         self.processed += 1
         if run is not None:
             self.on_loop(self._notify(run)).result()
         return outcome.status
+
+    def run_stopped(self, run_id: str) -> bool:
+        """Whether the run was cancelled (or finished): read at most once a second per run."""
+        now = time.monotonic()
+        checked = self.run_states.get(run_id)
+        if checked is None or now - checked[0] > 1.0:
+            checked = (now, self.call_db(team.run_status, run_id))
+            self.run_states[run_id] = checked
+        return checked[1] is None or checked[1] in Run.FINISHED
 
     async def _execute_item(
         self, experiment: Experiment, claim: team.Claim, info: team.RunInfo
@@ -286,8 +314,10 @@ class Runtime:
         if held:
             still = guarded(team.leases_renew, self.name, list(held))
             for item_id, entry in held.items():
-                if item_id not in still and entry.future is not None:
-                    entry.future.cancel()
+                if item_id not in still:
+                    entry.dropped = True
+                    if entry.future is not None:
+                        entry.future.cancel()
         team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
         if team.sweep_turn(self.name):
             report = guarded(team.sweep)

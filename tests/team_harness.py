@@ -302,9 +302,10 @@ class Team:
         self.processes.append(process)
         return process
 
-    def start_worker(self) -> Process:
-        """The compose worker command; returns once the worker has announced itself."""
-        command = local_command(self.compose["services"]["worker"]["command"])
+    def start_worker(self, *options: str) -> Process:
+        """The compose worker command (`options` appended, the last value of an option wins);
+        returns once the worker has announced itself."""
+        command = [*local_command(self.compose["services"]["worker"]["command"]), *options]
         worker = self.spawn(command, env=self.service_env("worker"))
         client = self.services.redis()
 

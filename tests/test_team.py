@@ -180,6 +180,58 @@ def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team)
     assert len(results_document(team, run_id)["items"]) == 20
 
 
+def test_items_claimed_together_from_one_message_survive_a_killed_worker(team: Team):
+    # 24 items for 2 worker threads: six item ids per message, claimed in one statement.
+    write_experiment(team, items=24, delay=0.5)
+    doomed = team.start_worker("--concurrency=2")
+    run = team.cli_background("run")
+    wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
+    run_id = team.latest_run()
+    held = wait_for(
+        lambda: team.item_statuses(run_id).get("running", 0) > 2, timeout=30, what="claims"
+    )
+    assert held  # more items leased than threads: each thread holds its message's items
+    doomed.popen.send_signal(signal.SIGKILL)
+    doomed.popen.wait(timeout=10)
+    team.start_worker()
+
+    assert run.wait(90) == 0, run.err()
+    assert team.item_statuses(run_id) == {"ok": 24}
+    counts = team.services.query(
+        "SELECT count(*), count(DISTINCT (item_index, run_index)), max(attempts) "
+        "FROM cobalt_app_itemresult WHERE run_id = %s",
+        [run_id],
+    )[0]
+    assert counts == (24, 24, 2)
+    assert team.run_row(run_id)["finished_items"] == 24
+    assert len([line for line in run.out().splitlines() if "✓ Item" in line]) == 24
+
+
+def test_cancel_stops_the_items_waiting_in_a_workers_messages(team: Team):
+    write_experiment(team, items=40, delay=1.0, timeout=10)
+    worker = team.start_worker("--concurrency=2")  # 8 item ids per message, 16 claimed
+    run = team.cli_background("run")
+    wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
+    run_id = team.latest_run()
+    wait_for(lambda: team.item_statuses(run_id).get("running", 0) > 2, timeout=30, what="claims")
+    assert team.cli("cancel", run_id).returncode == 0
+    assert run.wait(30) == 1
+    statuses = team.item_statuses(run_id)
+    assert statuses.get("cancelled", 0) >= 30 and sum(statuses.values()) == 40
+    # Each thread stops the item it is on, then skips the rest of its message.
+    client = team.services.redis()
+
+    def idle() -> bool:
+        data = client.get(f"cobalt:worker:{harness.socket.gethostname()}:{worker.popen.pid}")
+        return data is not None and json.loads(data)["held"] == 0
+
+    wait_for(idle, timeout=10, what="the worker to drop its items")
+    started = len(team.executions())
+    assert started <= 6, team.executions()  # of the 16 items its two threads had claimed
+    time.sleep(0.5)  # observing that nothing more starts needs a stretch of time
+    assert len(team.executions()) == started
+
+
 def test_lost_messages_are_sent_again_and_an_item_that_kills_workers_is_abandoned(team: Team):
     write_experiment(team, items=5)
     run = team.cli_background("run")
