@@ -9,6 +9,7 @@ stored or printed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -143,21 +144,27 @@ class ProviderHub:
                 )
                 usage = response.usage
                 return ChatReply(text, usage.input_tokens or 0, usage.output_tokens or 0, model)
-            response = await self._send(
+            # The SDK's request path (auth, retries, timeouts, base URL) without its typed
+            # parameters and response models: a third of its CPU per call, which a worker
+            # making thousands of judge calls spends on one core.
+            body = await self._send(
                 provider,
                 key,
-                client.chat.completions.create,
-                model=model,
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                **params,
+                client.post,
+                path="/chat/completions",
+                cast_to=str,
+                body={
+                    "model": model,
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": user},
+                    ],
+                    **params,
+                },
             )
         except Exception as exc:
             raise ProviderError(describe_sdk_error(provider, exc)) from exc
-        text = response.choices[0].message.content or ""
-        usage = response.usage
-        input_tokens = usage.prompt_tokens if usage else 0
-        output_tokens = usage.completion_tokens if usage else 0
-        return ChatReply(text, input_tokens or 0, output_tokens or 0, model)
+        return chat_reply(body, model)
 
     async def embed(
         self,
@@ -207,6 +214,21 @@ class ProviderHub:
             with contextlib.suppress(Exception):  # closing is best effort
                 await client.close()
         self._clients.clear()
+
+
+def chat_reply(body: str, model: str) -> ChatReply:
+    """An OpenAI chat completion (the JSON text of the reply) as a `ChatReply`."""
+    try:
+        completion = json.loads(body)
+        text = completion["choices"][0]["message"].get("content") or ""
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise ProviderError(
+            f"openai: the reply is not a chat completion (model {model}): {body[:200]!r}"
+        ) from None
+    usage = completion.get("usage") or {}
+    return ChatReply(
+        text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), model
+    )
 
 
 def supported_params(method: Any, params: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from cobalt_app.models import ItemResult, Run
 
 logger = logging.getLogger("cobalt.worker")
 T = TypeVar("T")
+Work = Callable[..., Coroutine[Any, Any, ItemOutcome]]  # (experiment, claim, info) → outcome
 
 
 class ExperimentUnavailable(Exception):
@@ -46,7 +47,7 @@ class ExperimentUnavailable(Exception):
 class Recorder:
     """Records finished items in batches on one thread: one transaction for many items.
 
-    Tasks hand over their outcome and wait for the commit (the message is acknowledged only
+    Items hand over their outcome and await the commit (the message is acknowledged only
     after it). Whatever arrives while a batch commits forms the next batch, so a busy worker
     pays for a few transactions per second instead of one per item.
     """
@@ -58,11 +59,11 @@ class Recorder:
         self.thread = threading.Thread(target=self._serve, name="cobalt-recorder", daemon=True)
         self.thread.start()
 
-    def record(self, claim: team.Claim, outcome: ItemOutcome) -> tuple[bool, Any]:
-        """(recorded?, the run if this item finalised it)."""
+    def submit(self, claim: team.Claim, outcome: ItemOutcome) -> concurrent.futures.Future:
+        """Resolves to (recorded?, the run if this item finalised it) once committed."""
         done: concurrent.futures.Future = concurrent.futures.Future()
         self.inbox.put((claim, outcome, done))
-        return done.result()
+        return done
 
     def _serve(self) -> None:
         while True:
@@ -110,7 +111,7 @@ class Recorder:
 @dataclass
 class Held:
     claim: team.Claim
-    future: concurrent.futures.Future | None = None
+    task: asyncio.Future | None = None  # on the runtime's loop, while the item executes
     dropped: bool = False  # cancelled, or the lease went to another worker
 
 
@@ -202,60 +203,82 @@ class Runtime:
         """Task body for a re-judge: the stored outputs scored again, the agent not called."""
         return self._process(item_ids, self._rejudge_item)
 
-    def _process(
-        self, item_ids: list[int], work: Callable[..., Coroutine[Any, Any, ItemOutcome]]
-    ) -> str:
+    def _process(self, item_ids: list[int], work: Work) -> str:
         self.ensure_started()
         claims = self.call_db(team.items_claim, item_ids, self.name)
+        if not claims:
+            return "skipped"
         entries = [Held(claim) for claim in claims]
         with self.lock:
             self.held.update((entry.claim.item_id, entry) for entry in entries)
-        statuses = []
         try:
-            for position, entry in enumerate(entries):
-                # The others of the message wait their turn: the run may end meanwhile.
-                if entry.dropped or (position and self.run_stopped(entry.claim.run_id)):
-                    statuses.append("dropped")
-                    continue
-                statuses.append(self._process_one(entry, work))
-                with self.lock:
-                    self.held.pop(entry.claim.item_id, None)
+            # Imports happen here, on this thread, never on the event loop.
+            plans = {claim.run_id: self._plan(claim.run_id) for claim in claims}
+            # One hand-over to the loop for the whole message, not one per item.
+            statuses = self.on_loop(self._run_claimed(entries, plans, work)).result()
         finally:
             with self.lock:
                 for entry in entries:
                     self.held.pop(entry.claim.item_id, None)
-        return ", ".join(statuses) or "skipped"
+        return ", ".join(statuses)
 
-    def _process_one(
-        self, held: Held, work: Callable[..., Coroutine[Any, Any, ItemOutcome]]
+    def _plan(self, run_id: str) -> tuple[team.RunInfo, Experiment | str]:
+        """The run's settings and its experiment, or why this worker cannot load it."""
+        info = team.cached_run_info(run_id) or self.call_db(team.run_info, run_id)
+        try:
+            return info, self.experiment(info)
+        except ExperimentUnavailable as exc:
+            return info, str(exc)
+
+    async def _run_claimed(
+        self,
+        entries: list[Held],
+        plans: dict[str, tuple[team.RunInfo, Experiment | str]],
+        work: Work,
+    ) -> list[str]:
+        """The message's items one after another; the others wait their turn, claimed."""
+        statuses = []
+        for position, held in enumerate(entries):
+            run_id = held.claim.run_id
+            if held.dropped or (position and await self._run_stopped(run_id)):
+                statuses.append("dropped")
+                continue
+            statuses.append(await self._run_one(held, *plans[run_id], work))
+            with self.lock:
+                self.held.pop(held.claim.item_id, None)
+        return statuses
+
+    async def _run_one(
+        self, held: Held, info: team.RunInfo, experiment: Experiment | str, work: Work
     ) -> str:
         claim = held.claim
-        info = team.cached_run_info(claim.run_id) or self.call_db(team.run_info, claim.run_id)
-        try:
-            experiment = self.experiment(info)
-        except ExperimentUnavailable as exc:
-            outcome = unavailable(claim, str(exc))
+        if isinstance(experiment, str):
+            outcome = unavailable(claim, experiment)
         else:
-            held.future = self.on_loop(work(experiment, claim, info))
+            held.task = asyncio.ensure_future(work(experiment, claim, info))
             try:
-                outcome = held.future.result()
-            except concurrent.futures.CancelledError:
+                outcome = await held.task
+            except asyncio.CancelledError:
+                if not held.dropped:
+                    raise  # the loop is stopping, not this item
                 return "dropped"
-        recorded, run = self.recorder.record(claim, outcome)
+        recorded, run = await asyncio.wrap_future(self.recorder.submit(claim, outcome))
         if not recorded:
             return "superseded"
         self.processed += 1
         if run is not None:
-            self.on_loop(self._notify(run)).result()
+            await self._notify(run)
         return outcome.status
 
-    def run_stopped(self, run_id: str) -> bool:
+    async def _run_stopped(self, run_id: str) -> bool:
         """Whether the run was cancelled (or finished): read at most once a second per run."""
         now = time.monotonic()
         checked = self.run_states.get(run_id)
         if checked is None or now - checked[0] > 1.0:
-            checked = (now, self.call_db(team.run_status, run_id))
-            self.run_states[run_id] = checked
+            status = await asyncio.wrap_future(
+                self.db.pool.submit(guarded, team.run_status, run_id)
+            )
+            checked = self.run_states[run_id] = (now, status)
         return checked[1] is None or checked[1] in Run.FINISHED
 
     async def _execute_item(
@@ -316,8 +339,8 @@ class Runtime:
             for item_id, entry in held.items():
                 if item_id not in still:
                     entry.dropped = True
-                    if entry.future is not None:
-                        entry.future.cancel()
+                    if entry.task is not None:
+                        self.loop.call_soon_threadsafe(entry.task.cancel)
         team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
         if team.sweep_turn(self.name):
             report = guarded(team.sweep)

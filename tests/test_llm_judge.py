@@ -150,3 +150,25 @@ def test_a_template_field_missing_from_the_item_is_an_evaluation_error(project, 
     _, evaluation = run_with(project, Evaluator(name="rel", prompt="{{reference}}"))
     assert evaluation.status == "error" and "{{reference}}" in evaluation.error
     assert fake_provider.request_count() == 0
+
+
+@pytest.mark.parametrize("body", ["<html>502 Bad Gateway</html>", '{"choices": []}', '{"id": 1}'])
+def test_a_reply_that_is_not_a_chat_completion_is_a_provider_error(body):
+    from cobalt_app.providers import ProviderError, chat_reply
+
+    with pytest.raises(ProviderError, match="the reply is not a chat completion") as caught:
+        chat_reply(body, "gpt-4o-mini")
+    assert body[:20] in str(caught.value)
+
+
+def test_a_chat_completion_reply_gives_text_and_token_counts():
+    from cobalt_app.providers import chat_reply
+
+    body = json.dumps(
+        {
+            "choices": [{"message": {"role": "assistant", "content": '{"score": 1}'}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+        }
+    )
+    reply = chat_reply(body, "gpt-4o-mini")
+    assert (reply.text, reply.input_tokens, reply.output_tokens) == ('{"score": 1}', 12, 3)
