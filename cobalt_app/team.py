@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -39,13 +40,16 @@ from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.services import ItemSnapshot
 
+logger = logging.getLogger("cobalt.team")
+
 KEY = "cobalt:"
 DEFAULT_QUEUE = "cobalt"
 MAX_ATTEMPTS = 3
 MAX_CHUNK = 8  # item ids per message, at most
 MESSAGES_PER_THREAD = 2  # fewer messages than this per worker thread: one item each
 SWEEP_BATCH = 500
-POLL_INTERVAL = 0.1
+POLL_INTERVAL = 0.5  # between database reads while no worker announces progress
+MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
 WAIT_NOTICE_AFTER = 2.0
 STALL_NOTICE_AFTER = 30.0
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
@@ -411,6 +415,7 @@ def run_cancel(run_id: str) -> tuple[Run, int]:
         if run.started_at is None:
             Run.objects.filter(id=run_id).update(started_at=run.created_at)
         run = results.run_finalise(run.id, status=Run.Status.CANCELLED)
+    announce_progress([run.id])
     return run, cancelled
 
 
@@ -458,6 +463,7 @@ def sweep() -> SweepReport:
         if finish_if_done(run_id):
             report.finalised.append(run_id)
     _sweep_runs(report)
+    announce_progress(touched | set(report.finalised))
     return report
 
 
@@ -586,6 +592,59 @@ def sweep_turn(name: str) -> bool:
     return bool(redis_client().set(f"{KEY}sweeper", name, nx=True, px=interval_ms))
 
 
+def progress_channel(run_id: str) -> str:
+    return f"{KEY}progress:{run_id}"
+
+
+def announce_progress(run_ids: Iterable[str]) -> None:
+    """Wake whoever waits on these runs (`cobalt run`, `cobalt watch`): items were recorded.
+
+    Best effort: a waiting client also reads the database every `POLL_INTERVAL` anyway.
+    """
+    run_ids = list(run_ids)
+    if not run_ids:
+        return
+    try:
+        client = redis_client()
+        with client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.publish(progress_channel(run_id), "1")
+            pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - the waiting side polls; never fail a record
+        logger.debug("could not announce progress of %s: %s", run_ids, exc)
+
+
+class ProgressListener:
+    """Sleeps until a worker announces progress on a run, or `timeout` passes."""
+
+    def __init__(self, run_id: str) -> None:
+        self.pubsub = None
+        try:
+            self.pubsub = redis_client().pubsub(ignore_subscribe_messages=True)
+            self.pubsub.subscribe(progress_channel(run_id))
+        except Exception as exc:  # noqa: BLE001 - without it, wait() polls the database
+            logger.debug("progress announcements unavailable: %s", exc)
+            self.pubsub = None
+
+    def wait(self, timeout: float) -> None:
+        if self.pubsub is None:
+            time.sleep(timeout)
+            return
+        try:
+            message = self.pubsub.get_message(timeout=timeout)
+            while message is not None:  # several announcements make one wake-up
+                message = self.pubsub.get_message(timeout=0)
+        except Exception:  # noqa: BLE001 - the connection broke: fall back to polling
+            self.close()
+            time.sleep(timeout)
+
+    def close(self) -> None:
+        if self.pubsub is not None:
+            with contextlib.suppress(Exception):
+                self.pubsub.close()
+            self.pubsub = None
+
+
 # ------------------------------------------------------------------------------ waiting
 
 
@@ -650,44 +709,53 @@ def wait(
     began = last_progress = next_check = time.monotonic()
     noticed_queue = noticed_stall = False
     counted, fetched_at = -1, 0.0
-    while True:
-        status, finished = Run.objects.values_list("status", "finished_items").get(id=run_id)
-        while cursor < len(watched) and watched[cursor] not in waiting:
-            cursor += 1
-        fresh = []
-        # Read the items only when the run's counter moved (or now and then, to be sure).
-        look = finished != counted or status in Run.FINISHED or time.monotonic() - fetched_at > 2
-        if cursor < len(watched) and look:
-            counted, fetched_at = finished, time.monotonic()
-            ended = ItemResult.objects.filter(
-                run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
-            ).values_list("id", flat=True)
-            fresh = [i for i in ended if i in waiting]
-        if fresh:
-            waiting.difference_update(fresh)
-            last_progress = time.monotonic()
-            noticed_stall = False
-            for outcome in outcomes(fresh, order=order):
-                done += 1
-                if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
-                    reporter.item_finished(outcome, done, total)
-        if status in Run.FINISHED:
-            break
-        now = time.monotonic()
-        if on_notice and now >= next_check:
-            next_check = now + WAIT_NOTICE_AFTER
-            if status == Run.Status.QUEUED and not noticed_queue:
-                if now - began >= WAIT_NOTICE_AFTER:
+    listener = ProgressListener(run_id)
+    try:
+        while True:
+            read_at = time.monotonic()
+            status, finished = Run.objects.values_list("status", "finished_items").get(id=run_id)
+            while cursor < len(watched) and watched[cursor] not in waiting:
+                cursor += 1
+            fresh = []
+            # Read the items only when the run's counter moved (or now and then, to be sure).
+            stale = time.monotonic() - fetched_at > 2
+            look = finished != counted or status in Run.FINISHED or stale
+            if cursor < len(watched) and look:
+                counted, fetched_at = finished, time.monotonic()
+                ended = ItemResult.objects.filter(
+                    run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
+                ).values_list("id", flat=True)
+                fresh = [i for i in ended if i in waiting]
+            if fresh:
+                waiting.difference_update(fresh)
+                last_progress = time.monotonic()
+                noticed_stall = False
+                for outcome in outcomes(fresh, order=order):
+                    done += 1
+                    if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
+                        reporter.item_finished(outcome, done, total)
+            if status in Run.FINISHED:
+                break
+            now = time.monotonic()
+            if on_notice and now >= next_check:
+                next_check = now + WAIT_NOTICE_AFTER
+                if status == Run.Status.QUEUED and not noticed_queue:
+                    if now - began >= WAIT_NOTICE_AFTER:
+                        on_notice(waiting_message())
+                        noticed_queue = True
+                elif (
+                    not noticed_stall
+                    and now - last_progress >= STALL_NOTICE_AFTER
+                    and not live_workers()
+                ):
                     on_notice(waiting_message())
-                    noticed_queue = True
-            elif (
-                not noticed_stall
-                and now - last_progress >= STALL_NOTICE_AFTER
-                and not live_workers()
-            ):
-                on_notice(waiting_message())
-                noticed_stall = True
-        time.sleep(poll)
+                    noticed_stall = True
+            # Until a worker announces recorded items (or `poll` passes); a busy run is read
+            # at most every MIN_POLL_INTERVAL, not on every announcement.
+            listener.wait(poll)
+            time.sleep(max(0.0, read_at + MIN_POLL_INTERVAL - time.monotonic()))
+    finally:
+        listener.close()
     run = Run.objects.get(id=run_id)
     path = results.write_results_file(run, config.results_dir)
     Run.objects.filter(id=run_id).update(results_path=str(path))

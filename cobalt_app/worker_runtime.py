@@ -101,6 +101,7 @@ class Recorder:
         pairs = [(claim, outcome) for claim, outcome, _ in batch]
         recorded, due = guarded(team.items_record, pairs)
         finalised = {run_id: guarded(team.finish_if_done, run_id, force=True) for run_id in due}
+        team.announce_progress({claim.run_id for claim, _ in pairs})
         results = []
         for claim, _, _ in batch:
             run = finalised.pop(claim.run_id, None) if claim.item_id in recorded else None

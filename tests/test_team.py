@@ -128,6 +128,25 @@ def test_a_team_run_streams_its_items_and_exits_0_like_the_embedded_mode(team: T
     assert "Busy" in health.out()
 
 
+def test_workers_announce_recorded_items_to_whoever_waits(team: Team):
+    # `cobalt run` and `cobalt watch` sleep until an announcement instead of polling.
+    write_experiment(team, items=3)
+    listener = team.services.redis().pubsub(ignore_subscribe_messages=True)
+    listener.psubscribe("cobalt:progress:*")
+    team.start_worker()
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr
+    run_id = team.latest_run()
+    channels = set()
+    deadline = time.monotonic() + 10
+    while f"cobalt:progress:{run_id}".encode() not in channels and time.monotonic() < deadline:
+        message = listener.get_message(timeout=1)
+        if message:
+            channels.add(message["channel"])
+    listener.close()
+    assert f"cobalt:progress:{run_id}".encode() in channels
+
+
 def test_run_says_it_is_waiting_for_workers_then_finishes_when_one_starts(team: Team):
     write_experiment(team, items=3)
     run = team.cli_background("run")
