@@ -4,7 +4,8 @@ Needs PostgreSQL on 127.0.0.1:5432 (database `cobalt_bench_team_<pid>`, dropped 
 and Redis on 127.0.0.1:6379 (DB 6, flushed).
 
 1. 400 items × (one agent call + one llm-judge call) against the fake provider (a separate
-   process) with 100 ms latency, one `cobalt worker --concurrency 40`: the whole
+   process) with 100 ms latency, one `cobalt worker --concurrency 40` (as it starts by
+   default, one process per core; then with `--processes 1`): the whole
    `cobalt run --no-cache` process (start, enqueue, wait, stream, results file) versus a
    bare asyncio script making the same calls with the OpenAI SDK at concurrency 40.
 2. Dispatch overhead per item, no-op runner: Celery publish per item when `cobalt run`
@@ -16,7 +17,6 @@ and Redis on 127.0.0.1:6379 (DB 6, flushed).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +28,9 @@ from pathlib import Path
 import psycopg
 import redis
 from bench_engine import BARE, start_fake_provider  # the same bare script as the engine bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from cobalt_cli.commands_team import process_count  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -79,22 +82,21 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def start_worker(
-    folder: Path, env: dict[str, str], concurrency: int, processes: int = 1
-) -> subprocess.Popen:
+    folder: Path, env: dict[str, str], concurrency: int, processes: int | None = None
+) -> tuple[subprocess.Popen, int]:
+    """`cobalt worker` (its default `--processes auto` when `processes` is None)."""
     command = [sys.executable, "-m", "cobalt_cli", "worker", f"--concurrency={concurrency}"]
+    if processes is not None:
+        command.append(f"--processes={processes}")
+    expected = processes or process_count("auto", concurrency)
     worker = subprocess.Popen(
-        [*command, f"--processes={processes}"],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     client = redis.Redis.from_url(BROKER)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        alive = [json.loads(client.get(key) or "{}") for key in client.scan_iter("cobalt:worker:*")]
-        if sum(1 for w in alive if w.get("pid") == worker.pid or processes > 1) >= processes:
-            return worker
+        if sum(1 for _ in client.scan_iter("cobalt:worker:*")) >= expected:
+            return worker, expected
         time.sleep(0.05)
     worker.kill()
     raise SystemExit("the worker did not start")
@@ -179,8 +181,9 @@ def main() -> None:
             print(
                 f"  bare asyncio + openai SDK       : {bare_best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in bare_times)})"
             )
-            for processes in (1, 2):
-                workers.append(start_worker(llm, team_env, 40, processes))
+            for processes in (None, 1):
+                worker, count = start_worker(llm, team_env, 40, processes)
+                workers.append(worker)
                 timed(run, llm, team_env)  # warm-up: imports and connections of the worker
                 team_times, inside = [], []
                 for _ in range(args.repeat):
@@ -188,7 +191,10 @@ def main() -> None:
                     inside.append(latest_run(database_url)[0] / 1000)
                 stop(workers.pop())
                 best = min(team_times)
-                label = f"cobalt run, worker --processes {processes}"
+                if processes is None:
+                    label = f"cobalt worker (default: {count} proc.)"
+                else:
+                    label = f"cobalt worker --processes {processes}"
                 print(
                     f"  {label:32}: {best:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in team_times)}; first claim → finalised {min(inside):.2f} s)"
                 )
@@ -200,7 +206,7 @@ def main() -> None:
             print(f"Dispatch overhead ({args.noop} no-op items, one worker)")
             print(f"  publish per item (enqueue)                   : {publish:6.2f} ms")
             for concurrency, processes in ((40, 1), (40, 2), (1, 1)):
-                workers.append(start_worker(noop, team_env, concurrency, processes))
+                workers.append(start_worker(noop, team_env, concurrency, processes)[0])
                 timed(runs, noop, team_env)
                 timed(runs, noop, team_env)
                 duration_ms, total = latest_run(database_url)

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+THREADS_PER_PROCESS = 8  # `--processes auto`: a process per core, but not fewer threads each
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the `cobalt` app."""
@@ -46,14 +48,14 @@ def worker(
     ] = "",
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "warning",
     processes: Annotated[
-        int,
+        str,
         typer.Option(
-            min=1,
-            max=64,
-            help="Processes sharing --concurrency: more than one when the SDKs' own CPU work "
-            "(parsing replies) saturates a core.",
+            metavar="N|auto",
+            help="Processes sharing --concurrency. The SDKs' own CPU work (building requests, "
+            "parsing replies) fills a core long before the threads are busy; `auto`: one per "
+            f"CPU core, at most one per {THREADS_PER_PROCESS} threads.",
         ),
-    ] = 1,
+    ] = "auto",
 ) -> None:
     """Start a worker: executes the items of team runs from this project folder."""
     config = _team_setup()
@@ -68,13 +70,14 @@ def worker(
             "no COBALT_DATABASE_URL: this worker uses the SQLite file of this folder, "
             "which only processes on this machine share"
         )
+    count = process_count(processes, concurrency)
     try:
         team.ensure_schema()
     except Exception as exc:
         raise fail(f"could not prepare the database: {exc}") from None
     names = [q.strip() for q in (queues or team.queue_name()).split(",") if q.strip()]
-    if processes > 1:
-        raise typer.Exit(supervise(processes, concurrency, names, loglevel))
+    if count > 1:
+        raise typer.Exit(supervise(count, concurrency, names, loglevel))
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
     console.print(
@@ -98,6 +101,25 @@ def worker(
         worker_runtime.shutdown()
 
 
+def process_count(given: str, concurrency: int) -> int:
+    """`--processes`: a number, or `auto` (one per usable core, at least 8 threads each)."""
+    from cobalt_cli.main import fail
+
+    if given.strip().lower() == "auto":
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cores = os.cpu_count() or 1
+        return max(1, min(cores, concurrency // THREADS_PER_PROCESS))
+    try:
+        count = int(given)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= 64:
+        raise fail(f"--processes must be `auto` or a number from 1 to 64, not {given!r}")
+    return count
+
+
 def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str) -> int:
     """Run `processes` single-process workers; restart one that dies, stop all on a signal."""
     import signal
@@ -111,7 +133,7 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
 
     def start(share: int) -> subprocess.Popen:
         command = [sys.executable, "-m", "cobalt_cli", "worker", f"--concurrency={max(share, 1)}"]
-        command += [f"--queues={','.join(queues)}", f"--loglevel={loglevel}"]
+        command += [f"--queues={','.join(queues)}", f"--loglevel={loglevel}", "--processes=1"]
         # Own session: a terminal's Ctrl-C reaches the children once, through us.
         return subprocess.Popen(command, start_new_session=True)
 

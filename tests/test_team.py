@@ -543,3 +543,23 @@ def test_team_commands_explain_how_to_enable_team_mode(project, cobalt_cli):
         result = cobalt_cli(project, *command)
         assert result.returncode == 2, command
         assert "needs team mode: set COBALT_BROKER_URL=redis://" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "cores", "expected"),
+    [(40, 2, 2), (16, 2, 2), (8, 2, 1), (4, 2, 1), (16, 64, 2), (128, 64, 16), (64, 1, 1)],
+)
+def test_worker_processes_auto_is_one_per_core_with_eight_threads_each_at_least(
+    monkeypatch, concurrency, cores, expected
+):
+    from cobalt_cli.commands_team import process_count
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(cores)))
+    assert process_count("auto", concurrency) == expected
+    assert process_count("3", concurrency) == 3
+
+
+def test_a_bad_processes_value_is_refused_before_anything_starts(team: Team):
+    result = team.cli("worker", "--processes=many")
+    assert result.returncode == 2
+    assert "--processes must be `auto` or a number from 1 to 64, not 'many'" in result.stderr
