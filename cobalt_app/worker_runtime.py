@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import queue
+import signal
 import socket
 import threading
 import time
@@ -36,6 +37,7 @@ from cobalt_app.engine import EvalEnv, ItemOutcome
 from cobalt_app.models import ItemResult, Run
 
 logger = logging.getLogger("cobalt.worker")
+SUPERVISOR_ENV = "COBALT_SUPERVISOR_PID"  # set by `cobalt worker --processes N` for its children
 T = TypeVar("T")
 Work = Callable[..., Coroutine[Any, Any, ItemOutcome]]  # (experiment, claim, info) → outcome
 
@@ -138,6 +140,7 @@ class Runtime:
         self.started = time.time()
         self.processed = 0
         self._stop = threading.Event()
+        self._orphaned = False
         self._beat: threading.Thread | None = None
 
     # -- plumbing
@@ -333,6 +336,7 @@ class Runtime:
 
         Runs on the heartbeat thread with its own connection, never blocking the items.
         """
+        self._stop_if_orphaned()
         with self.lock:
             held = dict(self.held)
         if held:
@@ -347,6 +351,15 @@ class Runtime:
             report = guarded(team.sweep)
             if report.requeued or report.abandoned or report.redispatched:
                 logger.warning("sweeper: %s", report)
+
+    def _stop_if_orphaned(self) -> None:
+        """A process of `cobalt worker --processes N` whose supervisor was killed stops too
+        (warm shutdown: the items in hand finish first) instead of running on unseen."""
+        supervisor = os.environ.get(SUPERVISOR_ENV)
+        if supervisor and os.getppid() != int(supervisor) and not self._orphaned:
+            self._orphaned = True
+            logger.warning("the `cobalt worker` that started this process is gone; stopping")
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def describe(self, held: int) -> dict[str, Any]:
         return {

@@ -127,6 +127,7 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
     import sys
     import time
 
+    from cobalt_app.worker_runtime import SUPERVISOR_ENV
     from cobalt_cli.main import console
 
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
@@ -135,7 +136,8 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
         command = [sys.executable, "-m", "cobalt_cli", "worker", f"--concurrency={max(share, 1)}"]
         command += [f"--queues={','.join(queues)}", f"--loglevel={loglevel}", "--processes=1"]
         # Own session: a terminal's Ctrl-C reaches the children once, through us.
-        return subprocess.Popen(command, start_new_session=True)
+        env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}  # they stop if we are killed
+        return subprocess.Popen(command, start_new_session=True, env=env)
 
     children = [start(share) for share in shares]
     started = [time.monotonic()] * processes

@@ -339,6 +339,33 @@ def test_one_worker_command_can_run_several_processes(team: Team):
     wait_for(lambda: not children(), timeout=10, what="the processes to unregister")
 
 
+def test_the_processes_of_a_killed_worker_command_stop_too(team: Team):
+    supervisor = team.spawn(
+        [sys.executable, "-m", "cobalt_cli", "worker", "--concurrency=4", "--processes=2"],
+        env=team.service_env("worker"),
+    )
+    client = team.services.redis()
+
+    def children() -> list[dict]:
+        found = [json.loads(client.get(k) or "{}") for k in client.scan_iter("cobalt:worker:*")]
+        return [w for w in found if w.get("queues") == [team.queue]]
+
+    wait_for(lambda: len(children()) == 2, timeout=60, what="two worker processes")
+    pids = [w["pid"] for w in children()]
+    supervisor.popen.send_signal(signal.SIGKILL)
+    supervisor.popen.wait(timeout=10)
+    wait_for(lambda: not children(), timeout=20, what="the orphaned processes to unregister")
+
+    def gone(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state in ("Z", "X")  # exited, waiting to be reaped
+
+    wait_for(lambda: all(gone(pid) for pid in pids), timeout=20, what="the processes to exit")
+
+
 def test_resume_in_team_mode_reruns_only_the_failed_items(team: Team):
     write_experiment(team, items=6)
     (team.folder / "fail-odd-items").write_text("yes")
