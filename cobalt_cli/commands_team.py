@@ -156,7 +156,8 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
         for position, child in enumerate(children):
             code = child.poll()
             if code is not None and not stopping:
-                if time.monotonic() - started[position] < 10:  # failing at start: give up
+                # An error exit right after starting (not a kill) would only repeat: give up.
+                if code > 0 and time.monotonic() - started[position] < 10:
                     stop(signal.SIGTERM, None)
                     notice(f"worker process {child.pid} exited with {code} at start")
                     return code or 1

@@ -6,6 +6,7 @@ See tests/team_harness.py for how the services, queues and compose commands are 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -334,6 +335,17 @@ def test_one_worker_command_can_run_several_processes(team: Team):
         [team.latest_run()],
     )
     assert per_worker == [(2,)]
+    # A process killed (even right after it started) is replaced; the others go on.
+    known = {w["pid"] for w in children()}
+    for _ in range(2):
+        os.kill(max(known), signal.SIGKILL)  # the second time: the replacement, just started
+        fresh = wait_for(
+            lambda known=frozenset(known): {w["pid"] for w in children()} - known,
+            timeout=60,
+            what="a replacement process",
+        )
+        known |= fresh
+    assert supervisor.popen.poll() is None
     supervisor.popen.send_signal(signal.SIGTERM)
     assert supervisor.wait(30) == 0
     wait_for(lambda: not children(), timeout=10, what="the processes to unregister")
