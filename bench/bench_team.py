@@ -57,7 +57,7 @@ from cobalt import Dataset, experiment
 
 dataset = Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])
 
-@experiment("bench-team-noop", dataset)
+@experiment("bench-team-noop", dataset, concurrency=40)
 def run(ctx):
     return ctx.item["input"]
 """

@@ -5,7 +5,7 @@ original's, outputs included. The evaluators (all, or the one named) come from t
 experiment file as it is now — say, after a judge prompt changed. The other evaluators'
 verdicts are copied (marked cached, costing nothing). Items that errored or timed out have
 no output to score and are copied as they were. Embedded mode scores in this process; team
-mode enqueues `rejudge_items` tasks (item ids, a few per message on big runs).
+mode enqueues it, as lanes of `rejudge_items` tasks, like any team run.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ TASK_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result
 
 
 @shared_task(name="cobalt.execute_items", **TASK_OPTIONS)
-def execute_items(item_ids: list[int]) -> str:
-    """Claim items of a run, run the agent and the evaluators on each, record them."""
-    return worker_runtime.current().execute(item_ids)
+def execute_items(run_id: str, item_ids: list[int], then: int) -> str:
+    """A lane of a run: claim these items, run the agent and the evaluators on each, record
+    them; then claim the run's next pending items, `then` at a time, until none is left."""
+    return worker_runtime.current().execute(run_id, item_ids, then)
 
 
 @shared_task(name="cobalt.rejudge_items", **TASK_OPTIONS)
-def rejudge_items(item_ids: list[int]) -> str:
-    """Claim items of a re-judge run and score their stored outputs again."""
-    return worker_runtime.current().rejudge(item_ids)
+def rejudge_items(run_id: str, item_ids: list[int], then: int) -> str:
+    """A lane of a re-judge run: score the stored outputs again, item after item."""
+    return worker_runtime.current().rejudge(run_id, item_ids, then)

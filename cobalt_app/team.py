@@ -1,17 +1,19 @@
 """Team mode: runs executed by `cobalt worker` processes through Celery, on a shared database.
 
 - `start_run()` creates the run and its item rows with the same `services.run_create` as the
-  embedded mode, then enqueues its item ids (a few per message on big runs); `wait()` polls
-  the database and streams finished items to the reporter, then writes the results file
-  where the run was started.
-- A worker claims a message's items with one conditional UPDATE (pending → running, with a
-  lease), executes them one after another with the engine's `execute_item` and records each
-  with `items_record`, which only accepts the claim that is still current. The last item
-  finalises the run, found by counting in the database (no chords).
+  embedded mode, then enqueues it; `wait()` streams finished items to the reporter as
+  workers announce them, then writes the results file where the run was started.
+- A run is dispatched as lanes: at most `concurrency` messages, each naming a first few
+  items. A worker claims them with one conditional UPDATE (pending → running, with a lease),
+  executes them one after another with the engine's `execute_item`, records each with
+  `items_record` (which only accepts the claim that is still current), then claims the run's
+  next pending items itself, until none is left. The last item finalises the run, found by
+  counting in the database (no chords).
 - Every worker renews the leases of the items it holds (`leases_renew`). `sweep()` (one
-  worker at a time) puts items whose lease ran out back to pending and enqueues them again,
-  gives up on an item whose workers died `MAX_ATTEMPTS` times, re-enqueues items whose
-  messages vanished with a worker, and finalises runs whose last worker died finalising.
+  worker at a time) puts items whose lease ran out back to pending and enqueues them again
+  (new lanes for the ones that died), gives up on an item whose workers died
+  `MAX_ATTEMPTS` times, re-enqueues runs whose lanes all vanished with their workers, and
+  finalises runs whose last worker died finalising.
   Nothing waits for Redis' visibility timeout.
 """
 
@@ -45,8 +47,8 @@ logger = logging.getLogger("cobalt.team")
 KEY = "cobalt:"
 DEFAULT_QUEUE = "cobalt"
 MAX_ATTEMPTS = 3
-MAX_CHUNK = 8  # item ids per message, at most
-MESSAGES_PER_THREAD = 2  # fewer messages than this per worker thread: one item each
+MAX_CHUNK = 8  # items a lane claims at once, at most
+CLAIMS_PER_LANE = 2  # fewer claims than this per lane: one item at a time
 SWEEP_BATCH = 500
 POLL_INTERVAL = 0.5  # between database reads while no worker announces progress
 MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
@@ -167,7 +169,13 @@ def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
 
 
 def enqueue(run_id: str, ids: list[int]) -> None:
-    """Publish the run's items on its queue, a few ids per message (outside any transaction)."""
+    """Dispatch the run's pending items as lanes (call outside any open transaction).
+
+    At most `concurrency` messages (the run's setting), each with a first few item ids; a
+    worker that is done with them goes on claiming the run's next pending items itself, a
+    few at a time, until none is left. So the run's concurrency holds across all workers,
+    and a big run costs a handful of messages instead of one per item.
+    """
     if not ids:
         return
     from cobalt_app import tasks
@@ -175,24 +183,25 @@ def enqueue(run_id: str, ids: list[int]) -> None:
 
     info = run_info(run_id)
     task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
-    size = chunk_size(len(ids), info.queue, int(info.config.get("concurrency") or 5))
+    size = chunk_size(len(ids), info.queue, info.concurrency)
+    chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
     with app.producer_or_acquire() as producer, _batched(producer):
-        for start in range(0, len(ids), size):
-            chunk = ids[start : start + size]
-            task.apply_async((chunk,), queue=info.queue, producer=producer)
+        for chunk in chunks[: info.concurrency]:
+            task.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
 
 
-def chunk_size(count: int, queue: str, run_concurrency: int) -> int:
-    """Item ids per message: one, unless every worker thread would still get several messages.
+def chunk_size(count: int, queue: str, concurrency: int) -> int:
+    """Items a lane claims at a time: one, unless every lane would still claim several times.
 
-    A message costs the worker a Redis read, its bookkeeping, an ack and a database claim;
-    sharing them among a few items saves most of the dispatch overhead of big runs, while
-    small runs keep one item per message so that two workers share them evenly.
+    A claim costs a database round trip and, for the first, a message; sharing it among a
+    few items saves most of the dispatch overhead of big runs, while small runs claim one
+    item at a time so that two workers share them evenly.
     """
     listening = [w for w in live_workers() if queue in (w.get("queues") or [])]
-    threads = sum(int(worker.get("concurrency") or 0) for worker in listening) or run_concurrency
-    return max(1, min(MAX_CHUNK, count // (max(threads, 1) * MESSAGES_PER_THREAD)))
+    threads = sum(int(worker.get("concurrency") or 0) for worker in listening) or concurrency
+    lanes = max(1, min(concurrency, threads))
+    return max(1, min(MAX_CHUNK, count // (lanes * CLAIMS_PER_LANE)))
 
 
 def _batched(producer: Any) -> Any:
@@ -217,6 +226,10 @@ class RunInfo:
     @property
     def queue(self) -> str:
         return self.config.get("queue") or DEFAULT_QUEUE
+
+    @property
+    def concurrency(self) -> int:
+        return max(1, int(self.config.get("concurrency") or 5))
 
     @property
     def timeout(self) -> float:
@@ -265,13 +278,20 @@ class Claim:
     stored: dict[str, Any] = field(default_factory=dict)
 
 
+CLAIM_SET = (
+    "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
+    "lease_expires_at = %s, started_at = %s"
+)
+CLAIM_RETURNING = (
+    " RETURNING id, run_id, item_index, run_index, item_key, input, output, metadata, "
+    "latency_ms, tokens, cost, attempts"
+)
+
+
 def claim_sql(count: int, *, start_run: bool) -> str:
-    """Take pending items (a conditional UPDATE); on PostgreSQL, mark the run started too."""
+    """Take these pending items (a conditional UPDATE); on PostgreSQL, start the run too."""
     claim = (
-        "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
-        f"lease_expires_at = %s, started_at = %s WHERE id IN ({', '.join(['%s'] * count)}) "
-        "AND status = %s RETURNING id, run_id, item_index, run_index, item_key, input, output, "
-        "metadata, latency_ms, tokens, cost, attempts"
+        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) AND status = %s{CLAIM_RETURNING}"
     )
     if not start_run:
         return claim
@@ -283,6 +303,15 @@ def claim_sql(count: int, *, start_run: bool) -> str:
     )
 
 
+def claim_next_sql(*, skip_locked: bool) -> str:
+    """Take the run's first few pending items; concurrent lanes skip each other's rows."""
+    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""  # SQLite: one writer anyway
+    return (
+        f"{CLAIM_SET} WHERE id IN (SELECT id FROM cobalt_app_itemresult WHERE run_id = %s "
+        f"AND status = %s ORDER BY id LIMIT %s{lock}) AND status = %s{CLAIM_RETURNING}"
+    )
+
+
 def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
     """Take the items of `item_ids` still pending, in id order; the others are someone else's.
 
@@ -291,15 +320,36 @@ def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
     if not item_ids:
         return []
     now = timezone.now()
-    adapt = connection.ops.adapt_datetimefield_value
-    lease = adapt(now + timedelta(seconds=lease_grace()))
-    params = [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now), *item_ids]
-    params.append(ItemResult.Status.PENDING)  # WHERE status = pending
+    params = [*_claim_set_params(worker, now), *item_ids, ItemResult.Status.PENDING]
     together = connection.vendor == "postgresql"
     if together:
+        adapt = connection.ops.adapt_datetimefield_value
         params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
+    claims = _claimed(claim_sql(len(item_ids), start_run=together), params)
+    if claims and not together:
+        Run.objects.filter(
+            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
+        ).update(status=Run.Status.RUNNING, started_at=now)
+    return claims
+
+
+def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
+    """Take up to `limit` of the run's pending items, first ones first (a lane going on)."""
+    pending = ItemResult.Status.PENDING
+    params = [*_claim_set_params(worker, timezone.now()), run_id, pending, limit, pending]
+    skip_locked = connection.features.has_select_for_update_skip_locked
+    return _claimed(claim_next_sql(skip_locked=skip_locked), params)
+
+
+def _claim_set_params(worker: str, now: Any) -> list[Any]:
+    adapt = connection.ops.adapt_datetimefield_value
+    lease = adapt(now + timedelta(seconds=lease_grace()))
+    return [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now)]
+
+
+def _claimed(sql: str, params: list[Any]) -> list[Claim]:
     with connection.cursor() as cursor:
-        cursor.execute(claim_sql(len(item_ids), start_run=together), params)
+        cursor.execute(sql, params)
         rows = sorted(cursor.fetchall())
     claims = []
     for row in rows:
@@ -314,10 +364,6 @@ def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
             "cost": cost,
         }
         claims.append(Claim(item_id, run_id, attempt, snapshot, stored))
-    if claims and not together:
-        Run.objects.filter(
-            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
-        ).update(status=Run.Status.RUNNING, started_at=now)
     return claims
 
 

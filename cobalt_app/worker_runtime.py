@@ -6,10 +6,10 @@ runner and judge runs (so a module-level `AsyncOpenAI()` client keeps working), 
 `EvalEnv` (provider clients, judge cache, a small pool of database threads) and a heartbeat
 thread that renews the leases of held items, announces the worker in Redis and sweeps.
 
-A Celery thread handles one message: claim its items (one statement) → for each, execute
-(the engine's `execute_item`, or the evaluators only for a re-judge) → record
+A Celery thread handles one lane of a run: claim a few items (one statement) → for each,
+execute (the engine's `execute_item`, or the evaluators only for a re-judge) → record
 (`services.record_item_outcomes`, through `team.items_record`, batched across threads) →
-finalise the run if it was the last item.
+finalise the run if it was the last item → claim the run's next pending items, to the end.
 """
 
 from __future__ import annotations
@@ -199,32 +199,44 @@ class Runtime:
 
     # -- the per-item path
 
-    def execute(self, item_ids: list[int]) -> str:
-        """Task body: claim, run the agent and the evaluators, record, maybe finalise."""
-        return self._process(item_ids, self._execute_item)
+    def execute(self, run_id: str, item_ids: list[int], then: int) -> str:
+        """Task body: a lane of the run (see `team.enqueue`)."""
+        return self._lane(run_id, item_ids, then, self._execute_item)
 
-    def rejudge(self, item_ids: list[int]) -> str:
+    def rejudge(self, run_id: str, item_ids: list[int], then: int) -> str:
         """Task body for a re-judge: the stored outputs scored again, the agent not called."""
-        return self._process(item_ids, self._rejudge_item)
+        return self._lane(run_id, item_ids, then, self._rejudge_item)
 
-    def _process(self, item_ids: list[int], work: Work) -> str:
+    def _lane(self, run_id: str, item_ids: list[int], then: int, work: Work) -> str:
+        """The named items, then the run's next pending ones, `then` at a time, to the end."""
         self.ensure_started()
+        done = 0
         claims = self.call_db(team.items_claim, item_ids, self.name)
+        while True:
+            done += self._run_claims(claims, work)
+            if then < 1 or self.run_stopped(run_id):
+                break
+            claims = self.call_db(team.items_claim_next, run_id, self.name, then)
+            if not claims:
+                break
+        return f"{done} items"
+
+    def _run_claims(self, claims: list[team.Claim], work: Work) -> int:
         if not claims:
-            return "skipped"
+            return 0
         entries = [Held(claim) for claim in claims]
         with self.lock:
             self.held.update((entry.claim.item_id, entry) for entry in entries)
         try:
             # Imports happen here, on this thread, never on the event loop.
             plans = {claim.run_id: self._plan(claim.run_id) for claim in claims}
-            # One hand-over to the loop for the whole message, not one per item.
+            # One hand-over to the loop for the claimed items, not one per item.
             statuses = self.on_loop(self._run_claimed(entries, plans, work)).result()
         finally:
             with self.lock:
                 for entry in entries:
                     self.held.pop(entry.claim.item_id, None)
-        return ", ".join(statuses)
+        return sum(status != "dropped" for status in statuses)
 
     def _plan(self, run_id: str) -> tuple[team.RunInfo, Experiment | str]:
         """The run's settings and its experiment, or why this worker cannot load it."""
@@ -274,16 +286,29 @@ class Runtime:
             await self._notify(run)
         return outcome.status
 
-    async def _run_stopped(self, run_id: str) -> bool:
+    def run_stopped(self, run_id: str) -> bool:
         """Whether the run was cancelled (or finished): read at most once a second per run."""
-        now = time.monotonic()
+        known = self._known_stopped(run_id)
+        if known is not None:
+            return known
+        return self._remember(run_id, self.call_db(team.run_status, run_id))
+
+    async def _run_stopped(self, run_id: str) -> bool:
+        known = self._known_stopped(run_id)
+        if known is not None:
+            return known
+        status = await asyncio.wrap_future(self.db.pool.submit(guarded, team.run_status, run_id))
+        return self._remember(run_id, status)
+
+    def _known_stopped(self, run_id: str) -> bool | None:
         checked = self.run_states.get(run_id)
-        if checked is None or now - checked[0] > 1.0:
-            status = await asyncio.wrap_future(
-                self.db.pool.submit(guarded, team.run_status, run_id)
-            )
-            checked = self.run_states[run_id] = (now, status)
+        if checked is None or time.monotonic() - checked[0] > 1.0:
+            return None
         return checked[1] is None or checked[1] in Run.FINISHED
+
+    def _remember(self, run_id: str, status: str | None) -> bool:
+        self.run_states[run_id] = (time.monotonic(), status)
+        return status is None or status in Run.FINISHED
 
     async def _execute_item(
         self, experiment: Experiment, claim: team.Claim, info: team.RunInfo

@@ -38,6 +38,7 @@ LEASE_GRACE = "2"
 EXPERIMENT = """
 import asyncio
 import os
+import time
 from pathlib import Path
 
 from openai import AsyncOpenAI
@@ -47,6 +48,7 @@ from cobalt import Dataset, Evaluator, experiment
 client = AsyncOpenAI()  # module level: must keep working across tasks on a worker
 HERE = Path(__file__).resolve().parent.parent
 LOG = HERE / "executions.log"
+SPANS = HERE / "spans.log"  # start and end time of every execution
 FLAG = HERE / "fail-odd-items"
 
 
@@ -65,14 +67,18 @@ dataset = Dataset(items=[{"id": f"q{i}", "question": f"question {i}"} for i in r
         Evaluator(name="has-answer", type="function", fn=has_answer),
     ],
     timeout=__TIMEOUT__,
+    concurrency=__CONCURRENCY__,
 )
 async def run(ctx):
+    started = time.time()
     with LOG.open("a") as fh:
         fh.write(f"{ctx.item['id']} {os.getpid()}\\n")
     if ctx.index % 2 and FLAG.exists():
         raise RuntimeError("flaky agent")
     await asyncio.sleep(__DELAY__)
     if not __CALL_AGENT__:
+        with SPANS.open("a") as fh:
+            fh.write(f"{started} {time.time()}\\n")
         return f"the answer to {ctx.item['question']}"
     reply = await client.chat.completions.create(
         model="agent-model",
@@ -90,6 +96,7 @@ def experiment_source(
     score: float = 0.8,
     timeout: float = 5,
     call_agent: bool = True,
+    concurrency: int = 5,
 ) -> str:
     replacements = {
         "__ITEMS__": str(items),
@@ -98,6 +105,7 @@ def experiment_source(
         "__SCORE__": str(score),
         "__TIMEOUT__": repr(timeout),
         "__CALL_AGENT__": repr(call_agent),
+        "__CONCURRENCY__": str(concurrency),
     }
     source = EXPERIMENT
     for key, value in replacements.items():

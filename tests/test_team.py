@@ -314,6 +314,25 @@ def test_two_workers_share_one_run(team: Team):
     assert min(n for _, n in per_worker) >= 2
 
 
+def test_the_experiments_concurrency_holds_across_workers(team: Team):
+    write_experiment(team, items=12, delay=0.4, concurrency=2, call_agent=False)
+    team.start_worker()
+    team.start_worker()  # 8 threads in all, but the experiment asks for 2 at a time
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr
+    spans = [
+        tuple(map(float, line.split()))
+        for line in (team.folder / "spans.log").read_text().splitlines()
+    ]
+    assert len(spans) == 12
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running, most = 0, 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    assert most == 2
+
+
 def test_one_worker_command_can_run_several_processes(team: Team):
     write_experiment(team, items=12, delay=0.2)
     supervisor = team.spawn(
