@@ -303,12 +303,20 @@ def claim_sql(count: int, *, start_run: bool) -> str:
     )
 
 
-def claim_next_sql(*, skip_locked: bool) -> str:
+def claim_next_sql(*, postgresql: bool) -> str:
     """Take the run's first few pending items; concurrent lanes skip each other's rows."""
-    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else ""  # SQLite: one writer anyway
+    pick = (
+        "SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
+        "ORDER BY id LIMIT %s"
+    )
+    if not postgresql:  # SQLite: one writer at a time, the subquery runs once
+        return f"{CLAIM_SET} WHERE id IN ({pick}) AND status = %s{CLAIM_RETURNING}"
+    # A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
+    # for every row it scans, each time taking the next few items: one lane took them all.
+    returning = CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
     return (
-        f"{CLAIM_SET} WHERE id IN (SELECT id FROM cobalt_app_itemresult WHERE run_id = %s "
-        f"AND status = %s ORDER BY id LIMIT %s{lock}) AND status = %s{CLAIM_RETURNING}"
+        f"WITH next AS ({pick} FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
+        f"WHERE cobalt_app_itemresult.id = next.id AND status = %s{returning}"
     )
 
 
@@ -336,9 +344,10 @@ def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
 def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
     """Take up to `limit` of the run's pending items, first ones first (a lane going on)."""
     pending = ItemResult.Status.PENDING
-    params = [*_claim_set_params(worker, timezone.now()), run_id, pending, limit, pending]
-    skip_locked = connection.features.has_select_for_update_skip_locked
-    return _claimed(claim_next_sql(skip_locked=skip_locked), params)
+    claim, pick = _claim_set_params(worker, timezone.now()), [run_id, pending, limit]
+    postgresql = connection.vendor == "postgresql"
+    params = [*pick, *claim, pending] if postgresql else [*claim, *pick, pending]
+    return _claimed(claim_next_sql(postgresql=postgresql), params)
 
 
 def _claim_set_params(worker: str, now: Any) -> list[Any]:

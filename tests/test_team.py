@@ -94,6 +94,22 @@ def results_document(team: Team, run_id: str) -> dict:
     return json.loads(files[0].read_text())
 
 
+def test_a_lane_holds_only_the_few_items_it_claimed_at_a_time(team: Team):
+    # 48 items, 4 lanes: each claims 48 // (4 * 2) = 6 items at a time, never a whole run.
+    write_experiment(team, items=48, delay=0.1, concurrency=4, call_agent=False)
+    worker = team.start_worker()
+    run = team.cli_background("run")
+    run_id = wait_for(lambda: team.executions() and team.latest_run(), timeout=60, what="run")
+    most = 0
+    while run.popen.poll() is None:
+        most = max(most, team.item_statuses(run_id).get("running", 0))
+        time.sleep(0.05)
+    assert run.wait(10) == 0, run.err()
+    assert team.item_statuses(run_id) == {"ok": 48}
+    assert 0 < most <= 4 * 6
+    assert "raised unexpected" not in worker.err()
+
+
 def test_a_team_run_streams_its_items_and_exits_0_like_the_embedded_mode(team: Team):
     write_experiment(team, items=6)
     team.start_worker()
@@ -316,10 +332,11 @@ def test_two_workers_share_one_run(team: Team):
 
 def test_the_experiments_concurrency_holds_across_workers(team: Team):
     write_experiment(team, items=12, delay=0.4, concurrency=2, call_agent=False)
-    team.start_worker()
-    team.start_worker()  # 8 threads in all, but the experiment asks for 2 at a time
+    workers = [team.start_worker(), team.start_worker()]  # 8 threads in all, 2 asked for
     result = team.cli("run")
     assert result.returncode == 0, result.stderr
+    for worker in workers:
+        assert "raised unexpected" not in worker.err()  # no lane failed along the way
     spans = [
         tuple(map(float, line.split()))
         for line in (team.folder / "spans.log").read_text().splitlines()
