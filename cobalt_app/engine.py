@@ -171,7 +171,11 @@ async def evaluate_item(
 
 
 class OutcomeWriter:
-    """Buffers outcomes and records them in batches on the database thread."""
+    """Buffers outcomes and records them in batches on the database thread.
+
+    An outcome is recorded within FLUSH_INTERVAL even when no other item finishes meanwhile
+    (a slow next item must not hide it from the dashboard).
+    """
 
     def __init__(self, run_id: str, db: DatabaseThread) -> None:
         self.run_id = run_id
@@ -179,14 +183,25 @@ class OutcomeWriter:
         self.buffer: list[ItemOutcome] = []
         self.last_flush = time.monotonic()
         self._lock = asyncio.Lock()
+        self._timer: asyncio.Task | None = None
 
     async def add(self, outcome: ItemOutcome) -> None:
         self.buffer.append(outcome)
         due = time.monotonic() - self.last_flush >= FLUSH_INTERVAL
         if len(self.buffer) >= FLUSH_SIZE or due:
             await self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(FLUSH_INTERVAL)
+        self._timer = None  # from here on, flush() no longer cancels this task
+        await self.flush()
 
     async def flush(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()  # still asleep: what it would record is recorded now
         async with self._lock:
             batch, self.buffer = self.buffer, []
             self.last_flush = time.monotonic()

@@ -252,7 +252,7 @@ class Runtime:
         plans: dict[str, tuple[team.RunInfo, Experiment | str]],
         work: Work,
     ) -> list[str]:
-        """The message's items one after another; the others wait their turn, claimed."""
+        """The claimed items one after another; the others wait their turn, leased."""
         statuses = []
         for position, held in enumerate(entries):
             run_id = held.claim.run_id

@@ -329,6 +329,48 @@ class Team:
         wait_for(announced, timeout=60, what="the worker to announce itself")
         return worker
 
+    def start_worker_processes(self, processes: int, concurrency: int) -> Process:
+        """`cobalt worker --processes N`; returns once its N processes announced themselves."""
+        supervisor = self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "cobalt_cli",
+                "worker",
+                f"--concurrency={concurrency}",
+                f"--processes={processes}",
+            ],
+            env=self.service_env("worker"),
+        )
+        wait_for(
+            lambda: len(self.workers_on_queue()) == processes,
+            timeout=60,
+            what=f"{processes} worker processes",
+        )
+        return supervisor
+
+    def wait_worker_idle(self, worker: Process) -> int:
+        """Until the worker's heartbeat says it holds nothing, then check that no agent starts
+        any more; returns how many executions there were."""
+        client = self.services.redis()
+        key = f"cobalt:worker:{socket.gethostname()}:{worker.popen.pid}"
+
+        def idle() -> bool:
+            data = client.get(key)
+            return data is not None and json.loads(data)["held"] == 0
+
+        wait_for(idle, timeout=10, what="the worker to drop its items")
+        started = len(self.executions())
+        time.sleep(0.5)  # observing that nothing more starts needs a stretch of time
+        assert len(self.executions()) == started
+        return started
+
+    def workers_on_queue(self) -> list[dict]:
+        """The worker processes announced in Redis that consume this test's queue."""
+        client = self.services.redis()
+        found = [json.loads(client.get(k) or "{}") for k in client.scan_iter("cobalt:worker:*")]
+        return [w for w in found if w.get("queues") == [self.queue]]
+
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "cobalt_cli", *args],

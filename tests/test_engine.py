@@ -110,6 +110,24 @@ def test_concurrency_is_honoured(project):
     assert peak == 4
 
 
+def test_a_finished_item_is_recorded_while_the_next_one_still_runs(project):
+    # The dashboard shows progress from the database: an outcome must not wait in a buffer
+    # until a slow next item finishes.
+    def runner(ctx):
+        if ctx.index == 0:
+            return "first"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if ItemResult.objects.filter(run__name="gated", item_index=0, status="ok").exists():
+                return "saw the first item recorded"
+            time.sleep(0.02)
+        return "the first item was not recorded"
+
+    (run,) = execute(project, define("gated", items(2), runner, concurrency=1))
+    second = ItemResult.objects.get(run=run, item_index=1)
+    assert second.output == "saw the first item recorded"
+
+
 def test_function_evaluators_accept_dicts_results_floats_and_bools(project):
     evaluators = [
         Evaluator(name="dict", type="function", fn=lambda c: {"score": 0.25, "reason": "quarter"}),

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +85,15 @@ def write_experiment(team: Team, **options) -> Path:
     options.setdefault("token", team.queue)
     target.write_text(experiment_source(**options))
     return target
+
+
+def item_counts(team: Team, run_id: str) -> tuple[int, int, int]:
+    """(rows, distinct items, most attempts of one item) of a run."""
+    return team.services.query(
+        "SELECT count(*), count(DISTINCT (item_index, run_index)), max(attempts) "
+        "FROM cobalt_app_itemresult WHERE run_id = %s",
+        [run_id],
+    )[0]
 
 
 def results_document(team: Team, run_id: str) -> dict:
@@ -196,11 +204,7 @@ def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team)
 
     assert run.wait(90) == 0, run.err()
     assert team.item_statuses(run_id) == {"ok": 20}
-    counts = team.services.query(
-        "SELECT count(*), count(DISTINCT (item_index, run_index)), max(attempts) "
-        "FROM cobalt_app_itemresult WHERE run_id = %s",
-        [run_id],
-    )[0]
+    counts = item_counts(team, run_id)
     assert counts[:2] == (20, 20)
     assert counts[2] == 2  # the items the killed worker held were claimed a second time
     evaluations = team.services.query(
@@ -216,8 +220,8 @@ def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team)
     assert len(results_document(team, run_id)["items"]) == 20
 
 
-def test_items_claimed_together_from_one_message_survive_a_killed_worker(team: Team):
-    # 24 items for 2 worker threads: six item ids per message, claimed in one statement.
+def test_items_claimed_together_by_a_lane_survive_a_killed_worker(team: Team):
+    # 24 items, 2 worker threads: each lane claims six items at a time, in one statement.
     write_experiment(team, items=24, delay=0.5)
     doomed = team.start_worker("--concurrency=2")
     run = team.cli_background("run")
@@ -226,26 +230,22 @@ def test_items_claimed_together_from_one_message_survive_a_killed_worker(team: T
     held = wait_for(
         lambda: team.item_statuses(run_id).get("running", 0) > 2, timeout=30, what="claims"
     )
-    assert held  # more items leased than threads: each thread holds its message's items
+    assert held  # more items leased than threads: each lane holds the items it claimed
     doomed.popen.send_signal(signal.SIGKILL)
     doomed.popen.wait(timeout=10)
     team.start_worker()
 
     assert run.wait(90) == 0, run.err()
     assert team.item_statuses(run_id) == {"ok": 24}
-    counts = team.services.query(
-        "SELECT count(*), count(DISTINCT (item_index, run_index)), max(attempts) "
-        "FROM cobalt_app_itemresult WHERE run_id = %s",
-        [run_id],
-    )[0]
+    counts = item_counts(team, run_id)
     assert counts == (24, 24, 2)
     assert team.run_row(run_id)["finished_items"] == 24
     assert len([line for line in run.out().splitlines() if "✓ Item" in line]) == 24
 
 
-def test_cancel_stops_the_items_waiting_in_a_workers_messages(team: Team):
+def test_cancel_stops_the_items_waiting_in_a_workers_lanes(team: Team):
     write_experiment(team, items=40, delay=1.0, timeout=10)
-    worker = team.start_worker("--concurrency=2")  # 8 item ids per message, 16 claimed
+    worker = team.start_worker("--concurrency=2")  # lanes of 8 items at a time: 16 claimed
     run = team.cli_background("run")
     wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
     run_id = team.latest_run()
@@ -254,18 +254,9 @@ def test_cancel_stops_the_items_waiting_in_a_workers_messages(team: Team):
     assert run.wait(30) == 1
     statuses = team.item_statuses(run_id)
     assert statuses.get("cancelled", 0) >= 30 and sum(statuses.values()) == 40
-    # Each thread stops the item it is on, then skips the rest of its message.
-    client = team.services.redis()
-
-    def idle() -> bool:
-        data = client.get(f"cobalt:worker:{harness.socket.gethostname()}:{worker.popen.pid}")
-        return data is not None and json.loads(data)["held"] == 0
-
-    wait_for(idle, timeout=10, what="the worker to drop its items")
-    started = len(team.executions())
+    # Each thread stops the item it is on, then skips the rest of what its lane claimed.
+    started = team.wait_worker_idle(worker)
     assert started <= 6, team.executions()  # of the 16 items its two threads had claimed
-    time.sleep(0.5)  # observing that nothing more starts needs a stretch of time
-    assert len(team.executions()) == started
 
 
 def test_lost_messages_are_sent_again_and_an_item_that_kills_workers_is_abandoned(team: Team):
@@ -352,17 +343,8 @@ def test_the_experiments_concurrency_holds_across_workers(team: Team):
 
 def test_one_worker_command_can_run_several_processes(team: Team):
     write_experiment(team, items=12, delay=0.2)
-    supervisor = team.spawn(
-        [sys.executable, "-m", "cobalt_cli", "worker", "--concurrency=4", "--processes=2"],
-        env=team.service_env("worker"),
-    )
-    client = team.services.redis()
-
-    def children() -> list[dict]:
-        found = [json.loads(client.get(k) or "{}") for k in client.scan_iter("cobalt:worker:*")]
-        return [w for w in found if w.get("queues") == [team.queue]]
-
-    wait_for(lambda: len(children()) == 2, timeout=60, what="two worker processes")
+    supervisor = team.start_worker_processes(2, concurrency=4)
+    children = team.workers_on_queue
     assert {w["concurrency"] for w in children()} == {2}
     result = team.cli("run")
     assert result.returncode == 0, result.stderr
@@ -388,17 +370,8 @@ def test_one_worker_command_can_run_several_processes(team: Team):
 
 
 def test_the_processes_of_a_killed_worker_command_stop_too(team: Team):
-    supervisor = team.spawn(
-        [sys.executable, "-m", "cobalt_cli", "worker", "--concurrency=4", "--processes=2"],
-        env=team.service_env("worker"),
-    )
-    client = team.services.redis()
-
-    def children() -> list[dict]:
-        found = [json.loads(client.get(k) or "{}") for k in client.scan_iter("cobalt:worker:*")]
-        return [w for w in found if w.get("queues") == [team.queue]]
-
-    wait_for(lambda: len(children()) == 2, timeout=60, what="two worker processes")
+    supervisor = team.start_worker_processes(2, concurrency=4)
+    children = team.workers_on_queue
     pids = [w["pid"] for w in children()]
     supervisor.popen.send_signal(signal.SIGKILL)
     supervisor.popen.wait(timeout=10)
@@ -452,16 +425,7 @@ def test_cancel_stops_a_running_run_and_its_workers_drop_the_items(team: Team):
     assert "pending" not in statuses and "running" not in statuses
 
     # The worker notices at its next heartbeat and stops the agents it was running.
-    client = team.services.redis()
-
-    def idle() -> bool:
-        data = client.get(f"cobalt:worker:{harness.socket.gethostname()}:{worker.popen.pid}")
-        return data is not None and json.loads(data)["held"] == 0
-
-    wait_for(idle, timeout=10, what="the worker to drop its items")
-    started = len(team.executions())
-    time.sleep(0.5)  # observing that nothing more starts needs a stretch of time
-    assert len(team.executions()) == started
+    team.wait_worker_idle(worker)
     again = team.cli("cancel", run_id)
     assert "already cancelled" in again.stdout
 
