@@ -8,10 +8,11 @@ and Redis on 127.0.0.1:6379 (DB 6, flushed).
    default, one process per core; then with `--processes 1`): the whole
    `cobalt run --no-cache` process (start, enqueue, wait, stream, results file) versus a
    bare asyncio script making the same calls with the OpenAI SDK at concurrency 40.
-2. Dispatch overhead per item, no-op runner: Celery publish per item when `cobalt run`
-   enqueues; the worker's wall time per item at `--concurrency 40` (receive, claim, execute,
-   record, finalise check, ack — overlapped as in real use); and one item at a time with
-   `--concurrency 1`, where nothing overlaps (a latency, dominated by Celery's fetch/ack).
+2. Dispatch overhead per item, no-op runner (experiment concurrency 40): what `team.enqueue`
+   costs per item (a run is published as at most `concurrency` lane messages); the worker's
+   wall time per item at `--concurrency 40` (receive, claim, execute, record, finalise
+   check, ack — overlapped as in real use); and with `--concurrency 1`, one lane, where
+   nothing overlaps.
 """
 
 from __future__ import annotations
