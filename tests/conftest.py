@@ -7,6 +7,7 @@ engine's database thread and the test see the same data; engine tests use `trans
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,24 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
+
+
+def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:
+    """`cobalt serve --port 0` in the project folder; returns it and the URL it printed."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cobalt_cli", "serve", "--port", "0", *args],
+        cwd=project.path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in server.stdout:  # the first line says where it listens
+        match = re.search(r"Cobalt dashboard: (http://\S+?)/ ", line)
+        if match:
+            return server, match.group(1)
+    server.wait(timeout=10)
+    raise AssertionError(f"cobalt serve exited with {server.returncode}")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, Project, cli_env
+from tests.conftest import REPO, Project, cli_env, start_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -129,23 +129,6 @@ def cobalt_run(project: Project, *args: str, env: dict[str, str]) -> str:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return re.search(r"Run ID: (\w+)", done.stdout).group(1)
-
-
-def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cobalt_cli", "serve", "--port", "0", *args],
-        cwd=project.path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    for line in server.stdout:  # the first line says where it listens
-        match = re.search(r"Cobalt dashboard: (http://\S+?)/ ", line)
-        if match:
-            return server, match.group(1)
-    server.wait(timeout=10)
-    raise AssertionError(f"cobalt serve exited with {server.returncode}")
 
 
 @pytest.fixture(scope="module")

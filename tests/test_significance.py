@@ -7,7 +7,6 @@ passes or always fails; the bounds are the binomial 99.9% range around the nomin
 import json
 import math
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from cobalt_app.significance import (
     pass_at_k,
     pass_k_table,
 )
-from tests.conftest import cli_env
+from tests.conftest import cli_env, start_server
 
 
 def keyed(values):
@@ -388,23 +387,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def start_server(project):
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cobalt_cli", "serve", "--port", "0"],
-        cwd=project.path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    for line in server.stdout:  # the first line says where it listens
-        match = re.search(r"Cobalt dashboard: (http://\S+?)/ ", line)
-        if match:
-            return server, match.group(1)
-    server.wait(timeout=10)
-    raise AssertionError(f"cobalt serve exited with {server.returncode}")
 
 
 def mcp_compare(project, run_a, run_b):
