@@ -28,7 +28,11 @@ from pathlib import Path
 
 import psycopg
 import redis
-from bench_engine import BARE, start_fake_provider  # the same bare script as the engine bench
+from bench_engine import (  # the same workload and bare script as the engine bench
+    BARE,
+    EXPERIMENT,
+    start_fake_provider,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cobalt_cli.commands_team import process_count  # noqa: E402
@@ -36,22 +40,6 @@ from cobalt_cli.commands_team import process_count  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BROKER = "redis://127.0.0.1:6379/6"
-
-EXPERIMENT = """
-from openai import AsyncOpenAI
-from cobalt import Dataset, Evaluator, experiment
-
-client = AsyncOpenAI()
-dataset = Dataset(items=[{"id": i, "input": f"question {i}"} for i in range(N)])
-
-@experiment("bench-team-llm", dataset, concurrency=40, evaluators=[
-    Evaluator(name="judge", prompt="Q: {{input}} A: {{output}} [[score:0.8]]"),
-])
-async def run(ctx):
-    reply = await client.chat.completions.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": f"ECHO: answer {ctx.index}"}])
-    return {"output": reply.choices[0].message.content}
-"""
 
 NOOP = """
 from cobalt import Dataset, experiment
