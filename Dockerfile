@@ -12,14 +12,15 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/cobalt
-COPY pyproject.toml README.md manage.py ./
+COPY pyproject.toml constraints.txt README.md manage.py ./
 COPY cobalt ./cobalt
 COPY cobalt_app ./cobalt_app
 COPY cobalt_cli ./cobalt_cli
 COPY cobalt_project ./cobalt_project
 COPY templates ./templates
 COPY static ./static
-RUN pip install .
+# The tested versions of every dependency (constraints.txt, refreshed by scripts/lock).
+RUN pip install -c constraints.txt .
 
 # What the experiment files import (your agent's own packages), e.g.
 # `COBALT_PROJECT_PACKAGES="langchain-openai==0.3.0" docker compose build`.

@@ -9,6 +9,8 @@ from cobalt.evaluator import EvalContext, EvalResult, Evaluator
 from cobalt.experiment import RunContext, experiment
 from cobalt.report import ExperimentReport
 
+# The one place the version is set: the `cobalt-agents` distribution takes it from here
+# ([tool.hatch.version] in pyproject.toml) and `cobalt --version` prints it.
 __version__ = "0.1.0"
 
 __all__ = [

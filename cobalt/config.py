@@ -69,6 +69,10 @@ class ConfigError(ValueError):
     """The configuration file or an override is invalid; the message says where and what to do."""
 
 
+class NoProjectError(ConfigError):
+    """No cobalt.toml or cobalt.config.py in the folder or above it."""
+
+
 @dataclass(frozen=True)
 class Config:
     """The resolved configuration of one project."""
@@ -153,10 +157,35 @@ def find_config_file(start: Path) -> Path | None:
     return None
 
 
-def load_config(cwd: str | Path | None = None) -> Config:
-    """Find and read the project's configuration, apply `COBALT_*` overrides and defaults."""
-    start = Path(cwd or os.environ.get("COBALT_PROJECT_DIR") or os.getcwd()).resolve()
+def find_project_dir(path: str | Path) -> Path | None:
+    """The project holding `path` (a file or a folder): the folder of the nearest cobalt.toml
+    or cobalt.config.py at or above it; None outside any project."""
+    found = find_config_file(Path(path).resolve())
+    return None if found is None else found.parent
+
+
+def load_config(
+    cwd: str | Path | None = None,
+    *,
+    near: str | Path | None = None,
+    require_project: bool = False,
+) -> Config:
+    """Find and read the project's configuration, apply `COBALT_*` overrides and defaults.
+
+    The project is named by `cwd` or COBALT_PROJECT_DIR (that folder, even without a
+    configuration file), else it is the one holding `near` (a file about to run), else the
+    one found from the current folder upward. Found from the current folder, a folder with no
+    configuration file above it is a project only without `require_project`.
+    """
+    named = cwd or os.environ.get("COBALT_PROJECT_DIR") or (near and find_project_dir(near))
+    start = Path(named or os.getcwd()).resolve()
     path = find_config_file(start)
+    if path is None and require_project and not named:
+        raise NoProjectError(
+            f"no Cobalt project here: no {' or '.join(CONFIG_FILENAMES)} in {start} or a "
+            "folder above it. `cobalt init` makes this folder a project (or cd into one, or "
+            "set COBALT_PROJECT_DIR)."
+        )
     data = copy.deepcopy(DEFAULTS)
     sources = ["defaults"]
     if path is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib
+import inspect
 import io
 import json
 import os
@@ -486,14 +487,29 @@ def _remote() -> Any:
     return importlib.import_module("cobalt.remote")
 
 
+def _caller_project() -> Path | None:
+    """The project folder (where cobalt.toml is) of the code loading a dataset: relative paths
+    start there, as under `cobalt run`, whatever the current folder. None outside a project
+    (or from code without a file, such as a notebook cell): the current folder then."""
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_filename.startswith("<"):
+        return None
+    config = importlib.import_module("cobalt.config")  # by name, as `_remote()`: stdlib only
+    return config.find_project_dir(Path(frame.f_code.co_filename).parent)
+
+
 def _read_text(path: StrPath) -> str:
     """Read a UTF-8 file (optional BOM), turning every failure into a DatasetError."""
+    given = Path(path)
+    base = None if given.is_absolute() else _caller_project()
     try:
-        data = Path(path).read_bytes()
+        data = (base / given if base else given).read_bytes()
     except FileNotFoundError:
+        where = f"the project folder, {base}" if base else f"the current folder, {os.getcwd()}"
         raise DatasetError(
-            "file not found. Check the path (relative paths are resolved from the current "
-            f"directory, {os.getcwd()}).",
+            f"file not found. Check the path (relative paths are resolved from {where}).",
             path=path,
         ) from None
     except IsADirectoryError:

@@ -1,17 +1,31 @@
 """`Evaluator`: the declaration of how an agent's output is scored.
 
 An evaluator is configuration; the engine (`cobalt_app.evaluators`) does the scoring. The
-`type` selects the implementation; unknown types are checked when the experiment runs, so
-plugins can add their own.
+`type` selects the implementation. Each type declares the options it reads; unknown types and
+options are refused before a run starts (`cobalt_app.preflight`), once plugins, which can add
+types, are loaded. `defined_at` remembers where the evaluator was written, for that message.
 """
 
 from __future__ import annotations
 
+import difflib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 DEFAULT_TYPE = "llm-judge"
+NAMED_OPTIONS = (
+    "prompt",
+    "model",
+    "provider",
+    "fn",
+    "field",
+    "threshold",
+    "base_url",
+    "api_key_env",
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +68,9 @@ class Evaluator:
         api_key_env: str | None = None,
         **options: Any,
     ) -> None:
+        self.defined_at = _caller()
         if not isinstance(name, str) or not name.strip():
-            raise ValueError("Evaluator needs a non-empty `name`.")
+            raise ValueError(f"Evaluator at {self.where}: needs a non-empty `name`.")
         self.name = name
         self.type = type or DEFAULT_TYPE
         self.prompt = prompt
@@ -68,9 +83,25 @@ class Evaluator:
         self.api_key_env = api_key_env
         self.options = options
         if self.type == "llm-judge" and not prompt:
-            raise ValueError(f"Evaluator {name!r}: an llm-judge needs a `prompt`.")
+            raise ValueError(
+                f"Evaluator {name!r} at {self.where}: an llm-judge needs a `prompt`."
+                + _type_hint(options)
+            )
         if self.type == "function" and not callable(fn):
-            raise ValueError(f"Evaluator {name!r}: a function evaluator needs `fn=callable`.")
+            raise ValueError(
+                f"Evaluator {name!r} at {self.where}: a function evaluator needs `fn=callable`."
+            )
+
+    @property
+    def where(self) -> str:
+        """`qa.cobalt.py:12`: the file name and line of the `Evaluator(...)` call."""
+        file, line = self.defined_at
+        return f"{Path(file).name}:{line}"
+
+    def given_options(self) -> list[str]:
+        """The keywords this evaluator was given besides `name` and `type`."""
+        named = [k for k in NAMED_OPTIONS if getattr(self, k) is not None]
+        return named + list(self.options)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-safe description (no callables, no secrets) stored with each run."""
@@ -88,3 +119,17 @@ class Evaluator:
 
     def __repr__(self) -> str:
         return f"Evaluator(name={self.name!r}, type={self.type!r})"
+
+
+def _caller() -> tuple[str, int]:
+    """The file and line of the `Evaluator(...)` call (two frames up: past `__init__`)."""
+    frame = sys._getframe(2)
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def _type_hint(options: dict[str, Any]) -> str:
+    """`typ="exact-match"` leaves the default type: say so, not only that a prompt is missing."""
+    close = difflib.get_close_matches("type", list(options), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (llm-judge is the default type: did you mean `type=` instead of `{close[0]}=`?)"

@@ -40,6 +40,7 @@ class Experiment:
     tags: list[str] = field(default_factory=list)
     thresholds: dict[str, Any] | None = None
     file: str | None = None
+    line: int | None = None  # of the `experiment(...)` call, for messages that point at it
 
     @property
     def is_async(self) -> bool:
@@ -100,6 +101,7 @@ def experiment(
         return decorator
 
     _check(name, dataset, runner, runs, concurrency, timeout)
+    file, line = _caller()
     definition = Experiment(
         name=name,
         dataset=dataset,
@@ -110,7 +112,8 @@ def experiment(
         timeout=timeout,
         tags=list(tags or []),
         thresholds=thresholds,
-        file=_caller_file(),
+        file=file,
+        line=line,
     )
     names = [e.name for e in definition.evaluators]
     duplicates = {n for n in names if names.count(n) > 1}
@@ -147,11 +150,11 @@ def _check(
         raise ValueError(f"experiment {name!r}: `timeout` must be above 0 seconds.")
 
 
-def _caller_file() -> str | None:
+def _caller() -> tuple[str | None, int | None]:
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.endswith(("cobalt/experiment.py", "cobalt\\experiment.py")):
-            return filename
+            return filename, frame.f_lineno
         frame = frame.f_back
-    return None
+    return None, None

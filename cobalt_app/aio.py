@@ -9,42 +9,75 @@ through a single database thread, which suits SQLite's single writer.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
+class Interrupted(KeyboardInterrupt):
+    """The process was asked to stop (Ctrl-C, SIGTERM, SIGHUP, its output closed) while it
+    executed `run_id`, which is now cancelled; `signum` is the signal that asked."""
+
+    def __init__(self, signum: int, run_id: str | None = None) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.run_id = run_id
+
+
 class LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        # Completed when the loop stops for good: with the exception that stopped it, e.g. a
+        # SystemExit raised in a callback. Nobody then waits forever for a coroutine's result.
+        self.stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.thread = threading.Thread(target=self._serve, name="cobalt-loop", daemon=True)
         self.thread.start()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits, in `run()`
+            self.stopped.set_exception(exc)
+        else:
+            self.stopped.set_result(None)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the loop and wait; Ctrl-C cancels it and waits for its cleanup."""
-        done = threading.Event()
+        ended: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         async def wrapper() -> T:
             try:
                 return await coro
             finally:
-                done.set()
+                ended.set_result(None)
 
         future = asyncio.run_coroutine_threadsafe(wrapper(), self.loop)
         try:
-            return future.result()
+            self._wait(future)
         except KeyboardInterrupt:
-            future.cancel()
-            done.wait(timeout=30)
+            future.cancel()  # the coroutine cleans up (the run is marked cancelled) and ends
+            self._wait(ended, timeout=30)
             raise
+        return future.result()
+
+    def _wait(self, future: concurrent.futures.Future[Any], timeout: float | None = None) -> None:
+        """Until the coroutine ends, or the loop itself stopped (then its exception is raised)."""
+        concurrent.futures.wait(
+            [future, self.stopped], timeout=timeout, return_when=FIRST_COMPLETED
+        )
+        if not future.done() and self.stopped.done():
+            global _loop_thread
+            with _lock:
+                if _loop_thread is self:
+                    _loop_thread = None  # the next caller starts a new loop
+            self.stopped.result()
+            raise RuntimeError("the event loop stopped before the coroutine ended")
 
 
 _loop_thread: LoopThread | None = None

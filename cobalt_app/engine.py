@@ -9,10 +9,12 @@ function for one item per task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,7 +24,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import results, services, webhooks
+from cobalt_app import liveness, results, services, webhooks
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.models import ItemResult, Run
@@ -31,8 +33,13 @@ from cobalt_app.providers import ProviderHub
 from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
 
+logger = logging.getLogger("cobalt.engine")
+
 FLUSH_SIZE = 500
 FLUSH_INTERVAL = 0.25
+NOTHING_RETURNED = (
+    "the runner returned nothing (the output is None): did it forget to `return` its output?"
+)
 
 
 @dataclass
@@ -157,7 +164,13 @@ async def execute_item(
 async def evaluate_item(
     experiment: Experiment, snapshot: ItemSnapshot, outcome: ItemOutcome, env: EvalEnv
 ) -> list[EvalOutcome]:
-    """Score one output with every evaluator of the experiment (concurrently)."""
+    """Score one output with every evaluator of the experiment (concurrently).
+
+    An output of None scores nothing: it is an evaluation error for every evaluator (a runner
+    that forgot its `return`), never a 0 that reads as a bad answer.
+    """
+    if outcome.output is None:
+        return [EvalOutcome.failed(e.name, NOTHING_RETURNED) for e in experiment.evaluators]
     target = EvalTarget(
         item=snapshot.item,
         output=outcome.output,
@@ -246,6 +259,26 @@ async def execute_run(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+@contextlib.asynccontextmanager
+async def keep_alive(run_id: str, db: DatabaseThread) -> AsyncIterator[None]:
+    """Touch the run every few seconds while this process executes it: a run whose heartbeat
+    stops (the process was killed) reads as `interrupted` (see `liveness`)."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(liveness.beat_interval())
+            try:
+                await db(services.run_heartbeat, run_id)
+            except Exception as exc:  # noqa: BLE001 - a missed beat is not worth a failed run
+                logger.warning("could not record the heartbeat of run %s: %s", run_id, exc)
+
+    task = asyncio.get_running_loop().create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
 async def run_experiment(
     experiment: Experiment,
     config: Config,
@@ -257,8 +290,12 @@ async def run_experiment(
     tags: list[str] | None = None,
     file: str = "",
     resume_run_id: str | None = None,
+    on_start: Callable[[str], None] | None = None,
 ) -> Run:
-    """Create (or resume) a run of an experiment, execute it in-process and finalise it."""
+    """Create (or resume) a run of an experiment, execute it in-process and finalise it.
+
+    `on_start` gets the run's id as soon as it exists (to name it if the run is interrupted).
+    """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     settings = experiment.settings(
         default_concurrency=config.get("concurrency", 5),
@@ -281,14 +318,17 @@ async def run_experiment(
             tags=tags or [],
             project_dir=config.project_dir,
         )
-    await db(services.run_start, run.id)
-    run = await db(Run.objects.get, id=run.id)
-    if reporter is not None:
-        reporter.run_started(run, experiment)
+    if on_start is not None:
+        on_start(run.id)
     env = make_env(config, db, no_cache=no_cache)
     status = Run.Status.COMPLETED
     try:
-        await execute_run(run, experiment, env, reporter=reporter)
+        await db(services.run_start, run.id)
+        run = await db(Run.objects.get, id=run.id)
+        if reporter is not None:
+            reporter.run_started(run, experiment)
+        async with keep_alive(run.id, db):
+            await execute_run(run, experiment, env, reporter=reporter)
     except asyncio.CancelledError:
         status = Run.Status.CANCELLED
         await asyncio.shield(db(services.run_cancel_pending, run.id))

@@ -141,7 +141,8 @@ def export_markdown(run: Run) -> Iterator[str]:
     yield "\n".join(lines) + "\n"
     chunk: list[str] = []
     for entry in results.iter_item_entries(run):
-        index = f"{entry['index']}" + (f".{entry['runIndex']}" if entry["runIndex"] else "")
+        run = entry["runIndex"]
+        index = f"#{entry['index'] + 1}" + (f" run {run + 1}" if run else "")  # 1-based, for people
         output = entry["output"]["output"]
         if entry["status"] != "ok":
             output = f"{entry['status']}: {entry['error'] or ''}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,8 @@ TOLERANCE = 1e-9
 SUMMARY_KEYS = {"pass_rate": "passRate"}
 RESERVED = ("latency", "cost")
 ERRORED_ITEMS_SHOWN = 200
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,19 @@ class ErroredItem:
 
 
 @dataclass
+class ErrorClass:
+    """The evaluation errors of one evaluator that share a cause: how many, the first message."""
+
+    evaluator: str
+    count: int
+    first: str
+
+    def line(self) -> str:
+        plural = "s" * (self.count != 1)
+        return f"{self.evaluator}: {self.count} evaluation error{plural}, first: {self.first}"
+
+
+@dataclass
 class GateReport:
     """The gates of one run."""
 
@@ -339,6 +355,7 @@ class GateReport:
     settings: GateSettings
     checks: list[Check] = field(default_factory=list)
     errored_items: list[ErroredItem] = field(default_factory=list)
+    error_classes: list[ErrorClass] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     baseline_id: str | None = None
     results_path: str = ""
@@ -427,6 +444,32 @@ def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[Errored
     return [ErroredItem(*row) for row in rows]
 
 
+def error_cause(message: str) -> str:
+    """A message without its particulars (quoted text, numbers): one cause, one class."""
+    first = message.splitlines()[0] if message else ""
+    return NUMBER.sub("#", QUOTED.sub("…", first))
+
+
+def evaluation_error_classes(run_id: str) -> list[ErrorClass]:
+    """The run's evaluation errors grouped by evaluator and cause, the most frequent first."""
+    from cobalt_app.models import Evaluation
+
+    rows = (
+        Evaluation.objects.filter(run_id=run_id, status=Evaluation.Status.ERROR)
+        .order_by("item__item_index", "item__run_index", "id")
+        .values_list("evaluator", "error")
+    )
+    classes: dict[tuple[str, str], ErrorClass] = {}
+    for evaluator, error in rows.iterator(chunk_size=5000):
+        key = (evaluator, error_cause(error))
+        if key in classes:
+            classes[key].count += 1
+        else:
+            first = error.splitlines()[0] if error else "(no message)"
+            classes[key] = ErrorClass(evaluator, 1, first)
+    return sorted(classes.values(), key=lambda c: -c.count)
+
+
 def resolve_baseline(spec: str | None) -> Any:
     """`--baseline`: None, "latest" (resolved per run) or a run that must exist."""
     if not spec or spec == "latest":
@@ -466,6 +509,8 @@ def gate_run(
         pass_rate_at=lambda name, min_score: pass_rate(run.id, name, min_score),
     )
     report.errored_items = errored_items(run.id)
+    if any(v.get("errors") for v in (report.summary.get("scores") or {}).values()):
+        report.error_classes = evaluation_error_classes(run.id)
     if baseline == "latest":
         base = latest_run(run.name, exclude=run.id)
         if base is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from django.utils import timezone
 
 from cobalt.config import Config
+from cobalt_app import liveness
 from cobalt_app.models import Run
 
 
@@ -22,6 +23,7 @@ def delete_results(config: Config, *, older_than_days: float | None = None) -> t
             if cutoff_seconds is None or path.stat().st_mtime < cutoff_seconds:
                 path.unlink()
                 files += 1
+    liveness.sweep()  # runs whose process vanished are finished too
     runs = Run.objects.filter(status__in=Run.FINISHED)
     if older_than_days is not None:
         runs = runs.filter(created_at__lt=timezone.now() - timedelta(days=older_than_days))

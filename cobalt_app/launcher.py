@@ -1,7 +1,7 @@
 """Start runs of experiment files: discover, import, filter, then execute or enqueue.
 
 The CLI, the direct `python file.cobalt.py` mode, the API and the MCP server all start runs
-through `launch()`.
+through `execute()`, which refuses a run that cannot succeed before any agent call.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, discovery, plugins
+from cobalt_app import aio, discovery, plugins, preflight
 from cobalt_app.engine import Reporter, run_experiment
 from cobalt_app.models import Run
 
@@ -112,7 +112,10 @@ def execute(
     """Run experiments one after another in this process, on the long-lived event loop.
 
     In team mode the runs are enqueued for the workers instead, and this waits for them.
+    First, whatever can be checked without calling the agent is (`preflight.check` raises
+    `PreflightError`, and nothing runs).
     """
+    preflight.check(experiments, config)
     if config.team_mode:
         from cobalt_app import team
 
@@ -144,31 +147,19 @@ def execute(
                     file=relative_file(config, experiment),
                     resume_run_id=resume_run_id,
                     tags=tags,
+                    on_start=started.append,
                 )
                 runs.append(run)
         finally:
             db.close()
         return runs
 
-    return aio.run(run_all())
-
-
-def launch(
-    config: Config,
-    paths: list[str] | None = None,
-    *,
-    name_filter: str | None = None,
-    tag: str | None = None,
-    reporter: Reporter | None = None,
-    no_cache: bool = False,
-    overrides: dict[str, Any] | None = None,
-) -> LaunchResult:
-    experiments, errors, files = load_experiments(config, paths, name_filter=name_filter, tag=tag)
-    result = LaunchResult(load_errors=errors, files=files)
-    result.runs = execute(
-        experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
-    )
-    return result
+    started: list[str] = []
+    try:
+        return aio.run(run_all())
+    except aio.Interrupted as exc:
+        exc.run_id = exc.run_id or (started[-1] if started else None)  # the one cancelled
+        raise
 
 
 class ResumeError(ValueError):

@@ -21,8 +21,10 @@ class Run(models.Model):
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
+        INTERRUPTED = "interrupted"  # its process vanished (see cobalt_app/liveness.py)
 
-    FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+    # Nothing executes these any more (an interrupted run goes on only with `--resume`).
+    FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.INTERRUPTED)
 
     class Mode(models.TextChoices):
         EMBEDDED = "embedded"
@@ -47,6 +49,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the process executing it here."
+    )
     duration_ms = models.FloatField(null=True, blank=True)
     total_items = models.PositiveIntegerField(default=0)
     finished_items = models.PositiveIntegerField(default=0)
@@ -139,7 +144,14 @@ class ItemResult(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.run_id} #{self.item_index}.{self.run_index}"
+        return f"{self.run_id} #{self.number}" + (
+            f" run {self.run_index + 1}" if self.run_index else ""
+        )
+
+    @property
+    def number(self) -> int:
+        """The item's number for people: 1-based (`item_index` is 0-based, as in results)."""
+        return self.item_index + 1
 
     @property
     def is_finished(self) -> bool:

@@ -259,7 +259,7 @@ def previous_run(run: Run) -> Run | None:
 @dataclass
 class ItemRow:
     id: int
-    index: int
+    number: int  # for people: 1-based, as in the terminal (`item_index` + 1)
     run_index: int
     key: str
     status: str
@@ -460,7 +460,7 @@ def _item_row(item: ItemResult, scores: dict[str, dict[str, Any]], names: list[s
     names = names or sorted(scores)
     return ItemRow(
         id=item.id,
-        index=item.item_index,
+        number=item.item_index + 1,
         run_index=item.run_index,
         key=item.item_key,
         status=item.status,

@@ -1,10 +1,13 @@
 """Evaluator plugins: installed packages (entry point group `cobalt.evaluators`) and project files
 listed in `plugins = ["plugins/my_eval.py"]`.
 
-A plugin file registers its types with `@register("type-name")` from `cobalt_app.evaluators`.
-An entry point names either such a module, or one function that becomes the type named by the
-entry point: `fn(evaluator, target, env)`, sync or async, returning an `EvalOutcome`, an
-`EvalResult`, a `{"score", "reason"}` dict, a number or a bool.
+A plugin file registers its types with `@register("type-name", options=["keyword"])` from
+`cobalt_app.evaluators`, naming the `Evaluator(...)` options the type reads (besides `name` and
+`type`); an evaluator given any other option is refused before its run starts. An entry point
+names either such a module, or one function that becomes the type named by the entry point:
+`fn(evaluator, target, env)`, sync or async, returning an `EvalOutcome`, an `EvalResult`, a
+`{"score", "reason"}` dict, a number or a bool. Such a function declares its options as an
+attribute, `fn.options = ["keyword"]` (none when absent).
 
 A plugin that fails to load, or that would replace a built-in type, is an error naming it.
 """
@@ -91,8 +94,10 @@ def load_entry_point(entry_point: importlib.metadata.EntryPoint) -> None:
             raise PluginError(
                 f"{label} must point to a module or a function, not {type(target).__name__}"
             )
-        if target not in evaluators.REGISTRY.values():
-            evaluators.register(entry_point.name)(adapt(target))
+        registered = {t.implementation for t in evaluators.REGISTRY.values()}
+        if target not in registered:
+            options = getattr(target, "options", ())
+            evaluators.register(entry_point.name, options=options)(adapt(target))
 
 
 def load_file(path: Path, *, label: str) -> None:
@@ -117,7 +122,7 @@ def load_file(path: Path, *, label: str) -> None:
     if before == evaluators.REGISTRY:
         raise PluginError(
             f"plugin {label!r} registered no evaluator type; decorate a function with "
-            '`@register("my-type")` from cobalt_app.evaluators'
+            '`@register("my-type", options=[...])` from cobalt_app.evaluators'
         )
 
 

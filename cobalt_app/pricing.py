@@ -55,19 +55,72 @@ def estimate_cost(model: str | None, input_tokens: int, output_tokens: int) -> f
     return (input_tokens * prices[0] + output_tokens * prices[1]) / 1_000_000
 
 
+INPUT_KEYS = ("input_tokens", "prompt_tokens", "input")
+OUTPUT_KEYS = ("output_tokens", "completion_tokens", "output")
+TOTAL_KEYS = ("total_tokens", "total")
+ACCEPTED_USAGE = (
+    '`tokens` as a number (the total) or as {"input": n, "output": m}; `usage` or `tokens` '
+    "in OpenAI (prompt_tokens/completion_tokens) or Anthropic (input_tokens/output_tokens) shape"
+)
+
+
 def agent_usage(metadata: dict[str, Any]) -> tuple[int, int, int]:
     """(input, output, total) tokens the runner reported in its metadata, in any common shape."""
-    usage = metadata.get("usage") if isinstance(metadata.get("usage"), dict) else {}
-    tokens = metadata.get("tokens")
-    source = {**usage, **(tokens if isinstance(tokens, dict) else {}), **metadata}
-    input_tokens = _int(source.get("input_tokens", source.get("prompt_tokens")))
-    output_tokens = _int(source.get("output_tokens", source.get("completion_tokens")))
-    total = _int(source.get("total_tokens"))
-    if isinstance(tokens, int | float) and not isinstance(tokens, bool):
-        total = int(tokens)
+    input_tokens, output_tokens, total, _ = read_usage(metadata)
+    return input_tokens, output_tokens, total
+
+
+def usage_problem(metadata: dict[str, Any]) -> str | None:
+    """Why the token usage in this metadata cannot be read, or None (also when there is none)."""
+    return read_usage(metadata)[3]
+
+
+def read_usage(metadata: dict[str, Any]) -> tuple[int, int, int, str | None]:
+    """(input, output, total, problem): the shapes of ACCEPTED_USAGE, or a problem naming the
+    field that holds something else (a negative, NaN or text count, an unknown key)."""
+    problem = None
+    sources: list[dict[str, Any]] = [metadata]
+    for field in ("usage", "tokens"):
+        value = metadata.get(field)
+        if value is None or (field == "tokens" and _count(value) is not None):
+            continue
+        if isinstance(value, dict) and any(
+            _count(value.get(k)) is not None for k in (*INPUT_KEYS, *OUTPUT_KEYS, *TOTAL_KEYS)
+        ):
+            sources.insert(0, value)
+        elif problem is None:
+            problem = f"metadata.{field} = {_shown(value)}"
+    input_tokens = _first(sources, INPUT_KEYS)
+    output_tokens = _first(sources, OUTPUT_KEYS)
+    total = _count(metadata.get("tokens")) or _first(sources, TOTAL_KEYS)
     if not total:
         total = input_tokens + output_tokens
-    return input_tokens, output_tokens, total
+    return input_tokens, output_tokens, total, problem
+
+
+def _first(sources: list[dict[str, Any]], keys: tuple[str, ...]) -> int:
+    for source in sources:
+        for key in keys:
+            if key in ("input", "output", "total") and source is sources[-1]:
+                continue  # bare `input`/`output` at the top of metadata are not token counts
+            count = _count(source.get(key))
+            if count is not None:
+                return count
+    return 0
+
+
+def _count(value: Any) -> int | None:
+    """A token count: a non-negative finite number (bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        return None
+    return int(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def agent_cost(metadata: dict[str, Any]) -> float:
@@ -79,11 +132,3 @@ def agent_cost(metadata: dict[str, Any]) -> float:
     if not input_tokens and not output_tokens:
         input_tokens = total
     return estimate_cost(metadata.get("model"), input_tokens, output_tokens)
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int | float):
-        return int(value)
-    return 0

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, engine, results, services
+from cobalt_app import aio, engine, preflight, results, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
@@ -64,6 +64,13 @@ def prepare(config: Config, run_id: str, evaluator: str | None = None):
     selected = [evaluator] if evaluator else names
     if not selected:
         raise RejudgeError(f"experiment {parent.name!r} has no evaluators to run")
+    rescored = dataclasses.replace(
+        experiment, evaluators=[e for e in experiment.evaluators if e.name in selected]
+    )
+    try:
+        preflight.check([rescored], config)
+    except preflight.PreflightError as exc:
+        raise RejudgeError(str(exc)) from None
     return parent, experiment, selected
 
 
@@ -255,7 +262,8 @@ def execute_embedded(
             rows = await db(pending_items, run.id)
             status = Run.Status.COMPLETED
             try:
-                await _score(started, experiment, rows, env, reporter)
+                async with engine.keep_alive(run.id, db):
+                    await _score(started, experiment, rows, env, reporter)
             except asyncio.CancelledError:
                 status = Run.Status.CANCELLED
                 await asyncio.shield(db(services.run_cancel_pending, run.id))

@@ -11,6 +11,8 @@ from django.db.models import QuerySet
 
 from cobalt_app.models import Evaluation, ItemResult, Run
 
+AMBIGUOUS_SHOWN = 5
+
 
 class RunNotFound(LookupError):
     pass
@@ -23,11 +25,22 @@ def run_get(run_id: str) -> Run:
     if run is not None:
         return run
     if len(run_id) >= 4:
-        matches = list(Run.objects.filter(id__startswith=run_id)[:2])
+        matches = list(
+            Run.objects.filter(id__startswith=run_id)
+            .only("id", "name", "created_at")
+            .order_by("-created_at")[: AMBIGUOUS_SHOWN + 1]
+        )
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            raise RunNotFound(f"run id {run_id!r} is ambiguous; give more characters")
+            listed = "; ".join(
+                f"{m.id} ({m.name}, {m.created_at:%Y-%m-%d %H:%M})"
+                for m in matches[:AMBIGUOUS_SHOWN]
+            )
+            more = ", and more" if len(matches) > AMBIGUOUS_SHOWN else ""
+            raise RunNotFound(
+                f"run id {run_id!r} is ambiguous: it starts {listed}{more}. Give more characters"
+            )
     raise RunNotFound(f"no run with id {run_id!r}; `cobalt history` lists runs")
 
 

@@ -10,6 +10,7 @@ import json
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +105,27 @@ def _insert_snapshots(rows: Iterable[tuple]) -> None:
 
 
 def run_start(run_id: str) -> None:
+    now = timezone.now()
     Run.objects.filter(id=run_id).update(
-        status=Run.Status.RUNNING, started_at=timezone.now(), finished_at=None
+        status=Run.Status.RUNNING, started_at=now, finished_at=None, heartbeat_at=now
     )
+
+
+def run_heartbeat(run_id: str) -> bool:
+    """The process executing the run is alive: touch it, and take back an `interrupted` that a
+    reader concluded from a stalled heartbeat. False when the run ended meanwhile."""
+    alive = Run.objects.filter(id=run_id, status__in=[Run.Status.RUNNING, Run.Status.INTERRUPTED])
+    return alive.update(status=Run.Status.RUNNING, heartbeat_at=timezone.now()) == 1
+
+
+def run_interrupt(run_id: str, last_heartbeat: datetime | None) -> bool:
+    """Store a running run as `interrupted` unless its heartbeat moved since it was read."""
+    silent = Run.objects.filter(id=run_id, status=Run.Status.RUNNING)
+    if last_heartbeat is None:
+        silent = silent.filter(heartbeat_at__isnull=True)
+    else:
+        silent = silent.filter(heartbeat_at=last_heartbeat)
+    return silent.update(status=Run.Status.INTERRUPTED) == 1
 
 
 def item_snapshots(

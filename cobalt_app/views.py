@@ -27,6 +27,7 @@ from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from cobalt_app import exports, flaky, page_selectors
+from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
 
@@ -114,7 +115,7 @@ def partial_or_page(
 
 def get_run_or_404(run_id: str) -> Run:
     try:
-        return run_get(run_id)
+        return settled(run_get(run_id))
     except RunNotFound as exc:
         raise Http404(str(exc)) from None
 
@@ -143,7 +144,7 @@ def runs_list(request: HtmxHttpRequest) -> HttpResponse:
         sort=filters.get("sort") or "-created",
     )
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
-    rows = [{"run": run, "scores": page_selectors.score_cells(run)} for run in page]
+    rows = [{"run": run, "scores": page_selectors.score_cells(run)} for run in settle(page)]
     context = {
         "form": form,
         "page": page,

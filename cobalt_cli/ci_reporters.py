@@ -25,6 +25,7 @@ from cobalt_app.gates import Check, CiOutcome, GateReport, fmt_number
 # Characters XML 1.0 cannot carry (ANSI escapes in a traceback would make the file invalid).
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 ITEM_LINES_SHOWN = 10
+ERROR_CLASSES_SHOWN = 10
 
 
 def iso_now() -> str:
@@ -175,9 +176,11 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
     """The gate verdict: each violation as `evaluator metric actual < threshold`."""
     console.print()
     for failure in outcome.import_failures:
-        console.print(f"✗ {escape(failure.file)} failed to import: {escape(failure.error)}")
+        console.print(
+            f"✗ {escape(failure.file)} failed to import: {escape(failure.error)}", soft_wrap=True
+        )
     for problem in outcome.config_errors:
-        console.print(f"✗ {escape(problem)}")
+        console.print(f"✗ {escape(problem)}", soft_wrap=True)
     global_violations = [c for c in outcome.global_checks if not c.passed]
     if global_violations:
         console.print("✗ thresholds in the configuration:")
@@ -192,6 +195,7 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
             console.print(f"✗ {escape(report.name)}: {failed} of {checked} checks failed")
             for check in report.violations:
                 console.print(f"    {escape(check.line())}", soft_wrap=True)
+            print_error_classes(console, report)
         for note in report.notes:
             console.print(f"    note: {escape(note)}", soft_wrap=True)
     code = outcome.exit_code
@@ -203,6 +207,22 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
         console.print(f"\nCI failed: {count} violation{'s' * (count != 1)} (exit 1)")
     else:
         console.print("\nCI failed: configuration or import errors (exit 2)")
+
+
+def print_error_classes(console: Console, report: GateReport) -> None:
+    """Beside the failed checks: why evaluations errored (the first message of each cause)."""
+    if not report.error_classes:
+        return
+    console.print("    evaluation errors, by cause:")
+    for error_class in report.error_classes[:ERROR_CLASSES_SHOWN]:
+        console.print(f"      {escape(shorten(error_class.line()))}", soft_wrap=True)
+    hidden = len(report.error_classes) - ERROR_CLASSES_SHOWN
+    if hidden > 0:
+        console.print(f"      … and {hidden} more causes")
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +289,7 @@ def junit_document(outcome: CiOutcome) -> ET.ElementTree:
         for gate in gate_names(report):
             checks = [c for c in report.checks if c.gate == gate]
             notes = [n for n in report.notes if n.startswith(f"{gate}:")]
+            notes += [c.line() for c in report.error_classes if c.evaluator == gate]
             tests, failures = _testcase(suite, classname, gate, checks, notes=notes)
             counts["tests"] += tests
             counts["failures"] += failures
@@ -405,6 +426,16 @@ def github_annotations(outcome: CiOutcome, project_dir: Path) -> list[str]:
             )
         for note in report.notes:
             lines.append(gh_command("warning", f"{report.name}: {note}", file=file))
+        if not report.passed:
+            for error_class in report.error_classes[:ERROR_CLASSES_SHOWN]:
+                lines.append(
+                    gh_command(
+                        "error",
+                        f"{report.name}: {shorten(error_class.line())}",
+                        file=file,
+                        title="Cobalt: evaluation errors",
+                    )
+                )
         if not report.settings.fail_on_error:
             for item in report.errored_items[:5]:
                 first = (item.error or item.status).splitlines()[0]
@@ -471,6 +502,12 @@ def step_summary(outcome: CiOutcome) -> str:
             out.append("**Violations**")
             out.append("")
             out.extend(f"- {md(c.line())}" for c in report.violations)
+            out.append("")
+        if report.violations and report.error_classes:
+            out.append("**Evaluation errors, by cause**")
+            out.append("")
+            shown = report.error_classes[:ERROR_CLASSES_SHOWN]
+            out.extend(f"- {md(shorten(c.line()))}" for c in shown)
             out.append("")
         for note in report.notes:
             out.append(f"> {md(note)}")

@@ -78,12 +78,14 @@ def make_reporter(options: CiOptions, console: Console, *, quiet: bool = False) 
 
 
 def prepare(options: CiOptions, config: Config, experiments: list[Any]) -> None:
-    """Before anything runs: experiment thresholds well-formed, --baseline run exists."""
+    """Before anything runs: experiment thresholds well-formed, --baseline run exists, and
+    the preflight (evaluator types, options, keys), reported like any configuration error."""
     if not options.ci:
         return
-    from cobalt_app import gates
+    from cobalt_app import gates, preflight
 
     problems = gates.experiment_threshold_errors(experiments, config)
+    problems.extend(p.line() for p in preflight.problems(experiments, config))
     try:
         options.baseline_run = gates.resolve_baseline(options.baseline)
     except gates.BaselineError as exc:

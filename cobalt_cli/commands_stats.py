@@ -39,7 +39,7 @@ def print_significance(console: Console, diff: dict[str, Any]) -> None:
             f"[{colour}]{verdict}[/]",
         )
     console.print(f"\n Paired tests over items matched by key (α = {alpha:g})")
-    console.print(table)
+    console.print(table, soft_wrap=False)
     for name, entry in results.items():
         if entry["onlyInA"] or entry["onlyInB"]:
             console.print(
@@ -108,7 +108,7 @@ def flaky(
             str(item.errors),
             spread,
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     if len(found) > limit:
         console.print(f" … and {len(found) - limit} more (--limit)")
     console.print(

@@ -204,7 +204,7 @@ def workers(
             str(w.get("processed")),
             f"{time.time() - w.get('started', time.time()):.0f}s",
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
 def watch(

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cobalt.config import Config, ConfigError, load_config
+from cobalt.config import Config, ConfigError, NoProjectError, load_config
+from cobalt_cli import interrupts
+from cobalt_cli.reporter import cli_console
 
 app = typer.Typer(
     name="cobalt",
@@ -23,9 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-WIDE = None if sys.stdout.isatty() else 160
-console = Console(highlight=False, width=WIDE)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+console = cli_console()
+err = cli_console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -35,12 +35,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def setup(*, migrate: bool = True) -> Config:
-    """Load the project's configuration and start Django (migrating the embedded database)."""
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+def setup(*, migrate: bool = True, config: Config | None = None) -> Config:
+    """Start Django for the project (migrating the embedded database): `config`'s, or by
+    default the one found from the current folder, which must exist (exit 2 otherwise)."""
+    if config is None:
+        try:
+            config = load_config(require_project=True)
+        except ConfigError as exc:
+            raise fail(str(exc)) from None
     from cobalt_project import bootstrap
 
     try:
@@ -48,6 +50,26 @@ def setup(*, migrate: bool = True) -> Config:
     except Exception as exc:
         raise fail(f"could not open the database: {exc}") from None
     return config
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cobalt import __version__
+
+        typer.echo(f"cobalt-agents {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Cypress for AI agents: run experiments on your agent, score them, keep every run."""
 
 
 @app.command()
@@ -117,10 +139,13 @@ def run(
     ] = False,
 ) -> None:
     """Run experiments and print scores as they stream in."""
-    config = setup()
+    interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
+    paths = [os.path.abspath(path) for path in paths or []]  # before moving to the project
+    config = setup(config=run_project(paths))
     os.chdir(config.project_dir)
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
+    from cobalt_app.preflight import PreflightError
     from cobalt_app.team import TeamModeError
     from cobalt_cli import commands_ci
 
@@ -154,24 +179,15 @@ def run(
             result.runs = launcher.execute(
                 experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
             )
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP, or the output was closed
         reporter.stop_progress()
-        detached = getattr(exc, "run_id", None)  # team mode: the workers carry on
-        if detached:
-            err.print(
-                f"\n[yellow]Interrupted.[/] Run {detached} goes on on the workers; "
-                f"re-attach with [bold]cobalt watch {detached}[/], "
-                f"stop it with [bold]cobalt cancel {detached}[/]."
-            )
-            raise typer.Exit(130) from None
-        err.print(
-            "\n[yellow]Interrupted.[/] Finished items are saved; continue with "
-            "[bold]cobalt run --resume RUN[/] (see `cobalt history`)."
-        )
-        raise typer.Exit(130) from None
+        report_interrupt(exc)
+        raise typer.Exit(interrupts.exit_code(exc)) from None
     except (discovery.PathOutsideProject, FileNotFoundError, launcher.ResumeError) as exc:
         raise fail(str(exc)) from None
     except (LookupError, PluginError, TeamModeError) as exc:
+        raise fail(str(exc)) from None
+    except PreflightError as exc:  # nothing ran: exit 2, like any other usage error
         raise fail(str(exc)) from None
     if resume:
         report_load_errors(config, result.load_errors)
@@ -185,6 +201,42 @@ def run(
         raise typer.Exit(EXIT_USAGE)
     if any(r.status == "cancelled" for r in result.runs):  # team mode: `cobalt cancel RUN`
         raise typer.Exit(EXIT_FAILED)
+
+
+def run_project(paths: list[str]) -> Config:
+    """`cobalt run`'s project: the one holding the first path given, else the one found from
+    here. With no configuration file anywhere, the current folder when it holds experiment
+    files (a project without configuration, as before); otherwise there is no project here."""
+    from cobalt_app import discovery
+
+    try:
+        try:
+            return load_config(near=paths[0] if paths else None, require_project=True)
+        except NoProjectError as missing:
+            no_project = missing
+        config = load_config()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    try:
+        found = discovery.discover(config, paths)
+    except (discovery.PathOutsideProject, FileNotFoundError):
+        found = []
+    if not found:
+        raise fail(str(no_project))
+    return config
+
+
+def report_interrupt(exc: KeyboardInterrupt) -> None:
+    from cobalt_app.team import Detached
+
+    if isinstance(exc, Detached):  # team mode: the workers carry on
+        err.print(
+            f"\n[yellow]{interrupts.reason(exc)}.[/] Run {exc.run_id} goes on on the workers; "
+            f"re-attach with [bold]cobalt watch {exc.run_id}[/], "
+            f"stop it with [bold]cobalt cancel {exc.run_id}[/]."
+        )
+        return
+    err.print(f"\n[yellow]{escape(interrupts.hint(exc))}[/]")
 
 
 def report_load_errors(config: Config, errors) -> None:
@@ -206,13 +258,14 @@ def history(
 ) -> None:
     """List past runs, newest first."""
     setup()
+    from cobalt_app.liveness import settle
     from cobalt_app.selectors import run_list
 
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for column in ("ID", "Name", "Timestamp", "Status", "Items", "Scores", "Errors", "Cost"):
         table.add_column(column, no_wrap=column != "Scores")
     found = 0
-    for item in run_list(name=name, tag=tag, limit=limit):
+    for item in settle(run_list(name=name, tag=tag, limit=limit)):
         found += 1
         scores = "  ".join(
             f"{escape(k)} {v['avg']:.2f}" if v.get("avg") is not None else f"{escape(k)} —"
@@ -231,7 +284,7 @@ def history(
     if not found:
         console.print("No runs yet. `cobalt run` starts one.")
         return
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
 @app.command()
@@ -271,7 +324,7 @@ def compare(
         )
     cost = diff["cost"]
     table.add_row("cost", f"${cost['a']:.4f}", f"${cost['b']:.4f}", f"{cost['b'] - cost['a']:+.4f}")
-    console.print(table)
+    console.print(table, soft_wrap=False)
     print_significance(console, diff)
     console.print(
         f"\n Matched items: {diff['matchedItems']}"
@@ -367,6 +420,9 @@ def main() -> None:
     # Skip the interpreter's final garbage collection of everything still alive (a third of
     # a second after a large run): the process is exiting anyway.
     atexit.register(gc.freeze)
+    # A closed output (`cobalt run | head`) stops the command, whichever thread printed.
+    sys.stdout = interrupts.GuardedOutput(sys.stdout)
+    sys.stderr = interrupts.GuardedOutput(sys.stderr)
     try:
         app()
     except BrokenPipeError:

@@ -42,7 +42,6 @@ FAILING_SHOWN = 10  # failing items described in the plain-language summary
 LOW_SCORE = 0.5
 COBALT_PACKAGES = {"cobalt", "cobalt_app", "cobalt_cli", "cobalt_project", "tests"}
 VENDORED_DIRS = {"site-packages", "dist-packages", "node_modules", "__pypackages__"}
-FINISHED = ("completed", "failed", "cancelled")
 
 INSTRUCTIONS = """\
 Cobalt runs experiments on an AI agent: a dataset, a runner that calls the agent, evaluators
@@ -287,7 +286,7 @@ def describe_run(
     for entry in failing[:FAILING_SHOWN]:
         output = entry.get("output", {}).get("output")
         shown = clip(output if isinstance(output, str) else json.dumps(output, default=str), 200)
-        line = f"  - #{entry['index']} {entry.get('key')}: {'; '.join(item_problems(entry))}"
+        line = f"  - #{entry['index'] + 1} {entry.get('key')}: {'; '.join(item_problems(entry))}"
         if entry.get("status") == "ok":
             line += f" | output: {shown!r}"
         lines.append(clip(line, 600))
@@ -485,11 +484,12 @@ async def cobalt_run_tool(
 def cobalt_results_tool(
     project: Project, *, run_id: str | None, limit: int, experiment: str | None
 ) -> CallToolResult:
+    from cobalt_app.liveness import settle, settled
     from cobalt_app.selectors import run_get, run_list
 
     if run_id:
-        return json_result(*run_report(run_get(run_id), project))
-    runs = [run_overview(run, project) for run in run_list(name=experiment, limit=limit)]
+        return json_result(*run_report(settled(run_get(run_id)), project))
+    runs = [run_overview(run, project) for run in settle(run_list(name=experiment, limit=limit))]
     if not runs:
         text = "No runs yet" + (f" for {experiment!r}" if experiment else "") + "; use cobalt_run."
     else:
@@ -685,7 +685,7 @@ def latest_results_resource(project: Project, limit: int = 50) -> dict[str, Any]
     from cobalt_app.models import Run
 
     newest = (
-        Run.objects.filter(name=OuterRef("name"), status__in=FINISHED)
+        Run.objects.filter(name=OuterRef("name"), status__in=Run.FINISHED)
         .order_by("-created_at")
         .values("id")[:1]
     )
@@ -903,7 +903,7 @@ def serve() -> None:
     """Start Django for the project found from the current folder and serve MCP on stdio."""
     from cobalt_project import bootstrap
 
-    config = load_config()
+    config = load_config(require_project=True)
     with contextlib.redirect_stdout(sys.stderr):  # nothing but protocol may reach stdout
         bootstrap.setup(config)
     level = os.environ.get("COBALT_LOG_LEVEL", "INFO").upper()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -13,8 +14,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import cobalt
+from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
+from cobalt_app.stats import DEFAULT_PASS_SCORE
 
-LOW_SCORE = 0.5
+LOW_SCORE = DEFAULT_PASS_SCORE  # an evaluation below it has not passed
+PIPE_WIDTH = 120  # output to a file or a CI log: a wide log line, not a page
+
+
+def output_width(stream: Any) -> int | None:
+    """Width for a Rich console on `stream`: the terminal's (or $COLUMNS) when it is one."""
+    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return None  # Rich reads the terminal size, then $COLUMNS
+    return PIPE_WIDTH
+
+
+def cli_console(*, stderr: bool = False) -> Console:
+    """A console on stdout (or stderr). On a terminal, text wraps at its width; in a file or a
+    CI log a message stays on one line (soft wrap) so a path, a run id or an error can be
+    searched for, and only tables are laid out to the width."""
+    width = output_width(sys.stderr if stderr else sys.stdout)
+    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=width is not None)
 
 
 def fmt_score(value: float | None) -> str:
@@ -22,24 +41,29 @@ def fmt_score(value: float | None) -> str:
 
 
 def fmt_ms(value: float | None) -> str:
+    """`850ms` below a second, `1.2s` from one second on."""
     if value is None:
         return "—"
-    return f"{value / 1000:.1f}s" if value >= 10_000 else f"{value:.0f}ms"
+    return f"{value / 1000:.1f}s" if value >= 1000 else f"{value:.0f}ms"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 error`, `2 errors`, `0 errors`."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 class ConsoleReporter:
     """Prints a run as it happens. Plain fast lines when the output is not a terminal."""
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
-        self.console = console or Console(
-            highlight=False, width=None if sys.stdout.isatty() else 160
-        )
+        self.console = console or cli_console()
         self.quiet = quiet
         self.progress: Progress | None = None
         self.task_id: Any = None
         self.items_in_dataset = 0
         self.runs = 1
         self.header_printed = False
+        self.usage_problems: dict[str, int] = {}  # first shape seen → items reporting it
 
     def banner(self) -> None:
         self.console.print(f"\n [bold]cobalt[/] v{cobalt.__version__}\n")
@@ -63,7 +87,7 @@ class ConsoleReporter:
         )
         self.console.print()
         self.console.print(f" [bold]{escape(run.name)}[/]  [dim]run {run.id}[/]")
-        self.console.print(Panel(body, box=ROUNDED, expand=False, padding=(0, 1)))
+        self.console.print(Panel(body, box=ROUNDED, expand=False, padding=(0, 1)), soft_wrap=False)
         if self.console.is_terminal and not self.quiet:
             self.progress = Progress(
                 TextColumn("  "),
@@ -85,19 +109,21 @@ class ConsoleReporter:
             label += f" (run {outcome.run_index + 1}/{self.runs})"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":
-            parts, low = [], False
+            parts, scored = [], []
             for evaluation in outcome.evaluations:
                 if evaluation.status == "ok":
                     parts.append(f"{evaluation.evaluator}: {evaluation.score:.2f}")
-                    low = low or evaluation.score < LOW_SCORE
+                    scored.append(evaluation.score >= LOW_SCORE)
                 else:
                     parts.append(f"{evaluation.evaluator}: eval error")
             scores = " | ".join(parts) if parts else "no evaluators"
             errors = any(e.status != "ok" for e in outcome.evaluations)
-            suffix = "  ⚠ low score" if low else ""
+            failed = bool(scored) and not any(scored)  # every scored evaluation below its mark
+            suffix = "  ⚠ low score" if any(scored) and not all(scored) else ""
             suffix += "  ⚠ evaluation error" if errors else ""
-            plain = f"  ✓ {label} — {scores}  {latency}{suffix}"
-            markup = f"  [green]✓[/] {label} — {escape(scores)}  [dim]{latency}[/]"
+            mark, colour = ("✗", "red") if failed else ("✓", "green")
+            plain = f"  {mark} {label} — {scores}  {latency}{suffix}"
+            markup = f"  [{colour}]{mark}[/] {label} — {escape(scores)}  [dim]{latency}[/]"
             markup += f"[yellow]{suffix}[/]" if suffix else ""
             return plain, markup
         if outcome.status == "timeout":
@@ -108,6 +134,10 @@ class ConsoleReporter:
         return plain, f"  [red]✗[/] {label} — [red]{escape(error)}[/]  [dim]{latency}[/]"
 
     def item_finished(self, outcome, done: int, total: int) -> None:
+        problem = usage_problem(getattr(outcome, "metadata", None) or {})
+        if problem:
+            first = next(iter(self.usage_problems), problem)
+            self.usage_problems[first] = self.usage_problems.get(first, 0) + 1
         if self.quiet:
             return
         plain, markup = self.item_line(outcome)
@@ -124,21 +154,31 @@ class ConsoleReporter:
 
     def run_finished(self, run) -> None:
         self.stop_progress()
-        print_summary(self.console, run)
+        extra = [
+            f"{plural(count, 'item')} reported token usage Cobalt cannot read ({shape}); "
+            f"tokens and cost count them as 0. Accepted: {ACCEPTED_USAGE}"
+            for shape, count in self.usage_problems.items()
+        ]
+        self.usage_problems = {}
+        print_summary(self.console, run, extra_warnings=extra)
 
 
-def print_summary(console: Console, run) -> None:
+def print_summary(console: Console, run, *, extra_warnings: list[str] | None = None) -> None:
     summary = run.summary
     console.print()
     console.rule(f"[bold]Results: {escape(run.name)}[/]", align="left")
-    table = Table(box=None, padding=(0, 2), pad_edge=True)
+    # Fits 80 columns with evaluator names of up to 26 characters; longer ones fold.
+    table = Table(box=None, padding=(0, 1), pad_edge=True)
     with_ci = any(v.get("ci95") for v in summary.get("scores", {}).values())
     columns = ("Evaluator", "Avg", "95% CI", "Min", "Max", "P50", "P95", "Errors")
     for column in columns if with_ci else [c for c in columns if c != "95% CI"]:
-        table.add_column(column, justify="left" if column == "Evaluator" else "right")
+        if column == "Evaluator":
+            table.add_column(column, overflow="fold", ratio=1)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for name, values in summary.get("scores", {}).items():
         ci = values.get("ci95")
-        interval = [f"[{ci['low']:.2f}, {ci['high']:.2f}]" if ci else "—"] if with_ci else []
+        interval = [f"{ci['low']:.2f}–{ci['high']:.2f}" if ci else "—"] if with_ci else []
         table.add_row(
             escape(name),
             fmt_score(values.get("avg")),
@@ -150,15 +190,15 @@ def print_summary(console: Console, run) -> None:
             str(values.get("errors", 0)),
         )
     if summary.get("scores"):
-        console.print(table)
+        console.print(table, soft_wrap=False)
     for line in repetition_lines(summary):
         console.print(f"  {escape(line)}")
     status = summary.get("itemStatus", {})
     console.print()
     console.print(
         f"  Total items:    {summary.get('totalItems', 0)}"
-        f"  ({status.get('ok', 0)} ok, {status.get('error', 0)} errors,"
-        f" {status.get('timeout', 0)} timeouts)"
+        f"  ({status.get('ok', 0)} ok, {plural(status.get('error', 0), 'error')},"
+        f" {plural(status.get('timeout', 0), 'timeout')})"
     )
     console.print(f"  Total time:     {fmt_ms(summary.get('totalDurationMs'))}")
     console.print(f"  Avg latency:    {fmt_ms(summary.get('avgLatencyMs'))}")
@@ -169,13 +209,24 @@ def print_summary(console: Console, run) -> None:
     )
     if summary.get("cachedEvaluations"):
         console.print(f"  Cached judge replies: {summary['cachedEvaluations']}")
-    for line in warnings(run):
+    for line in [*warnings(run), *(extra_warnings or [])]:
         console.print(f"  [yellow]⚠ {escape(line)}[/]")
     console.print()
     if run.results_path:
         console.print(f" Results saved to {escape(display_path(run.results_path))}", soft_wrap=True)
     console.print(f" Run ID: [bold]{run.id}[/]")
-    console.print(" Dashboard: cobalt serve\n")
+    console.print(f" Dashboard: {escape(dashboard_hint(run))}\n", soft_wrap=True)
+
+
+def dashboard_hint(run) -> str:
+    """Where the run is shown: `cobalt serve`, then its page on the configured address."""
+    from cobalt.config import active_config
+    from cobalt_cli.commands_dashboard import DEFAULT_HOST, DEFAULT_PORT
+
+    config = active_config()
+    host = config.get("dashboard.host") or DEFAULT_HOST
+    port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
 
 
 def repetition_lines(summary: dict[str, Any]) -> list[str]:
@@ -210,15 +261,15 @@ def warnings(run) -> list[str]:
         .values_list("evaluator", "item__item_index")
         .order_by("evaluator", "item__item_index")
     )
-    by_evaluator: dict[str, list[int]] = {}
+    by_evaluator: dict[str, set[int]] = {}  # repetitions of an item count once
     for evaluator, index in low:
-        by_evaluator.setdefault(evaluator, []).append(index + 1)
-    for evaluator, indexes in by_evaluator.items():
-        shown = ", ".join(f"#{i}" for i in sorted(set(indexes))[:8])
-        more = "…" if len(set(indexes)) > 8 else ""
+        by_evaluator.setdefault(evaluator, set()).add(index + 1)
+    for evaluator, numbers in by_evaluator.items():
+        shown = ", ".join(f"#{i}" for i in sorted(numbers)[:8])
+        more = "…" if len(numbers) > 8 else ""
         lines.append(
-            f"{len(indexes)} item{'s' * (len(indexes) > 1)} scored below {LOW_SCORE} on "
-            f"'{evaluator}' (item {shown}{more})"
+            f"{plural(len(numbers), 'item')} scored below {LOW_SCORE} on "
+            f"'{evaluator}' ({shown}{more})"
         )
     failed = ItemResult.objects.filter(run=run, status__in=["error", "timeout"]).values_list(
         "item_index", "status", "error"
@@ -228,13 +279,13 @@ def warnings(run) -> list[str]:
         lines.append(f"item #{index + 1} {status}: {first}")
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
-        lines.append(f"… and {extra} more failed items")
+        lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")
     if summary.get("evaluationErrors"):
         first_error = (
             Evaluation.objects.filter(run=run, status="error").values_list("evaluator", "error")
         ).first()
         lines.append(
-            f"{summary['evaluationErrors']} evaluation error(s); first: "
+            f"{plural(summary['evaluationErrors'], 'evaluation error')}; first: "
             f"{first_error[0]}: {first_error[1]}"
         )
     return lines
@@ -250,4 +301,4 @@ def display_path(path: str) -> str:
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False)
+    return cli_console(stderr=True)

@@ -30,7 +30,7 @@ import redis
 from tests.conftest import REPO, cli_env
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS_DB = 5
+REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))  # another for a parallel suite
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 LEASE_GRACE = "2"

@@ -11,6 +11,7 @@ from cobalt import Dataset, Evaluator, experiment, load_config
 from cobalt.experiment import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.models import Evaluation
+from cobalt_app.preflight import PreflightError
 
 pytest.importorskip("autoevals", reason="the `autoevals` extra is not installed")
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -221,8 +222,13 @@ def test_problems_are_evaluation_errors_with_reasons(
 
 def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
-    found = run_with(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], "Paris")
-    assert "Factuality: OPENAI_API_KEY is not set: the autoevals evaluator" in found["facts"].error
+    facts = Evaluator("facts", "autoevals", autoeval="Factuality")
+    with pytest.raises(PreflightError) as refused:
+        run_with(project, [facts], "Paris")
+    assert "OPENAI_API_KEY is not set: the autoevals evaluator 'facts' (Factuality)" in str(
+        refused.value
+    )
+    assert fake_provider.request_count() == 0
 
 
 def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):

@@ -208,7 +208,7 @@ def test_from_the_list_into_a_run_and_its_item_panel(site, page):
     expect(page.locator("#progress-count")).to_have_text("60 / 60 items")
     shot(page, "02-run-detail")
 
-    page.get_by_role("link", name="#3", exact=True).click()
+    page.get_by_role("link", name="#4", exact=True).click()
     panel = page.locator("#item-panel")
     expect(panel).to_be_visible()
     expect(page.locator("#item-output")).to_have_text(XSS)  # shown as text, never run
@@ -218,7 +218,7 @@ def test_from_the_list_into_a_run_and_its_item_panel(site, page):
     page.keyboard.press("Escape")
     expect(panel).to_be_hidden()
 
-    page.get_by_role("link", name="#4", exact=True).click()
+    page.get_by_role("link", name="#5", exact=True).click()
     expect(page.locator("#item-panel pre.error")).to_have_text("RuntimeError: agent crashed on q04")
     expect(panel).to_have_attribute("data-modal", "true")
     page.keyboard.press("Escape")
@@ -342,7 +342,7 @@ def test_the_pages_work_without_javascript(site, browser):
         tab.wait_for_url("**?page=2")
         expect(tab.locator(".item-row").first).to_contain_text("q50")
         tab.go_back()
-        tab.get_by_role("link", name="#3", exact=True).click()
+        tab.get_by_role("link", name="#4", exact=True).click()
         tab.wait_for_url("**/items/*/")
         expect(tab.locator("#item-output")).to_have_text(XSS)
         shot(tab, "09-item-page-without-javascript")

@@ -4,9 +4,8 @@ import json
 import sqlite3
 import subprocess
 import sys
-import zipfile
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import cli_env
 
 SECRET = "SECRET-0001"
 
@@ -29,7 +28,8 @@ def test_init_creates_a_project_that_runs_offline(tmp_path, cobalt_cli):
     assert "example-qa" in out
     assert "Dataset: 8 items × 1 run × 2 evaluators" in out
     assert "✓ Item 1/8 — exact: 1.00 | mentions-answer: 1.00" in out
-    assert "⚠ low score" in out
+    assert "✗ Item 4/8 — exact: 0.00 | mentions-answer: 0.00" in out  # nothing passed
+    assert "⚠ 4 items scored below 0.5 on 'exact' (#4, #5, #6, #8)" in out
     assert "Evaluator" in out and "P95" in out
     assert "Total items:    8" in out
     assert "Results saved to .cobalt/results/" in out
@@ -218,34 +218,6 @@ def test_running_an_experiment_file_directly_returns_a_report(project, fake_prov
     assert (avg, total) == ("1.0", "1")
     assert f"Run ID: {run_id}" in result.stdout
     assert len(project.results_files()) == 1
-
-
-def test_the_wheel_carries_templates_and_static_files(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp_path),
-            str(REPO),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    (wheel,) = tmp_path.glob("cobalt-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "cobalt/__init__.py" in names and "cobalt_cli/main.py" in names
-    assert "cobalt_app/migrations/0001_initial.py" in names
-    assert any(n.startswith("cobalt_project/templates/") for n in names)
-    assert any(n.startswith("cobalt_project/static/") for n in names)
-    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "cobalt = cobalt_cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_an_interrupted_run_keeps_its_items_and_resumes_only_the_missing_ones(project):

@@ -16,6 +16,7 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, known_types
 from cobalt_app.evaluators.deterministic import levenshtein_distance
 from cobalt_app.evaluators.llm_judge import parse_judgement
 from cobalt_app.models import Evaluation
+from cobalt_app.preflight import PreflightError
 
 
 def check(
@@ -363,8 +364,11 @@ def test_an_anthropic_judge_beside_an_openai_one_uses_claude_and_its_own_key(
 def test_an_anthropic_judge_without_its_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     evaluator = Evaluator("claude", prompt="{{output}}", provider="anthropic")
-    _, evaluations = run_with(project, [evaluator], lambda ctx: "4")
-    assert "ANTHROPIC_API_KEY is not set" in evaluations["claude"].error
+    with pytest.raises(
+        PreflightError, match="ANTHROPIC_API_KEY is not set: the llm-judge 'claude'"
+    ):
+        run_with(project, [evaluator], lambda ctx: "4")
+    assert fake_provider.request_count() == 0
 
 
 @pytestmark_db
@@ -389,15 +393,14 @@ def test_a_per_evaluator_base_url_reaches_an_openai_compatible_server_without_a_
 @pytestmark_db
 def test_api_key_env_picks_the_evaluators_own_key(project, fake_provider, monkeypatch):
     monkeypatch.setenv("TEAM_JUDGE_KEY", "sk-team-judge-SECRET-0003")
-    evaluators = [
-        Evaluator("own", prompt="{{output}} [[score:0.9]]", api_key_env="TEAM_JUDGE_KEY"),
-        Evaluator("unset", prompt="{{output}}", api_key_env="MISSING_JUDGE_KEY"),
-    ]
-    run, evaluations = run_with(project, evaluators, lambda ctx: "4")
+    own = Evaluator("own", prompt="{{output}} [[score:0.9]]", api_key_env="TEAM_JUDGE_KEY")
+    unset = Evaluator("unset", prompt="{{output}}", api_key_env="MISSING_JUDGE_KEY")
+    with pytest.raises(PreflightError, match="MISSING_JUDGE_KEY is not set"):
+        run_with(project, [own, unset], lambda ctx: "4")
+    run, evaluations = run_with(project, [own], lambda ctx: "4")
     assert evaluations["own"].score == 0.9
     (request,) = fake_provider.requests
     assert request["headers"]["authorization"] == "Bearer sk-team-judge-SECRET-0003"
-    assert "MISSING_JUDGE_KEY is not set" in evaluations["unset"].error
     run.refresh_from_db()
     assert "SECRET-0003" not in json.dumps(run.config)  # the key itself is never stored
 

@@ -9,6 +9,7 @@ from cobalt.experiment import collecting
 from cobalt_app import launcher
 from cobalt_app.evaluators.llm_judge import parse_judgement
 from cobalt_app.models import Evaluation, JudgeCacheEntry
+from cobalt_app.preflight import PreflightError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,9 +113,8 @@ def test_the_cache_key_covers_model_and_rendered_prompt(project, fake_provider):
 
 def test_a_missing_api_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
-    _, evaluation = run_with(project, Evaluator(name="rel", prompt="{{output}}"))
-    assert evaluation.status == "error"
-    assert "OPENAI_API_KEY is not set" in evaluation.error
+    with pytest.raises(PreflightError, match="OPENAI_API_KEY is not set: the llm-judge 'rel'"):
+        run_with(project, Evaluator(name="rel", prompt="{{output}}"))
     assert fake_provider.request_count() == 0
 
 

@@ -32,11 +32,14 @@ PACKAGE = {
             word = evaluator.options["keyword"]
             hit = word.lower() in str(target.output).lower()
             return {"score": 1.0 if hit else 0.0, "reason": f"{'has' if hit else 'lacks'} {word}"}
+
+
+        keyword.options = ["keyword"]
     """,
     "cobalt_kw_plugin/lengths.py": """
         from cobalt_app.evaluators import EvalOutcome, register
 
-        @register("short-answer")
+        @register("short-answer", options=["max_chars"])
         async def short_answer(evaluator, target, env):
             size = len(str(target.output))
             ok = size <= evaluator.options["max_chars"]
@@ -58,7 +61,7 @@ FILE_PLUGIN = """
 from cobalt_app.evaluators import EvalOutcome, register
 
 
-@register("keyword")
+@register("keyword", options=["keyword"])
 async def keyword(evaluator, target, env):
     hit = evaluator.options["keyword"] in str(target.output).lower()
     return EvalOutcome(evaluator.name, float(hit), reason="file plugin")
@@ -74,7 +77,7 @@ async def short_answer(evaluator, target, env):
     return EvalOutcome(evaluator.name, float(ok), reason="file plugin")
 
 
-register("short-answer")(short_answer)
+register("short-answer", options=["max_chars"])(short_answer)
 """
 
 
@@ -114,11 +117,12 @@ def test_an_evaluator_type_from_an_installed_entry_point(project, cobalt_cli, tm
         ("b", "short"): (0.0, "11 characters"),
     }
 
-    # Without the package the types are unknown: evaluation errors, and the gate fails.
+    # Without the package the types are unknown: the run does not start.
     result = cobalt_cli(project, "run", "--ci", "--reporter", "json", env=with_site(tmp_path))
-    assert result.returncode == 1
-    score, error = item_scores(result.stdout)[("a", "kw")]
-    assert score is None and "unknown evaluator type 'keyword'" in error
+    assert result.returncode == 2
+    assert "experiments/plugged.cobalt.py:8: evaluator 'kw'" in result.stderr
+    assert "unknown evaluator type 'keyword'" in result.stderr
+    assert item_scores(result.stdout) == {}
 
 
 def test_an_evaluator_type_from_a_plugin_file_in_the_config(project, cobalt_cli):
@@ -161,11 +165,7 @@ def test_a_broken_entry_point_is_an_error_naming_it(project, cobalt_cli, tmp_pat
             "plugin 'plugins/broken.py' failed to load: ValueError: math domain error (line 3)",
         ),
         (
-            {
-                "plugins/sneaky.py": FILE_PLUGIN.replace(
-                    'register("keyword")', 'register("function")'
-                )
-            },
+            {"plugins/sneaky.py": FILE_PLUGIN.replace('register("keyword"', 'register("function"')},
             ["plugins/sneaky.py"],
             "plugin 'plugins/sneaky.py' redefines the built-in evaluator type 'function'",
         ),

@@ -13,6 +13,7 @@ from cobalt.experiment import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.evaluators import EvalTarget, evaluate
 from cobalt_app.models import Evaluation, JudgeCacheEntry
+from cobalt_app.preflight import PreflightError
 from tests.fake_provider import embed_text
 
 needs_local = pytest.mark.skipif(
@@ -102,8 +103,9 @@ def test_negative_similarity_is_clamped_to_zero(project, fake_provider):
 def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     items = [{"id": "a", "answer": "x", "expected_output": "y"}]
-    _, found = run_with(project, [Evaluator("sim", "similarity")], items)
-    assert "OPENAI_API_KEY is not set: the similarity evaluator" in found[("a", "sim")].error
+    with pytest.raises(PreflightError, match="OPENAI_API_KEY is not set: the similarity evaluator"):
+        run_with(project, [Evaluator("sim", "similarity")], items)
+    assert fake_provider.request_count() == 0
 
 
 @db

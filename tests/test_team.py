@@ -48,7 +48,11 @@ def migrated(services: Services, compose: dict, tmp_path_factory) -> Services:
     folder = tmp_path_factory.mktemp("migrate")
     command = harness.local_command(compose["services"]["migrate"]["command"])
     env = harness.cli_env(
-        {"COBALT_DATABASE_URL": services.database_url, "COBALT_BROKER_URL": services.broker_url}
+        {
+            "COBALT_DATABASE_URL": services.database_url,
+            "COBALT_BROKER_URL": services.broker_url,
+            "COBALT_PROJECT_DIR": str(folder),  # as the compose file sets it (/project)
+        }
     )
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

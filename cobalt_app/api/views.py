@@ -22,6 +22,7 @@ from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
 from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
+from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.plugins import PluginError
 from cobalt_app.results import iter_item_entries, run_header
@@ -126,6 +127,9 @@ class RunListView(CobaltAPIView, generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Run]:
         return run_list(limit=None)
 
+    def paginate_queryset(self, queryset: QuerySet[Run]) -> list[Run]:
+        return settle(super().paginate_queryset(queryset) or [])
+
     @extend_schema(
         summary="List runs, newest first",
         operation_id="runs_list",
@@ -170,7 +174,8 @@ class RunDetailView(CobaltAPIView):
         responses={200: serializers.RunDetailSerializer, **errors(404)},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(serializers.RunDetailSerializer(run_detail(run_get(run_id))).data)
+        run = settled(run_get(run_id))
+        return Response(serializers.RunDetailSerializer(run_detail(run)).data)
 
 
 class RunCancelView(CobaltAPIView):

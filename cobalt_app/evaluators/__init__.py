@@ -2,14 +2,15 @@
 
 `evaluate()` is the one entry point: it never raises; a failure becomes an evaluation with
 status `error` and a reason, never a silent score of 0. New types register with `@register`
-(plugins too).
+(plugins too), declaring the options they read and the provider APIs they call, so that
+`cobalt_app.preflight` can refuse a misspelt option or a missing key before a run starts.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,29 +54,80 @@ class EvalTarget:
 
 
 Implementation = Callable[[Evaluator, EvalTarget, Any], Awaitable[EvalOutcome]]
-REGISTRY: dict[str, Implementation] = {}
 
 
-PROVIDER_TYPES: set[str] = set()
+@dataclass(frozen=True)
+class ProviderUse:
+    """A provider API an evaluator will call: what `providers.resolve_api_key` needs."""
+
+    provider: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    purpose: str = "the llm-judge"
+
+
+# (evaluator, the [judge] configuration) → the provider APIs that evaluator will call.
+ProviderUses = Callable[[Evaluator, dict[str, Any]], list[ProviderUse]]
+
+
+@dataclass(frozen=True)
+class EvaluatorType:
+    """A registered type: its implementation, the options it reads, the providers it calls."""
+
+    name: str
+    implementation: Implementation
+    options: frozenset[str] = frozenset()
+    calls_provider: bool = False
+    provider_uses: ProviderUses | None = None
+
+    @property
+    def accepted(self) -> list[str]:
+        """Every keyword `Evaluator(...)` accepts for this type, in a stable order."""
+        return [*COMMON_OPTIONS, *sorted(self.options - set(COMMON_OPTIONS))]
+
+
+COMMON_OPTIONS = ("name", "type")
+REGISTRY: dict[str, EvaluatorType] = {}
 
 
 def register(
-    type_name: str, *, calls_provider: bool = False
+    type_name: str,
+    *,
+    options: Iterable[str] = (),
+    calls_provider: bool = False,
+    providers: ProviderUses | None = None,
 ) -> Callable[[Implementation], Implementation]:
-    """Register an implementation; `calls_provider` when it calls an LLM provider's SDK."""
+    """Register the implementation of an evaluator type.
+
+    `options`: the keywords of `Evaluator(...)` this type reads besides `name` and `type`
+    (`prompt`, `field`, `threshold` ... included); an evaluator given any other is refused
+    before its run starts. `calls_provider`: it calls an LLM provider's SDK.
+    `providers(evaluator, judge_config)`: the provider APIs an evaluator of this type will
+    call, so that a missing API key stops the run before the first item.
+    """
+    names = frozenset((options,) if isinstance(options, str) else options)
 
     def decorator(fn: Implementation) -> Implementation:
-        REGISTRY[type_name] = fn
-        if calls_provider:
-            PROVIDER_TYPES.add(type_name)
+        REGISTRY[type_name] = EvaluatorType(
+            type_name,
+            fn,
+            names,
+            calls_provider=calls_provider or providers is not None,
+            provider_uses=providers,
+        )
         return fn
 
     return decorator
 
 
-def calls_provider(type_name: str) -> bool:
+def evaluator_type(type_name: str) -> EvaluatorType | None:
     _load_builtins()
-    return type_name in PROVIDER_TYPES
+    return REGISTRY.get(type_name)
+
+
+def calls_provider(type_name: str) -> bool:
+    registered = evaluator_type(type_name)
+    return registered is not None and registered.calls_provider
 
 
 def known_types() -> list[str]:
@@ -86,14 +138,14 @@ def known_types() -> list[str]:
 async def evaluate(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     """Score one output with one evaluator. Never raises."""
     _load_builtins()
-    implementation = REGISTRY.get(evaluator.type)
-    if implementation is None:
+    registered = REGISTRY.get(evaluator.type)
+    if registered is None:
         return EvalOutcome.failed(
             evaluator.name,
             f"unknown evaluator type {evaluator.type!r}; known types: {', '.join(known_types())}",
         )
     try:
-        outcome = await implementation(evaluator, target, env)
+        outcome = await registered.implementation(evaluator, target, env)
     except EvaluationError as exc:
         return EvalOutcome.failed(evaluator.name, str(exc), tokens=exc.tokens, cost=exc.cost)
     except Exception as exc:

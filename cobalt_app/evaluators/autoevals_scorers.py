@@ -34,9 +34,15 @@ from typing import Any
 from cobalt.evaluator import Evaluator
 from cobalt_app import embeddings
 from cobalt_app.cache import cache_get, cache_key, cache_put
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators import (
+    EvalOutcome,
+    EvalTarget,
+    EvaluationError,
+    ProviderUse,
+    register,
+)
 from cobalt_app.evaluators.basic import output_text
-from cobalt_app.evaluators.llm_judge import judge_target
+from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.providers import ProviderError, describe_sdk_error, resolve_api_key
 from cobalt_app.templating import TemplateError, _lookup
@@ -80,6 +86,32 @@ RAW_OUTPUT_SCORERS = ("JSONDiff", "ValidJSON", "ExactMatch", "NumericDiff", "Lis
 EMBEDDING_MODEL = "text-embedding-3-small"
 # Scorers whose `model` argument is an embedding model, not a chat model.
 EMBEDDING_SCORERS = ("EmbeddingSimilarity", "AnswerSimilarity")
+# Scorers that call no model, and those that embed besides asking the judge.
+LOCAL_SCORERS = (
+    "ExactMatch",
+    "JSONDiff",
+    "Levenshtein",
+    "LevenshteinScorer",
+    "ListContains",
+    "NumericDiff",
+    "ValidJSON",
+)
+JUDGE_AND_EMBEDDING_SCORERS = ("AnswerCorrectness", "AnswerRelevancy")
+OPTIONS = (
+    "autoeval",
+    "scorer",
+    "expected",
+    "field",
+    "mapping",
+    "context",
+    "args",
+    "embedding_model",
+    "embedding_provider",
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+)
 
 
 @dataclass
@@ -448,7 +480,26 @@ def describe(score: Any, name: str) -> str:
     return f"{name} scored {score.score:.3f}"
 
 
-@register("autoevals", calls_provider=True)
+def scorer_providers(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[ProviderUse]:
+    """The APIs the named scorer calls: the judge's, OpenAI embeddings, both or none."""
+    name = evaluator.options.get("autoeval") or evaluator.options.get("scorer")
+    if name in LOCAL_SCORERS:
+        return []
+    target = judge_settings(evaluator, judge_config)
+    purpose = f"the autoevals evaluator {evaluator.name!r} ({name})"
+    uses = []
+    if name not in EMBEDDING_SCORERS:
+        uses.append(
+            ProviderUse(target["provider"], target["base_url"], target["api_key_env"], purpose)
+        )
+    embeds = name in EMBEDDING_SCORERS or name in JUDGE_AND_EMBEDDING_SCORERS
+    if embeds and evaluator.options.get("embedding_provider", "openai") == "openai":
+        base_url = target["base_url"] if target["provider"] == "openai" else None
+        uses.append(ProviderUse("openai", base_url, target["api_key_env"], purpose))
+    return uses
+
+
+@register("autoevals", options=OPTIONS, providers=scorer_providers)
 async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     name = evaluator.options.get("autoeval") or evaluator.options.get("scorer")
     # The first import takes ~0.4 s: do it off the event loop, where other items are running.

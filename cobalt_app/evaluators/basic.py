@@ -15,7 +15,7 @@ from cobalt_app.evaluators import (
 )
 
 
-@register("function")
+@register("function", options=("fn",))
 async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     context = EvalContext(
         item=target.item,
@@ -48,7 +48,7 @@ def output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, sort_keys=True, default=str)
 
 
-@register("exact-match")
+@register("exact-match", options=("field", "case_sensitive"))
 async def exact_match(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     expected = field_value(evaluator, target, "expected_output")
     actual_text = output_text(target.output).strip()

@@ -22,6 +22,7 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, regi
 from cobalt_app.evaluators.basic import field_value, output_text
 from cobalt_app.pricing import agent_usage, price_of
 
+NEEDLE_OPTIONS = ("value", "field", "case_sensitive")
 REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 
 
@@ -94,7 +95,7 @@ def found(needle: str, haystack: str, sensitive: bool) -> bool:
     return needle in haystack if sensitive else needle.casefold() in haystack.casefold()
 
 
-@register("contains")
+@register("contains", options=NEEDLE_OPTIONS)
 async def contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     text, sensitive = nonempty_output(target), case_sensitive(evaluator)
     wanted = needles(evaluator, target)
@@ -106,7 +107,7 @@ async def contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
     return EvalOutcome(evaluator.name, 1.0, reason=f"the output contains {shown}")
 
 
-@register("not-contains")
+@register("not-contains", options=NEEDLE_OPTIONS)
 async def not_contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     text, sensitive = nonempty_output(target), case_sensitive(evaluator)
     unwanted = needles(evaluator, target)
@@ -139,7 +140,7 @@ def compile_pattern(pattern: str, flags: str) -> re.Pattern[str]:
         ) from None
 
 
-@register("regex")
+@register("regex", options=("pattern", "flags", "case_sensitive"))
 async def regex(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     pattern = option(evaluator, "pattern", r'pattern=r"\d{4}-\d{2}-\d{2}"')
     flags = evaluator.options.get("flags", "")
@@ -209,7 +210,7 @@ def schema_validator(schema_json: str) -> Any:
     return validator_class(schema)
 
 
-@register("json-schema")
+@register("json-schema", options=("schema",))
 async def json_schema(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     schema = option(evaluator, "schema", 'schema={"type": "object", "required": ["answer"]}')
     if not isinstance(schema, dict | bool):
@@ -246,7 +247,7 @@ def levenshtein_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-@register("levenshtein")
+@register("levenshtein", options=("field", "case_sensitive", "threshold"))
 async def levenshtein(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     name = evaluator.field or "expected_output"
     expected = field_value(evaluator, target, name)
@@ -282,7 +283,7 @@ async def levenshtein(evaluator: Evaluator, target: EvalTarget, env: Any) -> Eva
 # ---------------------------------------------------------------------- budgets
 
 
-@register("latency")
+@register("latency", options=("max_ms",))
 async def latency(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     budget = number_option(evaluator, "max_ms", "max_ms=2000")
     if target.latency_ms is None:
@@ -300,7 +301,7 @@ def cost_is_known(metadata: dict[str, Any]) -> bool:
     return price_of(metadata.get("model")) is not None and agent_usage(metadata)[2] > 0
 
 
-@register("cost")
+@register("cost", options=("max_usd",))
 async def cost(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     budget = number_option(evaluator, "max_usd", "max_usd=0.01")
     if not cost_is_known(target.metadata):

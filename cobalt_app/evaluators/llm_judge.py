@@ -19,7 +19,13 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app.cache import cache_get, cache_key, cache_put
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators import (
+    EvalOutcome,
+    EvalTarget,
+    EvaluationError,
+    ProviderUse,
+    register,
+)
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.providers import ProviderError
 from cobalt_app.templating import TemplateError, render, template_context
@@ -50,6 +56,8 @@ CHAIN_OF_THOUGHT = (
 )
 REASONING_FIELD = '{"reasoning": "<your step-by-step analysis>", '
 SCORINGS = ("scale", "boolean")
+# What every judge reads (`ask_judge`); `trajectory` shares them.
+JUDGE_OPTIONS = ("model", "provider", "base_url", "api_key_env", "scoring", "chain_of_thought")
 FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -130,7 +138,10 @@ def _loads(text: str) -> Any:
 
 def judge_target(evaluator: Evaluator, env: Any) -> dict[str, Any]:
     """Provider, model and base URL of a judge: the evaluator's own, else the configured."""
-    judge = env.judge_config
+    return judge_settings(evaluator, env.judge_config)
+
+
+def judge_settings(evaluator: Evaluator, judge: dict[str, Any]) -> dict[str, Any]:
     provider = evaluator.provider or judge.get("provider") or "openai"
     default_model = judge.get("model") if provider == judge.get("provider", "openai") else None
     if provider == "anthropic" and not default_model:
@@ -213,7 +224,19 @@ async def ask_judge(
     )
 
 
-@register("llm-judge", calls_provider=True)
+def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[ProviderUse]:
+    target = judge_settings(evaluator, judge_config)
+    return [
+        ProviderUse(
+            target["provider"],
+            base_url=target["base_url"],
+            api_key_env=target["api_key_env"],
+            purpose=f"the llm-judge {evaluator.name!r}",
+        )
+    ]
+
+
+@register("llm-judge", options=("prompt", *JUDGE_OPTIONS), providers=judge_provider)
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     context = template_context(target.item, target.output, target.metadata)
     try:

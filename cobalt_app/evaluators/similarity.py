@@ -14,12 +14,19 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import embeddings
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators import (
+    EvalOutcome,
+    EvalTarget,
+    EvaluationError,
+    ProviderUse,
+    register,
+)
 from cobalt_app.evaluators.basic import field_value, output_text
 
 DEFAULT_THRESHOLD = 0.8
 MODES = ("threshold", "raw")
 DISTANCES = {"cosine": "cosine", "dot": "dot", "dot_product": "dot", "dotProduct": "dot"}
+OPTIONS = ("field", "threshold", "mode", "distance", "provider", "model", "base_url", "api_key_env")
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -53,7 +60,20 @@ def as_text(value: Any) -> str:
     return value if isinstance(value, str) else output_text(value)
 
 
-@register("similarity", calls_provider=True)
+def embedding_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[ProviderUse]:
+    if (evaluator.provider or "openai") != "openai":
+        return []  # `local` needs no key; another name is refused when the item is scored
+    return [
+        ProviderUse(
+            "openai",
+            base_url=evaluator.base_url,
+            api_key_env=evaluator.api_key_env,
+            purpose=f"the similarity evaluator {evaluator.name!r}",
+        )
+    ]
+
+
+@register("similarity", options=OPTIONS, providers=embedding_provider)
 async def similarity(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     mode, distance, threshold = settings(evaluator)
     name = evaluator.field or "expected_output"

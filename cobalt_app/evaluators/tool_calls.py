@@ -28,7 +28,7 @@ from typing import Any
 from cobalt.evaluator import Evaluator
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.basic import output_text
-from cobalt_app.evaluators.llm_judge import ask_judge
+from cobalt_app.evaluators.llm_judge import JUDGE_OPTIONS, ask_judge, judge_provider
 
 MODES = ("strict", "unordered", "subset", "superset")
 ANY = object()  # the arguments of an expected call that did not say
@@ -204,7 +204,7 @@ def reported_calls(target: EvalTarget) -> list[Call]:
     return normalise_calls(target.metadata["tool_calls"], 'metadata["tool_calls"]')
 
 
-@register("tool-calls")
+@register("tool-calls", options=("field", "mode", "match_arguments"))
 async def tool_calls(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     mode, match_arguments = options(evaluator)
     name = evaluator.field or "expected_tool_calls"
@@ -256,6 +256,6 @@ def trajectory_prompt(evaluator: Evaluator, target: EvalTarget) -> str:
     return "\n\n".join(parts)
 
 
-@register("trajectory", calls_provider=True)
+@register("trajectory", options=("field", "criteria", *JUDGE_OPTIONS), providers=judge_provider)
 async def trajectory(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     return await ask_judge(evaluator, trajectory_prompt(evaluator, target), env)
