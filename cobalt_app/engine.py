@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import liveness, results, services, webhooks
+from cobalt_app import liveness, results, services, storable, webhooks
 from cobalt_app.aio import DatabaseThread
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
+from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
 from cobalt_app.providers import ProviderHub
@@ -61,6 +61,7 @@ class ItemOutcome:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     evaluations: list[EvalOutcome] = field(default_factory=list)
+    stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
 
 
 @dataclass
@@ -150,21 +151,36 @@ async def execute_item(
         outcome.status = ItemResult.Status.ERROR
         outcome.error = f"{type(exc).__name__}: {exc}"
         outcome.traceback = traceback.format_exc()
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: from the runner's own code
+        outcome.status = ItemResult.Status.ERROR
+        outcome.error = stopped_by_user_code(exc, "the runner")
+        outcome.traceback = traceback.format_exc()
     else:
         outcome.output, outcome.metadata = split_result(value)
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
     _, _, outcome.tokens = agent_usage(outcome.metadata)
     outcome.cost = agent_cost(outcome.metadata)
+    storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        outcome.evaluations = await evaluate_item(experiment, snapshot, outcome, env)
+        outcome.evaluations = await evaluate_item(
+            experiment, snapshot, outcome, env, timeout=timeout
+        )
+        for evaluation in outcome.evaluations:
+            storable.clean_evaluation(evaluation)
     return outcome
 
 
 async def evaluate_item(
-    experiment: Experiment, snapshot: ItemSnapshot, outcome: ItemOutcome, env: EvalEnv
+    experiment: Experiment,
+    snapshot: ItemSnapshot,
+    outcome: ItemOutcome,
+    env: EvalEnv,
+    *,
+    timeout: float | None = None,
 ) -> list[EvalOutcome]:
-    """Score one output with every evaluator of the experiment (concurrently).
+    """Score one output with every evaluator of the experiment (concurrently), each within
+    its own `timeout=` or else `timeout` (the item's).
 
     An output of None scores nothing: it is an evaluation error for every evaluator (a runner
     that forgot its `return`), never a 0 that reads as a bad answer.
@@ -179,8 +195,12 @@ async def evaluate_item(
         cost=outcome.cost,
     )
     if len(experiment.evaluators) == 1:
-        return [await evaluate(experiment.evaluators[0], target, env)]
-    return list(await asyncio.gather(*(evaluate(e, target, env) for e in experiment.evaluators)))
+        return [await evaluate(experiment.evaluators[0], target, env, timeout=timeout)]
+    return list(
+        await asyncio.gather(
+            *(evaluate(e, target, env, timeout=timeout) for e in experiment.evaluators)
+        )
+    )
 
 
 class OutcomeWriter:
@@ -197,8 +217,10 @@ class OutcomeWriter:
         self.last_flush = time.monotonic()
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task | None = None
+        self._failure: BaseException | None = None  # of a timed flush, raised by the next call
 
     async def add(self, outcome: ItemOutcome) -> None:
+        self._raise_failure()
         self.buffer.append(outcome)
         due = time.monotonic() - self.last_flush >= FLUSH_INTERVAL
         if len(self.buffer) >= FLUSH_SIZE or due:
@@ -209,9 +231,13 @@ class OutcomeWriter:
     async def _flush_later(self) -> None:
         await asyncio.sleep(FLUSH_INTERVAL)
         self._timer = None  # from here on, flush() no longer cancels this task
-        await self.flush()
+        try:
+            await self.flush()
+        except Exception as exc:  # noqa: BLE001 - nobody awaits this task: hand it over
+            self._failure = exc
 
     async def flush(self) -> None:
+        """Record what is buffered; raises if this or an earlier timed flush failed."""
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()  # still asleep: what it would record is recorded now
@@ -219,7 +245,13 @@ class OutcomeWriter:
             batch, self.buffer = self.buffer, []
             self.last_flush = time.monotonic()
             if batch:
-                await self.db(services.record_item_outcomes, self.run_id, batch, exclusive=True)
+                await self.db(services.record_item_outcomes_apart, self.run_id, batch)
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise RuntimeError(f"recording finished items failed: {failure}") from failure
 
 
 async def execute_run(

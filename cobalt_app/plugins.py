@@ -146,7 +146,7 @@ def adapt(fn: Any) -> evaluators.Implementation:
     """Make a plugin function an implementation: sync or async, any documented return."""
 
     async def implementation(evaluator: Any, target: Any, env: Any) -> evaluators.EvalOutcome:
-        value = await evaluators.maybe_await(fn(evaluator, target, env))
+        value = await evaluators.call_user_function(fn, evaluator, target, env)
         if isinstance(value, evaluators.EvalOutcome):
             return value
         score, reason = evaluators.normalise_result(value)

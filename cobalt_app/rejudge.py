@@ -230,7 +230,9 @@ async def rejudge_outcome(
     )
     if chosen:
         scoped = dataclasses.replace(experiment, evaluators=chosen)
-        outcome.evaluations = await engine.evaluate_item(scoped, snapshot, outcome, env)
+        outcome.evaluations = await engine.evaluate_item(
+            scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
+        )
     present = {e.name for e in chosen}
     outcome.evaluations += [
         EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")

@@ -6,7 +6,9 @@ Writes are batched: one transaction per batch of outcomes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -14,13 +16,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from cobalt.dataset import item_key
 from cobalt.experiment import Experiment
-from cobalt_app import flaky
+from cobalt_app import flaky, storable
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+
+logger = logging.getLogger("cobalt.services")
 
 CREATE_BATCH = 2000
 
@@ -196,11 +200,11 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
                 .values_list("id", flat=True)
             )
             outcomes = [o for o in outcomes if o.id in open_ids]
+        outcomes = [storable.prepare(o) for o in outcomes]
         params = [
             (
                 o.status,
-                _dumps(o.output),
-                _dumps(o.metadata or {}),
+                *o.stored,
                 o.error,
                 o.traceback,
                 o.latency_ms,
@@ -242,6 +246,45 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             with connection.cursor() as cursor:
                 cursor.execute(RUN_COUNT_SQL, [recorded, run_id])
     return recorded
+
+
+def record_item_outcomes_apart(run_id: str, outcomes: Sequence[Any]) -> int:
+    """`record_item_outcomes` for the only executor of these items (embedded mode), where one
+    outcome the database refuses never rolls back the others: the batch is retried one by
+    one, and an outcome refused alone is recorded as an item error saying why."""
+    try:
+        with transaction.atomic():
+            return record_item_outcomes(run_id, outcomes, exclusive=True)
+    except (DatabaseError, ValueError):  # ValueError: what a driver refuses before sending
+        logger.warning("a batch of %d items failed; recording them one by one", len(outcomes))
+    recorded = 0
+    for outcome in outcomes:
+        try:
+            with transaction.atomic():
+                recorded += record_item_outcomes(run_id, [outcome], exclusive=True)
+            continue
+        except (DatabaseError, ValueError) as exc:
+            logger.exception("could not record item %s of run %s", outcome.id, run_id)
+            failure = unstorable_outcome(outcome, f"the result could not be stored: {exc}")
+        with transaction.atomic():  # raises if even the error cannot be stored: the run fails
+            recorded += record_item_outcomes(run_id, [failure], exclusive=True)
+    return recorded
+
+
+def unstorable_outcome(outcome: Any, message: str) -> Any:
+    """The outcome as an item error with only `message`: nothing else of it is stored."""
+    return dataclasses.replace(
+        outcome,
+        status=ItemResult.Status.ERROR,
+        output=None,
+        metadata={},
+        error=storable.clean_text(message),
+        traceback="",
+        tokens=0,
+        cost=0.0,
+        evaluations=[],
+        stored=None,
+    )
 
 
 def _adapt(row: tuple) -> tuple:

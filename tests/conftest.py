@@ -12,13 +12,18 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.fake_provider import FakeProvider
+
+if TYPE_CHECKING:  # imported where used: tests.team_harness imports this module
+    from tests.team_harness import Services, Team
 
 REPO = Path(__file__).resolve().parent.parent
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="cobalt-tests-"))
@@ -149,3 +154,78 @@ def cobalt_cli(fake_provider_server: FakeProvider):
         )
 
     return run
+
+
+# Team mode: PostgreSQL, Redis, real `cobalt worker` processes (tests/team_harness.py).
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[Services]:
+    """A PostgreSQL database and a Redis DB for this module's team-mode tests."""
+    from tests import team_harness as harness
+
+    created = harness.create_services()
+    try:
+        yield created
+    finally:
+        harness.drop_services(created)
+
+
+@pytest.fixture(scope="module")
+def compose(tmp_path_factory) -> dict:
+    from tests import team_harness as harness
+
+    return harness.compose_config(
+        {
+            "COBALT_WORKER_CONCURRENCY": "4",
+            "COBALT_WEB_PORT": str(harness.free_port()),
+            "COBALT_PROJECT": str(tmp_path_factory.mktemp("compose-project")),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def migrated(services: Services, compose: dict, tmp_path_factory) -> Services:
+    """The compose `migrate` command creates the tables of the team database."""
+    from tests import team_harness as harness
+
+    folder = tmp_path_factory.mktemp("migrate")
+    command = harness.local_command(compose["services"]["migrate"]["command"])
+    env = harness.cli_env(
+        {
+            "COBALT_DATABASE_URL": services.database_url,
+            "COBALT_BROKER_URL": services.broker_url,
+            "COBALT_PROJECT_DIR": str(folder),  # as the compose file sets it (/project)
+        }
+    )
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    tables = services.query("SELECT count(*) FROM pg_tables WHERE tablename = 'cobalt_app_run'")
+    assert tables == [(1,)]
+    return services
+
+
+@pytest.fixture
+def team(
+    request, migrated: Services, compose: dict, fake_provider_server: FakeProvider, tmp_path
+) -> Iterator[Team]:
+    """A project folder with its own queue on the team services; its processes stopped after."""
+    from tests.team_harness import Team  # noqa: F811
+
+    fake_provider_server.reset()
+    fake_provider_server.latency = 0.0
+    folder = tmp_path / "proj"
+    (folder / "experiments").mkdir(parents=True)
+    (folder / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    provider_env = {
+        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
+        "ANTHROPIC_BASE_URL": fake_provider_server.anthropic_base_url,
+        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+        "ANTHROPIC_API_KEY": "sk-ant-test-SECRET-0002",
+    }
+    queue = f"test-{request.node.name[:40]}-{time.monotonic_ns() % 10**6}"
+    team = Team(migrated, compose, folder, queue, provider_env)
+    try:
+        yield team
+    finally:
+        team.stop_all()

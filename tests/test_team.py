@@ -10,78 +10,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import team_harness as harness
 from tests.fake_provider import FakeProvider
-from tests.team_harness import Services, Team, experiment_source, wait_for
+from tests.team_harness import Team, experiment_source, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def services() -> Iterator[Services]:
-    created = harness.create_services()
-    try:
-        yield created
-    finally:
-        harness.drop_services(created)
-
-
-@pytest.fixture(scope="module")
-def compose(tmp_path_factory) -> dict:
-    return harness.compose_config(
-        {
-            "COBALT_WORKER_CONCURRENCY": "4",
-            "COBALT_WEB_PORT": str(harness.free_port()),
-            "COBALT_PROJECT": str(tmp_path_factory.mktemp("compose-project")),
-        }
-    )
-
-
-@pytest.fixture(scope="module")
-def migrated(services: Services, compose: dict, tmp_path_factory) -> Services:
-    """The compose `migrate` command creates the tables of the team database."""
-    folder = tmp_path_factory.mktemp("migrate")
-    command = harness.local_command(compose["services"]["migrate"]["command"])
-    env = harness.cli_env(
-        {
-            "COBALT_DATABASE_URL": services.database_url,
-            "COBALT_BROKER_URL": services.broker_url,
-            "COBALT_PROJECT_DIR": str(folder),  # as the compose file sets it (/project)
-        }
-    )
-    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    tables = services.query("SELECT count(*) FROM pg_tables WHERE tablename = 'cobalt_app_run'")
-    assert tables == [(1,)]
-    return services
-
-
-@pytest.fixture
-def team(
-    request, migrated: Services, compose: dict, fake_provider_server: FakeProvider, tmp_path
-) -> Iterator[Team]:
-    fake_provider_server.reset()
-    fake_provider_server.latency = 0.0
-    folder = tmp_path / "proj"
-    (folder / "experiments").mkdir(parents=True)
-    (folder / "cobalt.toml").write_text('test_dir = "experiments"\n')
-    provider_env = {
-        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
-        "ANTHROPIC_BASE_URL": fake_provider_server.anthropic_base_url,
-        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
-        "ANTHROPIC_API_KEY": "sk-ant-test-SECRET-0002",
-    }
-    queue = f"test-{request.node.name[:40]}-{time.monotonic_ns() % 10**6}"
-    team = Team(migrated, compose, folder, queue, provider_env)
-    try:
-        yield team
-    finally:
-        team.stop_all()
 
 
 def write_experiment(team: Team, **options) -> Path:
@@ -306,7 +243,8 @@ def test_an_outcome_the_database_refuses_fails_alone(team: Team):
         "SELECT error FROM cobalt_app_itemresult WHERE run_id = %s AND status = 'error'",
         [run_id],
     )[0][0]
-    assert error.startswith("the result could not be stored:")
+    assert error.startswith("the agent's result could not be stored as it is")
+    assert "output contains a NUL character" in error
 
 
 def test_two_workers_share_one_run(team: Team):

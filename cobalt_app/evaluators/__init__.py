@@ -8,9 +8,11 @@ status `error` and a reason, never a silent score of 0. New types register with 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,7 +88,7 @@ class EvaluatorType:
         return [*COMMON_OPTIONS, *sorted(self.options - set(COMMON_OPTIONS))]
 
 
-COMMON_OPTIONS = ("name", "type")
+COMMON_OPTIONS = ("name", "type", "timeout")
 REGISTRY: dict[str, EvaluatorType] = {}
 
 
@@ -135,8 +137,11 @@ def known_types() -> list[str]:
     return sorted(REGISTRY)
 
 
-async def evaluate(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
-    """Score one output with one evaluator. Never raises."""
+async def evaluate(
+    evaluator: Evaluator, target: EvalTarget, env: Any, *, timeout: float | None = None
+) -> EvalOutcome:
+    """Score one output with one evaluator, within the evaluator's own `timeout=` (seconds)
+    or else `timeout`. Never raises (but for the cancellation of the caller)."""
     _load_builtins()
     registered = REGISTRY.get(evaluator.type)
     if registered is None:
@@ -144,12 +149,33 @@ async def evaluate(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
             evaluator.name,
             f"unknown evaluator type {evaluator.type!r}; known types: {', '.join(known_types())}",
         )
+    own = evaluator.options.get("timeout")
+    if own is not None:
+        if isinstance(own, bool) or not isinstance(own, int | float) or not 0 < own < math.inf:
+            return EvalOutcome.failed(
+                evaluator.name, f"`timeout=` must be a number of seconds above 0 (got {own!r})"
+            )
+        timeout = float(own)
+    deadline = asyncio.timeout(timeout)
     try:
-        outcome = await registered.implementation(evaluator, target, env)
+        async with deadline:
+            outcome = await registered.implementation(evaluator, target, env)
     except EvaluationError as exc:
         return EvalOutcome.failed(evaluator.name, str(exc), tokens=exc.tokens, cost=exc.cost)
+    except TimeoutError as exc:
+        if not deadline.expired():
+            return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
+        return EvalOutcome.failed(
+            evaluator.name,
+            f"timed out after {timeout:g}s (the evaluator was stopped; give it more time "
+            f"with `timeout=` on the Evaluator)",
+        )
+    except asyncio.CancelledError:
+        raise
     except Exception as exc:
         return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by user code
+        return EvalOutcome.failed(evaluator.name, stopped_by_user_code(exc, "the evaluator"))
     if outcome.status == "ok":
         problem = score_problem(outcome.score)
         if problem:
@@ -157,6 +183,16 @@ async def evaluate(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
                 evaluator.name, problem, tokens=outcome.tokens, cost=outcome.cost
             )
     return outcome
+
+
+def stopped_by_user_code(exc: BaseException, who: str) -> str:
+    """Why an item (or evaluation) whose user code raised SystemExit or KeyboardInterrupt is
+    an error: left alone, it would stop the event loop every other item shares."""
+    raised = f"{type(exc).__name__}({', '.join(map(repr, exc.args))})"
+    return (
+        f"{raised}: {who} raised it (`sys.exit()`, `exit()` or a KeyboardInterrupt of its "
+        "own); it cannot stop Cobalt, so this is an error. Raise an ordinary exception instead."
+    )
 
 
 def score_problem(score: Any) -> str | None:
@@ -195,6 +231,24 @@ async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+_user_threads: ThreadPoolExecutor | None = None
+
+
+async def call_user_function(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a user's evaluator function: a coroutine function on the event loop, any other in
+    a thread (a slow sync evaluator must not hold up every other item), awaiting what it
+    returns. Threads are started on demand, up to many: they mostly wait on I/O."""
+    global _user_threads
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an instance with `async def __call__`
+    ):
+        return await fn(*args)
+    if _user_threads is None:
+        _user_threads = ThreadPoolExecutor(max_workers=256, thread_name_prefix="cobalt-eval")
+    loop = asyncio.get_running_loop()
+    return await maybe_await(await loop.run_in_executor(_user_threads, fn, *args))
 
 
 _builtins_loaded = False

@@ -9,7 +9,7 @@ from cobalt_app.evaluators import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,
-    maybe_await,
+    call_user_function,
     normalise_result,
     register,
 )
@@ -24,7 +24,7 @@ async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any)
         latency_ms=target.latency_ms,
     )
     try:
-        value = await maybe_await(evaluator.fn(context))
+        value = await call_user_function(evaluator.fn, context)
     except EvaluationError:
         raise
     except Exception as exc:
