@@ -265,7 +265,9 @@ def test_every_option_a_builtin_reads_is_declared():
         for match in read.finditer(path.read_text()):
             name = match.group(1) or match.group(2)
             declared = [t for t in evaluators.REGISTRY.values() if name in t.options]
-            assert declared or name in evaluators.COMMON_OPTIONS, f"{path.name} reads the option {name!r}, which no type declares"
+            assert declared or name in evaluators.COMMON_OPTIONS, (
+                f"{path.name} reads the option {name!r}, which no type declares"
+            )
 
 
 def test_a_plugin_type_accepts_exactly_the_options_it_declares(project, monkeypatch):
