@@ -335,7 +335,7 @@ async def run_experiment(
     )
     settings.update(overrides)
     if resume_run_id:
-        run = await db(Run.objects.get, id=resume_run_id)
+        run = await db(services.run_resume, resume_run_id, grace=liveness.grace())
         await db(
             services.item_reset_for_retry,
             run.id,

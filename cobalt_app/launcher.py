@@ -16,6 +16,7 @@ from cobalt.experiment import Experiment
 from cobalt_app import aio, discovery, plugins, preflight
 from cobalt_app.engine import Reporter, run_experiment
 from cobalt_app.models import Run
+from cobalt_app.services import RunBusy
 
 GLOB_CHARS = set("*?[")
 
@@ -182,7 +183,10 @@ def resume(
     matching = [e for e in experiments if e.name == run.name]
     if not matching:
         raise ResumeError(f"{run.file} no longer defines an experiment named {run.name!r}")
-    result.runs = execute(
-        matching[:1], config, reporter=reporter, no_cache=no_cache, resume_run_id=run.id
-    )
+    try:
+        result.runs = execute(
+            matching[:1], config, reporter=reporter, no_cache=no_cache, resume_run_id=run.id
+        )
+    except RunBusy as exc:
+        raise ResumeError(str(exc)) from None
     return result

@@ -71,7 +71,8 @@ def compute_summary(run: Run) -> dict[str, Any]:
     duration = None
     if run.started_at:
         end = run.finished_at or timezone.now()
-        duration = (end - run.started_at).total_seconds() * 1000
+        prior = (run.config or {}).get("priorDurationMs") or 0.0  # before a `--resume`
+        duration = prior + (end - run.started_at).total_seconds() * 1000
     latency = stats.latency_stats(latencies)
     return {
         "totalItems": run.total_items,

@@ -132,6 +132,43 @@ def run_interrupt(run_id: str, last_heartbeat: datetime | None) -> bool:
     return silent.update(status=Run.Status.INTERRUPTED) == 1
 
 
+class RunBusy(ValueError):
+    """The run is being executed by another process right now; it cannot be resumed."""
+
+
+def run_resume(run_id: str, *, grace: float) -> Run:
+    """Take over a run to resume it: refused (`RunBusy`) while another process executes it.
+
+    An embedded run is busy while its heartbeat is younger than `grace` seconds; a team run
+    while it is queued or running (its workers hold it). The time the run already took is
+    kept in its config (`priorDurationMs`) so that its duration adds both sessions up.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        last_sign = run.heartbeat_at or run.started_at or run.created_at
+        if run.mode == Run.Mode.TEAM and run.status in (Run.Status.QUEUED, Run.Status.RUNNING):
+            raise RunBusy(
+                f"run {run.id} is still {run.status} on the workers: follow it with "
+                f"`cobalt watch {run.id}`, or stop it with `cobalt cancel {run.id}` first"
+            )
+        if run.status == Run.Status.RUNNING and (now - last_sign).total_seconds() < grace:
+            raise RunBusy(
+                f"run {run.id} is still being executed by another process (its last sign of "
+                f"life was {(now - last_sign).total_seconds():.0f}s ago): wait for it to end, "
+                "or stop it (Ctrl-C in its terminal), then resume it"
+            )
+        prior = run.duration_ms
+        if prior is None and run.started_at is not None:  # its process died before the end
+            prior = (last_sign - run.started_at).total_seconds() * 1000
+        config = {**run.config, "priorDurationMs": (prior or 0.0)}
+        Run.objects.filter(id=run.id).update(
+            config=config, status=Run.Status.RUNNING, heartbeat_at=now, finished_at=None
+        )
+        run.config = config
+    return run
+
+
 def item_snapshots(
     run_id: str, statuses: Sequence[str] = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
 ) -> list[ItemSnapshot]:

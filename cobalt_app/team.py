@@ -141,7 +141,7 @@ def start_run(
 def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
     """Put failed, timed-out and cancelled items back to pending and enqueue what is missing."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
+        run = services.run_resume(run_id, grace=lease_grace())
         services.item_reset_for_retry(run.id, RETRY_STATUSES)
         config = dict(run.config)
         config["queue"] = queue_name()
@@ -458,6 +458,22 @@ def leases_renew(worker: str, ids: list[int]) -> set[int]:
             lease_expires_at=timezone.now() + timedelta(seconds=lease_grace())
         )
     return held
+
+
+def leases_release(worker: str, ids: list[int]) -> int:
+    """Hand back items this worker holds (it is shutting down): pending again, for others."""
+    return ItemResult.objects.filter(
+        id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
+    ).update(status=ItemResult.Status.PENDING, worker="", lease_expires_at=None)
+
+
+def enqueue_lane(run_id: str, then: int) -> None:
+    """One lane of the run, to go on on another worker: it claims the run's next items."""
+    from cobalt_app import tasks
+
+    info = run_info(run_id)
+    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
+    task.apply_async((run_id, [], then), queue=info.queue)
 
 
 def run_cancel(run_id: str) -> tuple[Run, int]:

@@ -37,6 +37,7 @@ from cobalt_app.engine import EvalEnv, ItemOutcome
 from cobalt_app.models import ItemResult, Run
 
 logger = logging.getLogger("cobalt.worker")
+LOOP_STOPPED_EXIT = 70  # EX_SOFTWARE: the worker's event loop stopped under it
 SUPERVISOR_ENV = "COBALT_SUPERVISOR_PID"  # set by `cobalt worker --processes N` for its children
 T = TypeVar("T")
 Work = Callable[..., Coroutine[Any, Any, ItemOutcome]]  # (experiment, claim, info) → outcome
@@ -124,7 +125,8 @@ class Runtime:
         self.concurrency = concurrency
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.queues: list[str] = [team.queue_name()]
-        self.loop = aio.loop_thread().loop
+        self.loop_thread = aio.loop_thread()
+        self.loop = self.loop_thread.loop
         self.db = aio.DatabaseThread()
         self.db.pool = ThreadPoolExecutor(
             max_workers=max(2, min(8, concurrency // 4)), thread_name_prefix="cobalt-db"
@@ -140,6 +142,7 @@ class Runtime:
         self.started = time.time()
         self.processed = 0
         self._stop = threading.Event()
+        self.stopping = threading.Event()  # warm shutdown: claim nothing more
         self._orphaned = False
         self._beat: threading.Thread | None = None
 
@@ -211,10 +214,15 @@ class Runtime:
         """The named items, then the run's next pending ones, `then` at a time, to the end."""
         self.ensure_started()
         done = 0
-        claims = self.call_db(team.items_claim, item_ids, self.name)
+        claims = (
+            [] if self.stopping.is_set() else self.call_db(team.items_claim, item_ids, self.name)
+        )
         while True:
             done += self._run_claims(claims, work)
             if then < 1 or self.run_stopped(run_id):
+                break
+            if self.stopping.is_set():  # the lane goes on elsewhere, from the run's next items
+                self.call_db(team.enqueue_lane, run_id, then)
                 break
             claims = self.call_db(team.items_claim_next, run_id, self.name, then)
             if not claims:
@@ -256,7 +264,8 @@ class Runtime:
         statuses = []
         for position, held in enumerate(entries):
             run_id = held.claim.run_id
-            if held.dropped or (position and await self._run_stopped(run_id)):
+            stopped = bool(position) and await self._run_stopped(run_id)
+            if stopped or held.dropped or self.stopping.is_set():  # checked last, on the loop
                 statuses.append("dropped")
                 continue
             statuses.append(await self._run_one(held, *plans[run_id], work))
@@ -335,6 +344,56 @@ class Runtime:
 
         await webhooks.notify_run(self.config, run)
 
+    # -- warm shutdown
+
+    def begin_shutdown(self, grace: float | None = None) -> None:
+        """SIGTERM (Celery's warm shutdown): claim nothing more, hand back at once the claimed
+        items not started yet, give the started ones `grace` seconds (`COBALT_SHUTDOWN_GRACE`,
+        8 by default: under Docker's 10 s before SIGKILL) and hand back those still running.
+        Handed back means pending again, for another worker; each lane that stops is
+        re-enqueued (`team.enqueue_lane`), so the run keeps its concurrency."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        grace = shutdown_grace() if grace is None else grace
+        threading.Thread(
+            target=self._hand_back, args=(grace,), name="cobalt-shutdown", daemon=True
+        ).start()
+
+    def _hand_back(self, grace: float) -> None:
+        waiting = asyncio.run_coroutine_threadsafe(self._drop(started=False), self.loop)
+        self._release(waiting.result(timeout=5))
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.held:
+                    return
+            time.sleep(0.05)
+        running = asyncio.run_coroutine_threadsafe(self._drop(started=True), self.loop)
+        self._release(running.result(timeout=5))
+
+    async def _drop(self, *, started: bool) -> list[int]:
+        """Drop the held items (started or not yet): on the loop, between two items' steps."""
+        with self.lock:
+            entries = [e for e in self.held.values() if (e.task is not None) == started]
+        for entry in entries:
+            entry.dropped = True
+            if entry.task is not None:
+                entry.task.cancel()
+        return [entry.claim.item_id for entry in entries]
+
+    def _release(self, item_ids: list[int]) -> None:
+        if not item_ids:
+            return
+        try:
+            released = guarded(team.leases_release, self.name, item_ids)
+        except Exception:
+            logger.exception(
+                "could not hand back %d items; their leases will expire", len(item_ids)
+            )
+            return
+        logger.warning("shutting down: handed back %d items to other workers", released)
+
     # -- heartbeats
 
     def ensure_started(self) -> None:
@@ -362,6 +421,7 @@ class Runtime:
         Runs on the heartbeat thread with its own connection, never blocking the items.
         """
         self._stop_if_orphaned()
+        self._exit_if_loop_stopped()
         with self.lock:
             held = dict(self.held)
         if held:
@@ -386,6 +446,25 @@ class Runtime:
             logger.warning("the `cobalt worker` that started this process is gone; stopping")
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def _exit_if_loop_stopped(self) -> None:
+        """The event loop every item runs on stopped (user code stopped it, or it crashed):
+        nothing this process holds can finish. Renewing its leases would hide that from the
+        sweeper, so the process leaves at once; its items go to other workers when their
+        leases expire, and `cobalt worker --processes N` starts a new process."""
+        if not self.loop_thread.stopped.done():
+            return
+        failure = self.loop_thread.stopped.exception()
+        logger.critical(
+            "the worker's event loop stopped (%s): exiting so that its %d items are recovered",
+            repr(failure) if failure else "loop.stop() was called",
+            len(self.held),
+        )
+        try:
+            team.worker_gone(self.name)
+        finally:
+            logging.shutdown()
+            os._exit(LOOP_STOPPED_EXIT)
+
     def describe(self, held: int) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -407,6 +486,14 @@ class Runtime:
             team.worker_gone(self.name)
         except Exception:
             logger.warning("could not unregister worker %s", self.name)
+
+
+def shutdown_grace() -> float:
+    """Seconds a stopping worker gives the items it is running (`COBALT_SHUTDOWN_GRACE`)."""
+    try:
+        return max(0.0, float(os.environ.get("COBALT_SHUTDOWN_GRACE") or 8))
+    except ValueError:
+        return 8.0
 
 
 def guarded(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -456,6 +543,12 @@ def current() -> Runtime:
 
             _runtime = Runtime(active_config(), concurrency=app.conf.worker_concurrency or 8)
         return _runtime
+
+
+def begin_shutdown() -> None:
+    """Celery's `worker_shutting_down`: see `Runtime.begin_shutdown`."""
+    if _runtime is not None:
+        _runtime.begin_shutdown()
 
 
 def shutdown() -> None:

@@ -59,7 +59,7 @@ def worker(
 ) -> None:
     """Start a worker: executes the items of team runs from this project folder."""
     config = _team_setup()
-    from celery.signals import worker_shutdown
+    from celery.signals import worker_shutdown, worker_shutting_down
 
     from cobalt_app import team, worker_runtime
     from cobalt_cli.main import console, fail
@@ -79,6 +79,7 @@ def worker(
     if count > 1:
         raise typer.Exit(supervise(count, concurrency, names, loglevel))
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
+    worker_shutting_down.connect(lambda **_: worker_runtime.begin_shutdown(), weak=False)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
     console.print(
         f" cobalt worker [bold]{escape(runtime.name)}[/]: {concurrency} threads, "

@@ -310,11 +310,11 @@ class Team:
         self.processes.append(process)
         return process
 
-    def start_worker(self, *options: str) -> Process:
-        """The compose worker command (`options` appended, the last value of an option wins);
-        returns once the worker has announced itself."""
+    def start_worker(self, *options: str, env: dict[str, str] | None = None) -> Process:
+        """The compose worker command (`options` appended, the last value of an option wins;
+        `env` added to its environment); returns once the worker has announced itself."""
         command = [*local_command(self.compose["services"]["worker"]["command"]), *options]
-        worker = self.spawn(command, env=self.service_env("worker"))
+        worker = self.spawn(command, env={**self.service_env("worker"), **(env or {})})
         client = self.services.redis()
 
         def announced() -> bool:

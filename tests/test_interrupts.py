@@ -173,6 +173,26 @@ def test_a_killed_run_reads_as_interrupted_after_the_grace_period_and_resumes(bl
     resume_completes_only_the_missing_items(blocking, run_id)
 
 
+def test_resume_refuses_a_run_another_process_is_executing_and_keeps_both_durations(blocking):
+    first = start(blocking)
+    wait_for_quick_items(blocking, first)
+    [(run_id,)] = query(blocking, "select id from cobalt_app_run")
+
+    second = start(blocking, "--resume", run_id)
+    out, err = second.communicate(timeout=DEADLINE)
+    assert second.returncode == 2, out + err
+    assert f"run {run_id} is still being executed by another process" in err
+    assert (blocking.path / "executed.log").read_text().split() == ["0", "1", "2"]
+
+    first.send_signal(signal.SIGTERM)  # cancelled after some seconds of work
+    first.communicate(timeout=DEADLINE)
+    [(before,)] = query(blocking, "select duration_ms from cobalt_app_run")
+    assert before > 0
+    resume_completes_only_the_missing_items(blocking, run_id)
+    [(after,)] = query(blocking, "select duration_ms from cobalt_app_run")
+    assert after > before  # the resumed part is added, not put in the place of the first
+
+
 # In-process: the rule and the doors ---------------------------------------------------------
 
 

@@ -397,3 +397,86 @@ def test_team_mode_records_the_same_mistakes_as_item_errors_and_the_worker_stays
     assert again.returncode == 0
     assert team.run_row(team.latest_run())["status"] == "completed"
     assert worker.popen.poll() is None  # the worker is still up
+
+
+def test_team_resume_refuses_a_run_its_workers_are_executing(team: Team):
+    from tests.team_harness import experiment_source, wait_for
+
+    (team.folder / "experiments" / "demo.cobalt.py").write_text(
+        experiment_source(items=12, token=team.queue, delay=0.5, call_agent=False)
+    )
+    team.start_worker("--concurrency", "2")
+    first = team.cli_background("run")
+    wait_for(lambda: "✓ Item" in first.out(), timeout=60, what="a first item")
+    run_id = team.latest_run()
+    refused = team.cli("run", "--resume", run_id)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"run {run_id} is still running on the workers" in refused.stderr
+    assert first.wait(120) == 0
+    executed = team.executions()
+    assert len(executed) == len(set(executed)) == 12  # every item ran once
+
+
+LOOP_STOPPER = """\
+import asyncio
+from pathlib import Path
+
+from cobalt import Dataset, experiment
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+@experiment("stops-the-loop", Dataset(items=[{"id": i} for i in range(6)]), concurrency=2)
+async def run(ctx):
+    flag = HERE / "stopped-once"
+    if ctx.index == 2 and not flag.exists():
+        flag.touch()
+        asyncio.get_running_loop().stop()  # the worker's shared loop: no item can finish now
+        await asyncio.sleep(3600)
+    return "ok"
+"""
+
+
+def test_a_worker_whose_event_loop_stopped_exits_and_its_items_go_to_another(team: Team):
+    from cobalt_app.worker_runtime import LOOP_STOPPED_EXIT
+    from tests.team_harness import wait_for
+
+    (team.folder / "experiments" / "loop.cobalt.py").write_text(LOOP_STOPPER)
+    broken = team.start_worker("--concurrency", "2")
+    run = team.cli_background("run")
+    assert broken.wait(60) == LOOP_STOPPED_EXIT  # it left instead of renewing leases forever
+    assert "the worker's event loop stopped" in broken.err()
+    assert all(w["pid"] != broken.popen.pid for w in team.workers_on_queue())
+    team.start_worker("--concurrency", "2")
+    assert run.wait(120) == 0, run.out() + run.err()
+    run_id = team.latest_run()
+    wait_for(lambda: team.run_row(run_id)["status"] == "completed", timeout=30, what="completed")
+    assert team.item_statuses(run_id) == {"ok": 6}
+
+
+def test_a_stopping_worker_claims_nothing_more_hands_back_its_items_and_exits(team: Team):
+    import signal
+
+    from tests.team_harness import experiment_source, wait_for
+
+    (team.folder / "experiments" / "demo.cobalt.py").write_text(
+        experiment_source(items=40, token=team.queue, delay=1.0, call_agent=False, concurrency=2)
+    )
+    first = team.start_worker("--concurrency", "2", env={"COBALT_SHUTDOWN_GRACE": "0.5"})
+    run = team.cli_background("run")
+    wait_for(lambda: len(team.executions()) >= 3, timeout=60, what="a few items started")
+    first.popen.send_signal(signal.SIGTERM)
+    started_before = len(team.executions())
+    assert first.wait(8) == 0, first.err()  # within Docker's 10 s, not at the end of the run
+    mine = [line for line in team.executions() if line.endswith(f" {first.popen.pid}")]
+    assert len(mine) <= started_before + 2  # at most what its two lanes had claimed
+    run_id = team.latest_run()
+    held = team.services.query(
+        "SELECT count(*) FROM cobalt_app_itemresult WHERE run_id = %s AND status = 'running'",
+        [run_id],
+    )
+    assert held == [(0,)]  # handed back, not left to expire
+
+    team.start_worker("--concurrency", "2")
+    assert run.wait(120) == 0, run.out() + run.err()
+    assert team.item_statuses(run_id) == {"ok": 40}
