@@ -41,6 +41,7 @@ BAD = {
     90: lambda: (_ for _ in ()).throw(KeyboardInterrupt("from the agent")),
     150: lambda: {"output": "fine", "metadata": {"confidence": float("nan")}},
     160: lambda: "a NUL \\x00 inside",
+    170: lambda: {"output": "fine", "metadata": {"usage": {"prompt_tokens": float("nan")}}},
 }
 
 
@@ -73,6 +74,7 @@ BAD = {
     90: "KeyboardInterrupt('from the agent'): the runner raised it",
     150: "metadata.confidence is nan",
     160: "output contains a NUL character",
+    170: "metadata.usage.prompt_tokens is nan",
 }
 
 
