@@ -1,13 +1,29 @@
-"""`python my.cobalt.py`: run an experiment declared in the executed file, right away."""
+"""`python my.cobalt.py`, a notebook cell, a script: run an experiment right away.
+
+Where an event loop is already running in this thread (Jupyter, IPython, `asyncio.run`), the
+run happens on a helper thread while this one waits: Django's database layer refuses to be
+called from a thread with a running loop, and Cobalt's own loop runs the agent either way.
+`experiment(...)` then returns the `ExperimentReport` as usual, and `await experiment(...)`
+works as well (the report is awaitable). Interrupting the cell (Ctrl-C, the stop button)
+cancels the run the way Ctrl-C does on a terminal.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 
 def run_directly(definition: Any) -> Any:
+    if _loop_running():
+        return _on_helper_thread(definition)
+    return _run(definition)
+
+
+def _run(definition: Any, *, in_notebook: bool = False) -> Any:
     from cobalt.config import load_config
     from cobalt.report import ExperimentReport
     from cobalt_project import bootstrap
@@ -17,10 +33,8 @@ def run_directly(definition: Any) -> Any:
     from cobalt_app import launcher, results
     from cobalt_app.preflight import PreflightError
     from cobalt_cli import interrupts
-    from cobalt_cli.reporter import ConsoleReporter
 
-    reporter = ConsoleReporter()
-    reporter.banner()
+    reporter = _notebook_reporter() if in_notebook else _console_reporter()
     restore_signals = interrupts.raise_on_signals()  # SIGTERM, SIGHUP: cancelled, as Ctrl-C
     try:
         (run,) = launcher.execute([definition], config, reporter=reporter)
@@ -37,6 +51,64 @@ def run_directly(definition: Any) -> Any:
     finally:
         restore_signals()
     return ExperimentReport(results.run_results(run), results_path=run.results_path or None)
+
+
+def _on_helper_thread(definition: Any) -> Any:
+    from cobalt_app import aio
+
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["report"] = _run(definition, in_notebook=_in_notebook())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    helper = threading.Thread(target=work, name="cobalt-experiment", daemon=True)
+    helper.start()
+    try:
+        while helper.is_alive():
+            helper.join(0.1)
+    except KeyboardInterrupt:
+        aio.loop_thread().interrupt()  # the run is cancelled and finalised, then we go on
+        helper.join(60)
+        error = outcome.get("error")
+        if isinstance(error, KeyboardInterrupt):
+            from cobalt_cli import interrupts
+
+            print(f"\n{interrupts.hint(error)}", file=sys.stderr)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["report"]
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _in_notebook() -> bool:
+    """A Jupyter kernel (not a terminal IPython): progress as one updating line."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _console_reporter() -> Any:
+    from cobalt_cli.reporter import ConsoleReporter
+
+    reporter = ConsoleReporter()
+    reporter.banner()
+    return reporter
+
+
+def _notebook_reporter() -> Any:
+    from cobalt.notebook import NotebookProgress
+
+    return NotebookProgress()
 
 
 def _is_script(file: str | None) -> bool:

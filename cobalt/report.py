@@ -1,9 +1,19 @@
-"""`ExperimentReport`: the public view of one finished run (the results-file format)."""
+"""`ExperimentReport`: the public view of one finished run (the results-file format).
+
+In a notebook it renders itself (`_repr_html_`: scores with their 95% intervals, errors, the
+failing items with their reasons, a link to the run's page when `cobalt serve` is up), and
+`await experiment(...)` works too: the report is awaitable and gives itself.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
+from html import escape
 from typing import Any
+
+PASS_SCORE = 0.5  # as cobalt_app.stats.DEFAULT_PASS_SCORE: below it, an evaluation failed
+FAILURES_SHOWN = 20
 
 
 @dataclass
@@ -74,6 +84,103 @@ class ExperimentReport:
     def to_dict(self) -> dict[str, Any]:
         return self.data
 
+    def failures(self) -> list[dict[str, Any]]:
+        """The items that errored, timed out, or have an evaluation that failed or scored
+        below the pass mark, in dataset order (results-file entries)."""
+        return [item for item in self.items if _failed(item)]
+
+    def __await__(self) -> Generator[Any, None, ExperimentReport]:
+        """`await experiment(...)` in a notebook: the run is over already, this is its report."""
+        return self
+        yield  # a generator: `await` needs one
+
+    def _repr_html_(self) -> str:
+        summary = self.summary or {}
+        status = summary.get("itemStatus", {})
+        rows = "".join(
+            f"<tr><td>{escape(name)}</td><td>{_num(v.get('avg'))}</td>"
+            f"<td>{_interval(v.get('ci95'))}</td><td>{_num(v.get('min'))}</td>"
+            f"<td>{_num(v.get('max'))}</td><td>{v.get('count', 0)}</td></tr>"
+            for name, v in self.statistics.items()
+        )
+        failures = self.failures()
+        failing = "".join(
+            f"<li><b>#{item['index'] + 1}</b> <code>{escape(str(item['key']))}</code> "
+            f"{escape(_why(item))}</li>"
+            for item in failures[:FAILURES_SHOWN]
+        )
+        more = len(failures) - FAILURES_SHOWN
+        link = _run_link(self.id)
+        return (
+            f'<div class="cobalt-report"><p><b>{escape(self.name)}</b> · run '
+            f"<code>{escape(self.id)}</code> · {escape(self.status)} · "
+            f"{self.total_items} items: {item_counts(status)} · "
+            f"${self.estimated_cost:.4f}{link}</p>"
+            "<table><thead><tr><th>evaluator</th><th>avg</th><th>95% CI</th><th>min</th>"
+            f"<th>max</th><th>n</th></tr></thead><tbody>{rows}</tbody></table>"
+            + (f"<p>{len(failures)} failing items:</p><ul>{failing}</ul>" if failures else "")
+            + (f"<p>… and {more} more: <code>report.failures()</code></p>" if more > 0 else "")
+            + "</div>"
+        )
+
     def __repr__(self) -> str:
         scores = ", ".join(f"{k}={v.get('avg')}" for k, v in self.statistics.items())
         return f"ExperimentReport(id={self.id!r}, name={self.name!r}, {scores})"
+
+
+def _failed(item: dict[str, Any]) -> bool:
+    if item.get("status") != "ok":
+        return True
+    return any(
+        e.get("score") is None or e["score"] < PASS_SCORE
+        for e in (item.get("evaluations") or {}).values()
+    )
+
+
+def _why(item: dict[str, Any]) -> str:
+    if item.get("status") != "ok":
+        first = (item.get("error") or "").split("\n")[0]
+        return f"{item.get('status')}: {first}"
+    reasons = [
+        f"{name} {_num(e.get('score'))}: {e.get('reason') or e.get('error') or ''}"
+        for name, e in (item.get("evaluations") or {}).items()
+        if e.get("score") is None or e["score"] < PASS_SCORE
+    ]
+    return "; ".join(reasons)
+
+
+def item_counts(status: dict[str, int]) -> str:
+    """`11 ok, 1 error, 0 timeouts`."""
+    errors, timeouts = status.get("error", 0), status.get("timeout", 0)
+    return (
+        f"{status.get('ok', 0)} ok, {errors} error{'s' * (errors != 1)}, "
+        f"{timeouts} timeout{'s' * (timeouts != 1)}"
+    )
+
+
+def _num(value: Any) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _interval(ci: Any) -> str:
+    if not isinstance(ci, dict) or ci.get("low") is None:
+        return "—"
+    return f"[{ci['low']:.2f}, {ci['high']:.2f}]"
+
+
+def _run_link(run_id: str) -> str:
+    """` · <a>open the run</a>` when this project's dashboard answers on its port."""
+    import socket
+
+    from cobalt.config import active_config
+    from cobalt_cli.commands_dashboard import DEFAULT_HOST, DEFAULT_PORT
+
+    config = active_config()
+    host = config.get("dashboard.host") or DEFAULT_HOST
+    port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+    except OSError:
+        return " · <code>cobalt serve</code> to see it in the dashboard"
+    url = f"http://{host}:{port}/runs/{run_id}/"
+    return f' · <a href="{escape(url)}" target="_blank">open the run</a>'

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
@@ -35,6 +36,7 @@ class LoopThread:
         # Completed when the loop stops for good: with the exception that stopped it, e.g. a
         # SystemExit raised in a callback. Nobody then waits forever for a coroutine's result.
         self.stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.waited: set[concurrent.futures.Future[Any]] = set()  # by `run()` callers, now
         self.thread = threading.Thread(target=self._serve, name="cobalt-loop", daemon=True)
         self.thread.start()
 
@@ -58,13 +60,25 @@ class LoopThread:
                 ended.set_result(None)
 
         future = asyncio.run_coroutine_threadsafe(wrapper(), self.loop)
+        self.waited.add(future)
         try:
             self._wait(future)
         except KeyboardInterrupt:
             future.cancel()  # the coroutine cleans up (the run is marked cancelled) and ends
             self._wait(ended, timeout=30)
             raise
+        finally:
+            self.waited.discard(future)
+        if future.cancelled():  # by `interrupt()`, from another thread
+            self._wait(ended, timeout=30)
+            raise Interrupted(signal.SIGINT)
         return future.result()
+
+    def interrupt(self) -> None:
+        """Ctrl-C for callers of `run()` on other threads (a notebook's helper thread): their
+        coroutines are cancelled, clean up, and `run()` raises `Interrupted` there."""
+        for future in list(self.waited):
+            future.cancel()
 
     def _wait(self, future: concurrent.futures.Future[Any], timeout: float | None = None) -> None:
         """Until the coroutine ends, or the loop itself stopped (then its exception is raised)."""
