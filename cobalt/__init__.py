@@ -7,7 +7,7 @@ from cobalt.config import define_config, load_config
 from cobalt.dataset import Dataset, DatasetError
 from cobalt.evaluator import EvalContext, EvalResult, Evaluator
 from cobalt.experiment import RunContext, experiment
-from cobalt.report import ExperimentReport
+from cobalt.report import ExperimentReport, assert_scores
 
 # The one place the version is set: the `cobalt-agents` distribution takes it from here
 # ([tool.hatch.version] in pyproject.toml) and `cobalt --version` prints it.
@@ -21,6 +21,7 @@ __all__ = [
     "Evaluator",
     "ExperimentReport",
     "RunContext",
+    "assert_scores",
     "define_config",
     "experiment",
     "load_config",

@@ -137,12 +137,31 @@ def run(
         bool,
         typer.Option("--ui", help="Then open the run in the dashboard (served until Ctrl+C)."),
     ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Then rerun the experiments whose files or inputs change."),
+    ] = False,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
     paths = [os.path.abspath(path) for path in paths or []]  # before moving to the project
     config = setup(config=run_project(paths))
     os.chdir(config.project_dir)
+    if watch:
+        if ci or resume or ui or repeat_flaky:
+            raise fail("--watch reruns on changes; it does not combine with --ci, --resume, --ui")
+        from cobalt_cli.watch import watch as watch_files
+
+        given = {
+            "--filter": filter,
+            "--tag": tag,
+            "--concurrency": concurrency,
+            "--runs": runs,
+            "--timeout": timeout,
+        }
+        run_args = [part for flag, value in given.items() if value for part in (flag, str(value))]
+        run_args += ["--no-cache"] * no_cache + ["--quiet"] * quiet
+        raise typer.Exit(watch_files(config, paths, run_args, console))
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
     from cobalt_app.preflight import PreflightError
