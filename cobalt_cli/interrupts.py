@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable
 from types import FrameType
 from typing import Any, TextIO
 
-from cobalt_app.aio import Interrupted
-
 SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
@@ -46,6 +44,8 @@ def raise_on_signals() -> Callable[[], None]:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    from cobalt_app.aio import Interrupted  # asyncio: imported when a run needs it
+
     raise Interrupted(CLOSED_OUTPUT if _output_closed.is_set() else signum)
 
 
@@ -76,6 +76,8 @@ def hint(exc: BaseException) -> str:
 
 def _signum(exc: BaseException) -> int:
     """The signal behind an interrupt, also when it was re-raised as another exception."""
+    from cobalt_app.aio import Interrupted
+
     for candidate in (exc, exc.__context__):
         if isinstance(candidate, Interrupted):
             return candidate.signum

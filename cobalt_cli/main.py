@@ -15,7 +15,7 @@ from rich.table import Table
 
 from cobalt.config import Config, ConfigError, NoProjectError, load_config
 from cobalt_cli import interrupts
-from cobalt_cli.reporter import cli_console
+from cobalt_cli.console import cli_console
 
 app = typer.Typer(
     name="cobalt",

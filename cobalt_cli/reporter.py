@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from rich.box import ROUNDED
@@ -16,24 +14,9 @@ from rich.table import Table
 import cobalt
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_app.stats import DEFAULT_PASS_SCORE
+from cobalt_cli.console import cli_console
 
 LOW_SCORE = DEFAULT_PASS_SCORE  # an evaluation below it has not passed
-PIPE_WIDTH = 120  # output to a file or a CI log: a wide log line, not a page
-
-
-def output_width(stream: Any) -> int | None:
-    """Width for a Rich console on `stream`: the terminal's (or $COLUMNS) when it is one."""
-    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return None  # Rich reads the terminal size, then $COLUMNS
-    return PIPE_WIDTH
-
-
-def cli_console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr). On a terminal, text wraps at its width; in a file or a
-    CI log a message stays on one line (soft wrap) so a path, a run id or an error can be
-    searched for, and only tables are laid out to the width."""
-    width = output_width(sys.stderr if stderr else sys.stdout)
-    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=width is not None)
 
 
 def fmt_score(value: float | None) -> str:
