@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
         "max_retries": 3,
         "timeout": 60,
     },
+    "simulator": {},  # the simulated user's model (provider, model, base_url): the judge's
     "concurrency": 5,
     "timeout": 30,
     "cache": {"enabled": True, "ttl": "7d"},
@@ -291,12 +292,13 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
             data["test_match"] = [value]
         elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             fail("test_match", "must be a glob or a list of globs.")
-    for section in ("judge", "cache", "ci", "dashboard", "rate_limits", "env"):
+    for section in ("judge", "simulator", "cache", "ci", "dashboard", "rate_limits", "env"):
         if section in data and not isinstance(data[section], dict):
             fail(section, "must be a table (a dict).")
-    judge = data.get("judge") or {}
-    if judge.get("provider") not in (None, "openai", "anthropic"):
-        fail("judge.provider", f"must be 'openai' or 'anthropic' (got {judge.get('provider')!r}).")
+    for section in ("judge", "simulator"):
+        provider = (data.get(section) or {}).get("provider")
+        if provider not in (None, "openai", "anthropic"):
+            fail(f"{section}.provider", f"must be 'openai' or 'anthropic' (got {provider!r}).")
     cache = data.get("cache") or {}
     if "ttl" in cache:
         try:

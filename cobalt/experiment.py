@@ -20,12 +20,24 @@ from cobalt.evaluator import Evaluator
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`."""
+    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`; in a conversation
+    also `ctx.messages` (so far, the user's latest last) and `ctx.turn` (1 for the first)."""
 
     item: dict[str, Any]
     index: int
     run_index: int
     item_key: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """`experiment(..., conversation=True)`: Cobalt plays the user, turn after turn."""
+
+    max_turns: int = 10
+    turn_timeout: float | None = None  # seconds per assistant turn; the item's timeout
+    # covers the whole conversation
 
 
 @dataclass
@@ -41,17 +53,24 @@ class Experiment:
     thresholds: dict[str, Any] | None = None
     file: str | None = None
     line: int | None = None  # of the `experiment(...)` call, for messages that point at it
+    conversation: Conversation | None = None
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.runner)
 
     def settings(self, *, default_concurrency: int, default_timeout: float) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "runs": self.runs,
             "concurrency": self.concurrency or default_concurrency,
             "timeout": self.timeout or default_timeout,
         }
+        if self.conversation is not None:
+            settings["conversation"] = {
+                "maxTurns": self.conversation.max_turns,
+                "turnTimeout": self.conversation.turn_timeout,
+            }
+        return settings
 
 
 _collector: contextvars.ContextVar[list[Experiment] | None] = contextvars.ContextVar(
@@ -81,8 +100,14 @@ def experiment(
     timeout: float | None = None,
     tags: list[str] | None = None,
     thresholds: dict[str, Any] | None = None,
+    conversation: bool = False,
+    max_turns: int = 10,
+    turn_timeout: float | None = None,
 ) -> Any:
-    """Declare an experiment: as a call with a runner, or as a decorator without one."""
+    """Declare an experiment: as a call with a runner, or as a decorator without one.
+
+    `conversation=True`: each item is a conversation (its `turns`, or a simulated `user`),
+    the runner is called once per turn with `ctx.messages` and returns the next reply."""
     if runner is None:
 
         def decorator(fn: Callable[[RunContext], Any]) -> Any:
@@ -96,11 +121,16 @@ def experiment(
                 timeout=timeout,
                 tags=tags,
                 thresholds=thresholds,
+                conversation=conversation,
+                max_turns=max_turns,
+                turn_timeout=turn_timeout,
             )
 
         return decorator
 
     _check(name, dataset, runner, runs, concurrency, timeout)
+    if conversation:
+        _check_conversation(name, dataset, max_turns, turn_timeout)
     file, line = _caller()
     definition = Experiment(
         name=name,
@@ -114,6 +144,7 @@ def experiment(
         thresholds=thresholds,
         file=file,
         line=line,
+        conversation=Conversation(max_turns, turn_timeout) if conversation else None,
     )
     names = [e.name for e in definition.evaluators]
     duplicates = {n for n in names if names.count(n) > 1}
@@ -148,6 +179,41 @@ def _check(
         raise ValueError(f"experiment {name!r}: `concurrency` must be at least 1.")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"experiment {name!r}: `timeout` must be above 0 seconds.")
+
+
+def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeout: Any) -> None:
+    """Each item of a conversation experiment has `turns` (the user's messages) or `user`
+    (a simulated user: `goal`, optional `persona`, `max_turns`, `stop_when`)."""
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise ValueError(f"experiment {name!r}: `max_turns` must be at least 1.")
+    if turn_timeout is not None and (
+        isinstance(turn_timeout, bool)
+        or not isinstance(turn_timeout, int | float)
+        or turn_timeout <= 0
+    ):
+        raise ValueError(f"experiment {name!r}: `turn_timeout` must be above 0 seconds.")
+    for position, item in enumerate(dataset.items, start=1):
+        turns, user = item.get("turns"), item.get("user")
+        if turns is not None:
+            if (
+                not isinstance(turns, list)
+                or not turns
+                or not all(isinstance(t, str) and t.strip() for t in turns)
+            ):
+                raise ValueError(
+                    f"experiment {name!r}, item #{position}: `turns` must be a non-empty list "
+                    "of the user's messages (strings)."
+                )
+        elif isinstance(user, dict):
+            if not isinstance(user.get("goal"), str) or not user["goal"].strip():
+                raise ValueError(
+                    f"experiment {name!r}, item #{position}: a simulated `user` needs a `goal`."
+                )
+        else:
+            raise ValueError(
+                f"experiment {name!r}, item #{position}: a conversation item needs `turns` "
+                '(["first user message", ...]) or `user` ({"goal": "...", "persona": "..."}).'
+            )
 
 
 def _caller() -> tuple[str | None, int | None]:

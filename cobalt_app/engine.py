@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import time
@@ -26,6 +27,7 @@ from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
 from cobalt_app import liveness, results, services, storable, webhooks
 from cobalt_app.aio import DatabaseThread
+from cobalt_app.conversation import Conversation, ConversationError, converse, is_transcript
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
@@ -73,6 +75,7 @@ class EvalEnv:
     cache_enabled: bool
     cache_ttl: float | None
     db: DatabaseThread
+    simulator_config: dict[str, Any] = field(default_factory=dict)  # conversations
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -83,6 +86,7 @@ def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> E
         cache_enabled=bool(config.get("cache.enabled", True)) and not no_cache,
         cache_ttl=parse_ttl(config.get("cache.ttl")),
         db=db,
+        simulator_config=dict(config.get("simulator") or {}),
     )
 
 
@@ -140,6 +144,37 @@ async def execute_item(
         item_key=snapshot.item_key,
     )
     started = time.perf_counter()
+    if experiment.conversation is not None:
+        await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
+    else:
+        await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
+    outcome.latency_ms = (time.perf_counter() - started) * 1000
+    outcome.finished_at = timezone.now()
+    if experiment.conversation is None:
+        _, _, outcome.tokens = agent_usage(outcome.metadata)
+        outcome.cost = agent_cost(outcome.metadata)
+    storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
+    if outcome.status == ItemResult.Status.OK and experiment.evaluators:
+        outcome.evaluations = await evaluate_item(
+            experiment, snapshot, outcome, env, timeout=timeout
+        )
+        for evaluation in outcome.evaluations:
+            storable.clean_evaluation(evaluation)
+        if experiment.conversation is not None:  # per-turn scores were added to its metadata
+            outcome.stored = None
+            storable.prepare(outcome)
+    return outcome
+
+
+async def run_item(
+    experiment: Experiment,
+    context: RunContext,
+    outcome: ItemOutcome,
+    *,
+    timeout: float,
+    pool: ThreadPoolExecutor,
+) -> None:
+    """Call the runner once; its output, or how it failed, goes on the outcome."""
     try:
         value = await call_runner(experiment, context, timeout=timeout, pool=pool)
     except TimeoutError:
@@ -157,18 +192,43 @@ async def execute_item(
         outcome.traceback = traceback.format_exc()
     else:
         outcome.output, outcome.metadata = split_result(value)
-    outcome.latency_ms = (time.perf_counter() - started) * 1000
-    outcome.finished_at = timezone.now()
-    _, _, outcome.tokens = agent_usage(outcome.metadata)
-    outcome.cost = agent_cost(outcome.metadata)
-    storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
-    if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        outcome.evaluations = await evaluate_item(
-            experiment, snapshot, outcome, env, timeout=timeout
+
+
+async def converse_item(
+    experiment: Experiment,
+    context: RunContext,
+    env: EvalEnv,
+    outcome: ItemOutcome,
+    *,
+    timeout: float,
+    pool: ThreadPoolExecutor,
+) -> None:
+    """Play the item's conversation (`cobalt_app.conversation`) within the item's timeout;
+    the transcript is the output, also when a turn failed or time ran out."""
+    turn_timeout = experiment.conversation.turn_timeout or timeout
+
+    async def call(turn_context: RunContext) -> tuple[Any, dict[str, Any]]:
+        value = await call_runner(experiment, turn_context, timeout=turn_timeout, pool=pool)
+        return split_result(value)
+
+    conversation = Conversation()
+    try:
+        async with asyncio.timeout(timeout):
+            await converse(experiment, context, env, conversation, call=call)
+    except ConversationError as exc:
+        outcome.status = ItemResult.Status.ERROR
+        outcome.error = str(exc)
+        outcome.traceback = exc.traceback_text
+    except TimeoutError:
+        conversation.ended = "timeout"
+        outcome.status = ItemResult.Status.TIMEOUT
+        outcome.error = (
+            f"timed out after {timeout:g}s, on turn {conversation.turns + 1} "
+            "(the item's timeout covers the whole conversation)"
         )
-        for evaluation in outcome.evaluations:
-            storable.clean_evaluation(evaluation)
-    return outcome
+    outcome.output = conversation.transcript
+    outcome.metadata = conversation.metadata()
+    outcome.tokens, outcome.cost = conversation.agent_usage()
 
 
 async def evaluate_item(
@@ -195,11 +255,49 @@ async def evaluate_item(
         cost=outcome.cost,
     )
     if len(experiment.evaluators) == 1:
-        return [await evaluate(experiment.evaluators[0], target, env, timeout=timeout)]
+        return [await score(experiment.evaluators[0], target, env, timeout=timeout)]
     return list(
         await asyncio.gather(
-            *(evaluate(e, target, env, timeout=timeout) for e in experiment.evaluators)
+            *(score(e, target, env, timeout=timeout) for e in experiment.evaluators)
         )
+    )
+
+
+async def score(
+    evaluator: Any, target: EvalTarget, env: EvalEnv, *, timeout: float | None
+) -> EvalOutcome:
+    """One evaluator's verdict; `per_turn=True` on a conversation scores each assistant turn
+    (`{{output}}` is that reply) and records their mean, naming the worst turn."""
+    if not evaluator.options.get("per_turn") or not is_transcript(target.output):
+        return await evaluate(evaluator, target, env, timeout=timeout)
+    replies = [m["content"] for m in target.output if m["role"] == "assistant"]
+    if not replies:
+        return EvalOutcome.failed(evaluator.name, "the conversation has no assistant turn")
+    turns = await asyncio.gather(
+        *(
+            evaluate(evaluator, dataclasses.replace(target, output=reply), env, timeout=timeout)
+            for reply in replies
+        )
+    )
+    tokens, cost = sum(t.tokens for t in turns), sum(t.cost for t in turns)
+    failed = [(n, t) for n, t in enumerate(turns, 1) if t.status != "ok"]
+    if failed:
+        number, first = failed[0]
+        return EvalOutcome.failed(
+            evaluator.name, f"turn {number}: {first.error}", tokens=tokens, cost=cost
+        )
+    scores = [t.score for t in turns]
+    info = target.metadata.get("conversation")
+    if isinstance(info, dict):  # shown beside each reply on the item's page
+        info.setdefault("turnScores", {})[evaluator.name] = scores
+    worst = min(range(len(turns)), key=lambda n: scores[n])
+    per_turn = ", ".join(f"{s:.2f}" for s in scores)
+    reason = (
+        f"mean of {len(turns)} turns [{per_turn}]; worst: turn {worst + 1} "
+        f"({scores[worst]:.2f}): {turns[worst].reason}"
+    )
+    return EvalOutcome(
+        evaluator.name, sum(scores) / len(scores), reason=reason, tokens=tokens, cost=cost
     )
 
 

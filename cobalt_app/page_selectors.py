@@ -655,3 +655,24 @@ def trend(experiment: str, *, tag: str = "", limit: int = 100) -> Trend:
     latest.reverse()
     names = list(dict.fromkeys(name for run in latest for name in _scores(run)))
     return Trend(experiment=experiment, tag=tag, runs=latest, evaluators=names)
+
+
+def conversation_turns(output: Any, metadata: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A conversation's messages for the item page, each assistant reply with its per-turn
+    scores (`per_turn=True` evaluators); [] when the output is not a conversation."""
+    from cobalt_app.conversation import is_transcript
+
+    if not is_transcript(output):
+        return []
+    info = (metadata or {}).get("conversation") or {}
+    per_turn = info.get("turnScores") or {}
+    turns, reply = [], 0
+    for message in output:
+        entry = {"role": message["role"], "content": message.get("content", ""), "scores": []}
+        if message["role"] == "assistant":
+            entry["scores"] = [
+                (name, scores[reply]) for name, scores in per_turn.items() if reply < len(scores)
+            ]
+            reply += 1
+        turns.append(entry)
+    return turns

@@ -116,7 +116,10 @@ class ProviderHub:
         api_key_env: str | None = None,
         params: dict[str, Any] | None = None,
         purpose: str = "the llm-judge",
+        messages: list[dict[str, str]] | None = None,
     ) -> ChatReply:
+        """One chat call: `system` and `user`, or `system` and a whole `messages` list."""
+        turns = messages if messages is not None else [{"role": "user", "content": user}]
         key = resolve_api_key(
             provider,
             judge_config=self.judge_config,
@@ -135,7 +138,7 @@ class ProviderHub:
                     client.messages.create,
                     model=model,
                     system=system,
-                    messages=[{"role": "user", "content": user}],
+                    messages=turns,
                     max_tokens=max_tokens,
                     **supported_params(client.messages.create, params),
                 )
@@ -155,10 +158,7 @@ class ProviderHub:
                 cast_to=str,
                 body={
                     "model": model,
-                    "messages": [
-                        {"role": "system", "content": system},
-                        {"role": "user", "content": user},
-                    ],
+                    "messages": [{"role": "system", "content": system}, *turns],
                     **params,
                 },
             )

@@ -54,6 +54,10 @@ def compute_summary(run: Run) -> dict[str, Any]:
         judge_tokens += tokens or 0
         judge_cost += cost or 0.0
         cached += bool(was_cached)
+    if (run.config or {}).get("conversation"):  # a simulated user's model calls are judge calls
+        tokens, cost = simulator_usage(run)
+        judge_tokens += tokens
+        judge_cost += cost
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     per_evaluator = {
         name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
@@ -95,6 +99,16 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
+
+
+def simulator_usage(run: Run) -> tuple[int, float]:
+    """Tokens and cost of the simulated users of a conversation run."""
+    tokens, cost = 0, 0.0
+    for metadata in ItemResult.objects.filter(run=run).values_list("metadata", flat=True):
+        info = (metadata or {}).get("conversation") or {}
+        tokens += int(info.get("simulatorTokens") or 0)
+        cost += float(info.get("simulatorCost") or 0.0)
+    return tokens, cost
 
 
 def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | None = None):

@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from cobalt_app.conversation import is_transcript, render_transcript
+
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\s*\}\}")
 
 
@@ -21,6 +23,10 @@ def template_context(item: dict[str, Any], output: Any, metadata: dict[str, Any]
     context["output"] = output
     context["metadata"] = metadata or {}
     context["item"] = item
+    if is_transcript(output):  # a conversation: the whole of it, and its last reply
+        context["transcript"] = render_transcript(output)
+        replies = [m["content"] for m in output if m["role"] == "assistant"]
+        context["last_reply"] = replies[-1] if replies else ""
     return context
 
 

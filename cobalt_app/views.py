@@ -213,6 +213,7 @@ def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpRespo
         "input": page_selectors.pretty(item.input),
         "output": page_selectors.pretty(item.output),
         "metadata": page_selectors.pretty(item.metadata) if item.metadata else "",
+        "conversation": page_selectors.conversation_turns(item.output, item.metadata),
     }
     return partial_or_page(request, "cobalt/item.html", context, "panel")
 

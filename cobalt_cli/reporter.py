@@ -90,6 +90,9 @@ class ConsoleReporter:
             label += f" (repeat {outcome.run_index + 1})"
         elif self.runs > 1:
             label += f" (run {outcome.run_index + 1}/{self.runs})"
+        conversation = (outcome.metadata or {}).get("conversation")
+        if isinstance(conversation, dict):  # conversation=True: how many turns it took
+            label += f" · {plural(int(conversation.get('turns') or 0), 'turn')}"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":
             parts, scored = [], []

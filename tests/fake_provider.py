@@ -13,6 +13,9 @@ A model request without an ``Authorization`` or ``x-api-key`` header gets a 401.
 
 Reply text (chat and messages) is chosen from the text of all messages (plus ``system``):
 
+* ``[[turns:[R0, R1, ...]]]`` anywhere (a JSON list) -> ``Rk``, where k is the number of
+  ``assistant`` messages in the request (the last one past the end), as JSON unless a string:
+  a scripted simulated user, whose own earlier messages are the ``assistant`` ones;
 * ``[[reply:TEXT]]`` anywhere -> exactly ``TEXT`` (up to the next ``]]``);
 * last user message starting with ``ECHO:`` -> the rest of that message, stripped;
 * ``[[score:0.73]]`` anywhere -> ``{"score": 0.73, "reason": "fake judge: scripted score"}``;
@@ -68,6 +71,7 @@ EMBEDDINGS_PATH = "/v1/embeddings"
 MESSAGES_PATH = "/v1/messages"
 MODEL_PATHS = (CHAT_PATH, EMBEDDINGS_PATH, MESSAGES_PATH)
 
+_TURNS_MARKER = "[[turns:"
 _REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
 _TOOL_RE = re.compile(r"\[\[tool:(\{.*?\})\]\]", re.DOTALL)
 _SCORE_RE = re.compile(r"\[\[score:\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*\]\]")
@@ -134,6 +138,10 @@ def last_user_text(body: dict[str, Any]) -> str:
 def choose_reply(body: dict[str, Any]) -> str:
     """Pick the scripted reply text for a chat/messages request (see module docstring)."""
     text = prompt_text(body)
+    if (script := _turn_script(text)) is not None:
+        turn = sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
+        reply = script[min(turn, len(script) - 1)]
+        return reply if isinstance(reply, str) else json.dumps(reply)
     if match := _REPLY_RE.search(text):
         return match.group(1)
     last = last_user_text(body).lstrip()
@@ -142,6 +150,18 @@ def choose_reply(body: dict[str, Any]) -> str:
     if match := _SCORE_RE.search(text):
         return json.dumps({"score": float(match.group(1)), "reason": "fake judge: scripted score"})
     return json.dumps(DEFAULT_JUDGE_REPLY)
+
+
+def _turn_script(text: str) -> list[Any] | None:
+    """The list of a ``[[turns:[...]]]`` marker (JSON), or None."""
+    start = text.find(_TURNS_MARKER)
+    if start < 0:
+        return None
+    try:
+        script, _ = json.JSONDecoder().raw_decode(text, start + len(_TURNS_MARKER))
+    except ValueError:
+        return None
+    return script if isinstance(script, list) and script else None
 
 
 def schema_default(schema: Any) -> Any:

@@ -402,3 +402,45 @@ def test_serve_explains_a_port_that_is_taken(site):
         out, errors = refused.communicate(timeout=60)
     assert refused.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use; pick another with --port" in errors
+
+
+CHAT_EXPERIMENT = """
+from cobalt import Dataset, Evaluator, experiment
+
+def polite(ctx):
+    return 0.0 if "rude" in ctx.output else 1.0
+
+@experiment(
+    "support-chat",
+    Dataset(items=[{"id": "refund", "turns": ["hi", "<b>refund</b> please", "bye"]}]),
+    conversation=True,
+    evaluators=[Evaluator(name="polite", type="function", fn=polite, per_turn=True)],
+)
+def run(ctx):
+    if ctx.turn == 2:
+        return "a rude <script>alert(2)</script> reply"
+    return f"hello, turn {ctx.turn}"
+"""
+
+
+def test_a_conversation_shows_as_a_chat_with_scores_per_turn(site, page):
+    # Last in this file: it adds a run to the site's project.
+    from playwright.sync_api import expect
+
+    site.project.write("chats/chat.cobalt.py", CHAT_EXPERIMENT)
+    run_id = cobalt_run(site.project, "chats/chat.cobalt.py", env=site.env)
+    page.goto(f"{site.url}/runs/{run_id}/")
+    page.get_by_role("link", name="#1", exact=True).click()
+    chat = page.locator("#item-conversation")
+    expect(chat.locator("li")).to_have_count(6)
+    expect(chat.locator("li.chat-user").nth(1).locator(".chat-text")).to_have_text(
+        "<b>refund</b> please"
+    )  # shown as text, never as markup
+    replies = chat.locator("li.chat-assistant")
+    expect(replies.nth(1).locator(".chat-text")).to_have_text(
+        "a rude <script>alert(2)</script> reply"
+    )
+    expect(replies.nth(0).locator(".chat-score")).to_have_text("polite 1.00")
+    expect(replies.nth(1).locator(".chat-score")).to_have_text("polite 0.00")
+    expect(page.locator("table.verdicts")).to_contain_text("worst: turn 2 (0.00)")
+    shot(page, "10-conversation")

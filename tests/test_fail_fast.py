@@ -59,7 +59,7 @@ REFUSED = {
         'Evaluator(name="polite", type="contains", value="Paris", case_sensitve=False)',
         {},
         "evaluator 'polite': the contains evaluator has no option `case_sensitve=`. Did you mean "
-        "`case_sensitive=`? Its options: name, type, timeout, pass_threshold, case_sensitive, "
+        "`case_sensitive=`? Its options: name, type, timeout, pass_threshold, per_turn, case_sensitive, "
         "field, value",
     ),
     "misspelt-pattern": (
@@ -281,7 +281,7 @@ def test_a_plugin_type_accepts_exactly_the_options_it_declares(project, monkeypa
     (message,) = problems_of(project, Evaluator("kw", "keyword", keywrod="paris"))
     assert message == (
         "the keyword evaluator has no option `keywrod=`. Did you mean `keyword=`? "
-        "Its options: name, type, timeout, pass_threshold, field, keyword (a plugin type "
+        "Its options: name, type, timeout, pass_threshold, per_turn, field, keyword (a plugin type "
         "declares them: "
         "`register(..., options=[...])`)"
     )

@@ -88,7 +88,7 @@ class EvaluatorType:
         return [*COMMON_OPTIONS, *sorted(self.options - set(COMMON_OPTIONS))]
 
 
-COMMON_OPTIONS = ("name", "type", "timeout", "pass_threshold")
+COMMON_OPTIONS = ("name", "type", "timeout", "pass_threshold", "per_turn")
 REGISTRY: dict[str, EvaluatorType] = {}
 
 
