@@ -197,7 +197,14 @@ def test_cobalt_run_streams_progress_and_returns_the_results_file(
         item["key"] for item in on_disk["items"] if item["evaluations"]["exact"]["score"] < 0.5
     ]
     assert structured["items"] == on_disk["items"]
-    assert structured["itemCounts"] == {"total": 8, "failing": 4, "shown": 8, "failingShown": 4}
+    assert structured["itemCounts"] == {
+        "total": 8,
+        "failing": 4,
+        "passing": 4,
+        "notRun": 0,
+        "shown": 8,
+        "failingShown": 4,
+    }
     assert structured["omitted"] is None
     assert structured["resultsFile"] == f".cobalt/results/{results_file.name}"
     (summary,) = [block.text for block in result.content]  # the data is sent once

@@ -106,30 +106,42 @@ def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
     }
 
 
-def run_document(run: Any, project: Project, tokens: int) -> tuple[str, dict[str, Any]]:
-    """(plain-language summary, document) of a run within `tokens`: the run's header and
-    summary, every failing item (with its `problems`), then the other items in order."""
-    header = header_of(run, project, tokens)
+def run_document(
+    run: Any, project: Project, tokens: int, *, budget: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(plain-language summary, document) of a run within `tokens` (its share of the
+    `budget`): the run's header and summary, every failing item (with its `problems`), then
+    the passing items in order. Items that did not run are counted, not listed."""
+    budget = budget or tokens
+    header = header_of(run, project, budget)
     failing: list[dict[str, Any]] = []
-    total = 0
+    counts = {"total": 0, "failing": 0, "passing": 0, "notRun": 0}
     for entry in entries(run):
-        total += 1
-        if item_problems(entry):
+        counts["total"] += 1
+        if entry.get("status") in NOT_RUN:
+            counts["notRun"] += 1
+        elif item_problems(entry):
             failing.append(with_problems(entry))
-    text = describe_run(header, failing, total, error_tracebacks(run))
+        else:
+            counts["passing"] += 1
+    counts["failing"] = len(failing)
+    text = describe_run(header, failing, counts["total"], error_tracebacks(run))
     room = tokens - value_tokens(header) - estimate_tokens(text) - RESERVED
-    others = (entry for entry in entries(run) if not item_problems(entry))
-    fitted = fit(failing, others, room)
+    passing = (
+        entry
+        for entry in entries(run)
+        if entry.get("status") not in NOT_RUN and not item_problems(entry)
+    )
+    fitted = fit(failing, passing, room)
     document = {
         **header,
         "itemCounts": {
-            "total": total,
-            "failing": len(failing),
+            **counts,
             "shown": len(fitted.items),
             "failingShown": fitted.kept_first,
         },
         "items": sorted(fitted.items, key=lambda e: (e["index"], e["runIndex"])),
-        "omitted": omitted(run.id, fitted, len(failing), total, tokens),
+        "omitted": omitted(run.id, fitted, counts, budget),
     }
     if document["omitted"]:
         text += "\n" + document["omitted"]["note"]
@@ -137,35 +149,35 @@ def run_document(run: Any, project: Project, tokens: int) -> tuple[str, dict[str
 
 
 def omitted(
-    run_id: str, fitted: Fitted, failing: int, total: int, tokens: int
+    run_id: str, fitted: Fitted, counts: dict[str, int], budget: int
 ) -> dict[str, Any] | None:
     """What a run document left out, and the `cobalt_results` calls that fetch it."""
-    left_failing = failing - fitted.kept_first
-    left_other = total - failing - fitted.kept_rest
-    fetch = []
-    if left_failing:
-        fetch.append({"runId": run_id, "status": "failing", "offset": fitted.kept_first})
-    if left_other:
-        fetch.append({"runId": run_id, "status": "passing", "offset": fitted.kept_rest})
+    left = {
+        "failing": counts["failing"] - fitted.kept_first,
+        "passing": counts["passing"] - fitted.kept_rest,
+        "cancelled or pending": counts["notRun"],
+    }
+    offsets = {"failing": fitted.kept_first, "passing": fitted.kept_rest}
+    fetch = [
+        {"runId": run_id, "status": status, "offset": offsets[status]}
+        for status in ("failing", "passing")
+        if left[status]
+    ]
+    fetch += [{"runId": run_id, "status": status} for status in NOT_RUN if counts["notRun"]]
     cut = any("shortened" in item for item in fitted.items)
     if not fetch and not cut:
         return None
-    parts = []
-    if left_failing:
-        parts.append(f"{left_failing} of {failing} failing items")
-    if left_other:
-        parts.append(f"{left_other} of {total - failing} other items")
-    note = f"Left out to stay within {tokens:,} tokens: " + (
+    parts = [f"{number} {status} items" for status, number in left.items() if number]
+    note = f"Left out to stay within {budget:,} tokens: " + (
         " and ".join(parts) if parts else "nothing but long fields"
     )
     if cut:
         note += f" (long strings cut to {fitted.limit:,} characters: see each item's `shortened`)"
     if fetch:
         note += "; fetch them with cobalt_results " + " and ".join(compact(a) for a in fetch)
-        note += " (not-run items: status cancelled/pending)" if left_other else ""
     return {
-        "failingItems": left_failing,
-        "otherItems": left_other,
+        "failingItems": left["failing"],
+        "otherItems": left["passing"] + left["cancelled or pending"],
         "fieldLimit": fitted.limit,
         "fetch": [{"tool": "cobalt_results", "arguments": arguments} for arguments in fetch],
         "note": note + ".",

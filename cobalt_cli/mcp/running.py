@@ -259,12 +259,12 @@ def stop_runner_threads() -> list[str]:
 
 
 def documents(
-    runs: list[Any], project: Project, tokens: int
+    runs: list[Any], project: Project, tokens: int, budget: int
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Each run's summary and document; the runs share the budget."""
     share = tokens // max(1, len(runs))
     with database():
-        reports = [run_document(run, project, share) for run in runs]
+        reports = [run_document(run, project, share, budget=budget) for run in runs]
     return [text for text, _ in reports], [doc for _, doc in reports]
 
 
@@ -315,8 +315,11 @@ async def run_and_report(
         "modules": loaded.modules.to_dict(),
         "orphanedThreads": orphans,
     }
-    tokens = project.result_tokens(loaded.config) - value_tokens(data) - 200
-    texts, data["runs"] = await anyio.to_thread.run_sync(lambda: documents(runs, project, tokens))
+    budget = project.result_tokens(loaded.config)
+    tokens = budget - value_tokens(data) - 200
+    texts, data["runs"] = await anyio.to_thread.run_sync(
+        lambda: documents(runs, project, tokens, budget)
+    )
     text = "\n\n".join(texts)
     if loaded.failures:
         text += f"\n\n{len(loaded.failures)} experiment files could not be imported (loadErrors)."

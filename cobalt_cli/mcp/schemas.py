@@ -15,6 +15,8 @@ class Open(BaseModel):
 class ItemCounts(Open):
     total: int
     failing: int = Field(description="Errors, timeouts, evaluation errors, scores below 0.5.")
+    passing: int
+    notRun: int = Field(description="Cancelled or pending items (not listed).")
     shown: int
     failingShown: int
 

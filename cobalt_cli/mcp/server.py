@@ -354,8 +354,9 @@ def serve() -> None:
     # The SDK adds a handler to the root logger; Cobalt's loggers already write to stderr.
     logging.getLogger("cobalt").propagate = False
     log.info(
-        "cobalt mcp serving %s (%s mode)",
+        "cobalt mcp serving %s (%s mode, pid %d)",
         config.project_dir,
         config.team_mode and "team" or "embedded",
+        os.getpid(),
     )
     finish(anyio.run(serve_stdio, server, wire))
