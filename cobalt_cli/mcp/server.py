@@ -290,20 +290,48 @@ def build_server(config: Config) -> MCPServer:
     return server
 
 
-def claim_stdout() -> BinaryIO:
+class Wire(io.TextIOBase):
+    """The protocol's stdout. Once the client has gone (a broken pipe), what is still written
+    goes to the null device: the server then finishes as it does when stdin closes."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.text = io.TextIOWrapper(raw, encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        try:
+            return self.text.write(text)
+        except BrokenPipeError:
+            self.client_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.text.flush()
+        except BrokenPipeError:
+            self.client_gone()
+
+    def client_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.raw.fileno())
+        os.close(devnull)
+        log.warning("the client closed the protocol's stdout")
+
+
+def claim_stdout() -> Wire:
     """The protocol's own stdout; from now on fd 1 and `sys.stdout` write to stderr."""
     sys.stdout.flush()
-    wire = os.fdopen(os.dup(1), "wb")
+    wire = Wire(os.fdopen(os.dup(1), "wb"))
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return wire
 
 
-async def serve_stdio(server: MCPServer, wire: BinaryIO) -> int:
+async def serve_stdio(server: MCPServer, wire: Wire) -> int:
     """Serve until stdin closes or a signal stops the server; the exit status."""
     # The SDK's own in-memory client drives the low-level server the same way.
     lowlevel = server._lowlevel_server  # noqa: SLF001 - the SDK's stdio runner takes no streams
-    stdout = anyio.wrap_file(io.TextIOWrapper(wire, encoding="utf-8"))
+    stdout = anyio.wrap_file(wire)
     watcher = anyio.CancelScope(shield=True)  # a second signal must not kill the clean-up
 
     async def stop_on_signals(serving: anyio.CancelScope) -> None:
