@@ -99,6 +99,16 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "concurrency",
         }
         assert tools["cobalt_results"].annotations.read_only_hint is True
+        for tool in tools.values():
+            assert tool.input_schema["additionalProperties"] is False
+            assert tool.output_schema["type"] == "object"
+        assert {"runs", "loadErrors", "modules"} <= set(
+            tools["cobalt_run"].output_schema["required"]
+        )
+        assert "regressionsPage" in tools["cobalt_compare"].output_schema["properties"]
+        assert {"status", "evaluator", "maxScore", "offset", "limit"} <= set(
+            tools["cobalt_results"].input_schema["properties"]
+        )
 
         resources = {str(r.uri) for r in (await session.list_resources()).resources}
         assert resources == {"cobalt://config", "cobalt://experiments", "cobalt://latest-results"}
@@ -365,6 +375,11 @@ def test_file_arguments_outside_the_project_are_refused(
         assert "failed to import: RuntimeError: boom at import" in text_of(broken)
         bad_argument = await session.call_tool("cobalt_run", {"concurrency": 0})
         assert bad_argument.is_error and "concurrency" in text_of(bad_argument)
+        unknown = await session.call_tool("cobalt_run", {"fiel": "experiments/example.cobalt.py"})
+        assert unknown.is_error and "fiel" in text_of(unknown)
+        assert "Extra inputs are not permitted" in text_of(unknown)
+        paging_a_list = await session.call_tool("cobalt_results", {"status": "failing"})
+        assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
         # The server is still there and still works.
         assert len((await session.list_tools()).tools) == 4
@@ -539,3 +554,29 @@ def test_the_rendered_file_keeps_llm_text_out_of_the_code(project):
     assert not (project.path / "PWNED").exists()
     with pytest.raises(GenerateError, match="no JSON object found|did not reply"):
         parse_spec("")
+
+
+def test_generate_calls_its_llm_without_holding_up_runs(initialised, fake_provider, monkeypatch):
+    initialised.write("agents/support.py", SUPPORT_AGENT)
+    monkeypatch.setattr(fake_provider, "latency", 3.0)  # the LLM takes its time
+    order: list[str] = []
+
+    async def generate(session: ClientSession) -> None:
+        arguments = {"agentFile": "agents/support.py", "context": scripted(support_spec())}
+        generated = await session.call_tool("cobalt_generate", arguments)
+        assert not generated.is_error, text_of(generated)
+        order.append("generated")
+
+    async def scenario(session: ClientSession) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(generate, session)
+            with anyio.fail_after(10):
+                while not fake_provider.request_count("/v1/chat"):  # the LLM call is going
+                    await anyio.sleep(0.02)
+            run = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
+            assert not run.is_error, text_of(run)
+            order.append("ran")
+
+    run_session(initialised, fake_provider, scenario)
+
+    assert order == ["ran", "generated"]
