@@ -91,7 +91,7 @@ def verdict_text(entry: dict[str, Any] | None, evaluator: str) -> str | None:
     return verdict.get("reason") or verdict.get("error")
 
 
-def window(rows: list[dict[str, Any]], total: int, offset: int, kept: int) -> dict[str, Any]:
+def window(total: int, offset: int, kept: int) -> dict[str, Any]:
     following = offset + kept
     return {
         "offset": offset,
@@ -130,10 +130,8 @@ def cobalt_compare_tool(
         **head,
         "regressions": fitted.items[:kept_regressions],
         "improvements": fitted.items[kept_regressions:],
-        "regressionsPage": window(regressions, diff["regressionCount"], offset, kept_regressions),
-        "improvementsPage": window(
-            improvements, diff["improvementCount"], offset, kept_improvements
-        ),
+        "regressionsPage": window(diff["regressionCount"], offset, kept_regressions),
+        "improvementsPage": window(diff["improvementCount"], offset, kept_improvements),
         "note": "outputs and reasons are from each run's first repetition of the item",
     }
     lines = [f"Run A {a.id} ({a.name}) → run B {b.id} ({b.name}):"]
@@ -151,6 +149,9 @@ def cobalt_compare_tool(
     lines.append(f"{diff['matchedItems']} matched items.")
     for label, page in (("regressions", "regressionsPage"), ("improvements", "improvementsPage")):
         shown = data[page]
+        if not shown["total"]:
+            lines.append(f"No {label}.")
+            continue
         span = (
             f"{shown['offset'] + 1}–{shown['offset'] + shown['returned']}"
             if shown["returned"]

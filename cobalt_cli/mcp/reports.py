@@ -116,10 +116,12 @@ def run_document(
     header = header_of(run, project, budget)
     failing: list[dict[str, Any]] = []
     counts = {"total": 0, "failing": 0, "passing": 0, "notRun": 0}
+    not_run = dict.fromkeys(NOT_RUN, 0)
     for entry in entries(run):
         counts["total"] += 1
         if entry.get("status") in NOT_RUN:
             counts["notRun"] += 1
+            not_run[entry["status"]] += 1
         elif item_problems(entry):
             failing.append(with_problems(entry))
         else:
@@ -141,7 +143,7 @@ def run_document(
             "failingShown": fitted.kept_first,
         },
         "items": sorted(fitted.items, key=lambda e: (e["index"], e["runIndex"])),
-        "omitted": omitted(run.id, fitted, counts, budget),
+        "omitted": omitted(run.id, fitted, counts, not_run, budget),
     }
     if document["omitted"]:
         text += "\n" + document["omitted"]["note"]
@@ -149,7 +151,7 @@ def run_document(
 
 
 def omitted(
-    run_id: str, fitted: Fitted, counts: dict[str, int], budget: int
+    run_id: str, fitted: Fitted, counts: dict[str, int], not_run: dict[str, int], budget: int
 ) -> dict[str, Any] | None:
     """What a run document left out, and the `cobalt_results` calls that fetch it."""
     left = {
@@ -163,7 +165,7 @@ def omitted(
         for status in ("failing", "passing")
         if left[status]
     ]
-    fetch += [{"runId": run_id, "status": status} for status in NOT_RUN if counts["notRun"]]
+    fetch += [{"runId": run_id, "status": status} for status, n in not_run.items() if n]
     cut = any("shortened" in item for item in fitted.items)
     if not fetch and not cut:
         return None
