@@ -175,7 +175,7 @@ async def execute(loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any
     """Run the experiments one after another; cancelled, the current run ends `cancelled`."""
     from cobalt_app import launcher
 
-    if loaded.config.team_mode:  # the workers run it; this waits (team runs stop with `cancel`)
+    if loaded.config.team_mode:  # the workers run it and this waits; `cobalt cancel` stops it
         return await anyio.to_thread.run_sync(
             lambda: launcher.execute(
                 loaded.experiments, loaded.config, reporter=relay, overrides=overrides
