@@ -216,7 +216,7 @@ async def execute_embedded(
     future = asyncio.run_coroutine_threadsafe(run_all(), aio.loop_thread().loop)
     try:
         return await asyncio.wrap_future(future)
-    except BaseException:
+    except asyncio.CancelledError:  # the call, the client or the server went away
         future.cancel()  # the run's items stop; it records `cancelled` and writes its file
         with anyio.CancelScope(shield=True):
             finished = await anyio.to_thread.run_sync(ended.wait, FINALISE_TIMEOUT)
