@@ -11,7 +11,8 @@ from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reports import ItemFilter, item_page, run_document, run_overview
 
 SHORTEST_PREFIX = 4  # characters of a run id that `run_get` looks up as a prefix
-COMPARE_SHOWN = 10
+COMPARE_SHOWN = 10  # regressions and improvements per page
+RUNS_LISTED = 10
 
 
 def result(text: str, data: dict[str, Any]) -> CallToolResult:
@@ -62,7 +63,7 @@ def cobalt_results_tool(
         raise ValueError("status, evaluator, maxScore and offset page a run's items: give runId")
     runs = [
         run_overview(run, project)
-        for run in settle(run_list(name=experiment, limit=limit or COMPARE_SHOWN))
+        for run in settle(run_list(name=experiment, limit=limit or RUNS_LISTED))
     ]
     if not runs:
         text = "No runs yet" + (f" for {experiment!r}" if experiment else "") + "; use cobalt_run."

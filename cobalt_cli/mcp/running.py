@@ -34,7 +34,8 @@ log = logging.getLogger("cobalt.mcp")
 
 FINALISE_TIMEOUT = 30.0  # seconds a cancelled run may take to record and write its results
 RUNNER_THREAD = "cobalt-runner"  # the engine's pool of synchronous runners
-RUNNER_GRACE = 1.0  # seconds a runner thread gets to end after its run ended
+IDLE_EXIT = 0.2  # seconds an idle runner thread gets to end after its pool shut down
+RUNNER_GRACE = 1.0  # seconds a busy one gets to end once asked to
 LOAD_ERRORS_SHOWN = 10
 
 
@@ -238,24 +239,25 @@ def stop_runner_threads() -> list[str]:
     """Stop the synchronous runners still going after their run ended (a hanging runner the
     engine timed out); returns the threads that could not be stopped.
 
-    An idle pool thread ends by itself once its pool is shut down. A busy one gets
-    `RunnerAbandoned` raised in it, which Python delivers at its next bytecode: a runner
-    looping in Python stops; one blocked inside a C call (a socket read) only when it
-    returns, so it is reported as orphaned.
+    An idle pool thread ends by itself once its pool is shut down (within IDLE_EXIT). A busy
+    one then gets `RunnerAbandoned` raised in it, which Python delivers at its next bytecode:
+    a runner looping in Python stops; one blocked inside a C call (a socket read, a sleep)
+    only when that returns, so it is reported as orphaned.
     """
-    deadline = time.monotonic() + RUNNER_GRACE
+    started = time.monotonic()
     asked: set[int] = set()
-    while True:
-        busy = [t for t in threading.enumerate() if t.name.startswith(RUNNER_THREAD)]
-        if not busy or time.monotonic() >= deadline:
+    while busy := [t for t in threading.enumerate() if t.name.startswith(RUNNER_THREAD)]:
+        waited = time.monotonic() - started
+        if waited >= IDLE_EXIT + RUNNER_GRACE:
             return [t.name for t in busy]
-        for thread in busy:
+        for thread in busy if waited >= IDLE_EXIT else []:
             if thread.ident is not None and thread.ident not in asked:
                 asked.add(thread.ident)
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
                     ctypes.c_ulong(thread.ident), ctypes.py_object(RunnerAbandoned)
                 )
-        time.sleep(0.05)
+        time.sleep(0.02)
+    return []
 
 
 def documents(

@@ -327,8 +327,8 @@ def claim_stdout() -> Wire:
     return wire
 
 
-async def serve_stdio(server: MCPServer, wire: Wire) -> int:
-    """Serve until stdin closes or a signal stops the server; the exit status."""
+async def serve_stdio(server: MCPServer, wire: Wire) -> None:
+    """Serve until stdin closes, or a signal stops the server (which then exits here)."""
     # The SDK's own in-memory client drives the low-level server the same way.
     lowlevel = server._lowlevel_server  # noqa: SLF001 - the SDK's stdio runner takes no streams
     stdout = anyio.wrap_file(wire)
@@ -353,7 +353,6 @@ async def serve_stdio(server: MCPServer, wire: Wire) -> int:
                 await lowlevel.run(read, write, lowlevel.create_initialization_options())
         finally:
             watcher.cancel()
-    return 0
 
 
 def finish(status: int) -> None:
@@ -387,4 +386,5 @@ def serve() -> None:
         config.team_mode and "team" or "embedded",
         os.getpid(),
     )
-    finish(anyio.run(serve_stdio, server, wire))
+    anyio.run(serve_stdio, server, wire)
+    finish(0)
