@@ -1,4 +1,4 @@
-"""The MCP server of one project: its tools, resources and prompts, served on stdio.
+"""The MCP server of one project, or of a workspace: resources, prompts, and stdio.
 
 stdout belongs to the protocol. From the start, file descriptor 1 points at stderr and
 `sys.stdout` is `sys.stderr`, for the server's whole life: whatever user code prints (a
@@ -16,30 +16,24 @@ import os
 import signal
 import sys
 import threading
-from typing import Annotated, BinaryIO
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolResult, ToolAnnotations
-from pydantic import ConfigDict, Field
+from mcp.types import INVALID_PARAMS
 
 import cobalt
-from cobalt.config import Config, load_config
-from cobalt_cli.mcp import resources, schemas
-from cobalt_cli.mcp.authoring import cobalt_generate_tool
-from cobalt_cli.mcp.errors import database, resource_errors, tool_errors
+from cobalt.config import NoProjectError, load_config
+from cobalt_cli.mcp import resources
+from cobalt_cli.mcp.errors import database, resource_errors
 from cobalt_cli.mcp.project import Project
-from cobalt_cli.mcp.reads import COMPARE_SHOWN, cobalt_compare_tool, cobalt_results_tool
-from cobalt_cli.mcp.reports import STATUS_FILTERS, ItemFilter
-from cobalt_cli.mcp.running import (
-    FINALISE_TIMEOUT,
-    RUNNER_THREAD,
-    active_runs,
-    cobalt_run_tool,
-)
+from cobalt_cli.mcp.running import FINALISE_TIMEOUT, RUNNER_THREAD, active_runs
+from cobalt_cli.mcp.tools import tools
+from cobalt_cli.mcp.workspace import Workspace, find_projects
 
 log = logging.getLogger("cobalt.mcp")
 
@@ -51,212 +45,57 @@ Results are kept within a token budget: when a result says items were left out, 
 them with cobalt_results (runId, status="failing", offset). cobalt_generate writes a new
 experiment file for an agent. Paths are relative to the project."""
 
-StatusFilter = Annotated[
-    str | None,
-    Field(
-        description="Only items that are: failing (error, timeout, evaluation error or a score "
-        "below 0.5), passing, or of this item status: ok, error, timeout, cancelled, pending.",
-        json_schema_extra={"enum": [*STATUS_FILTERS, None]},
-    ),
-]
 
-
-def strict(tool: Tool) -> Tool:
-    """Refuse arguments the tool does not declare (a tool error naming them), and say so in
-    the input schema (`additionalProperties: false`)."""
-    base = tool.fn_metadata.arg_model
-    model = type(base.__name__, (base,), {"model_config": ConfigDict(extra="forbid")})
-    tool.fn_metadata.arg_model = model
-    tool.parameters = model.model_json_schema(by_alias=True)
-    return tool
-
-
-def tools(project: Project) -> list[Tool]:
-    async def cobalt_run(
-        ctx: Context,
-        file: Annotated[
-            str | None,
-            Field(description="Experiment file inside the project. Default: every experiment."),
-        ] = None,
-        filter: Annotated[
-            str | None, Field(description="Only experiments whose name matches (substring/glob).")
-        ] = None,
-        concurrency: Annotated[
-            int | None, Field(ge=1, le=256, description="Items in parallel (overrides config).")
-        ] = None,
-    ) -> Annotated[CallToolResult, schemas.RunOutput]:
-        with tool_errors("cobalt_run"):
-            return await cobalt_run_tool(
-                project, ctx, file=file, name_filter=filter, concurrency=concurrency
-            )
-
-    def cobalt_results(
-        runId: Annotated[
-            str | None, Field(description="A run id (or a unique prefix) to get its results.")
-        ] = None,
-        limit: Annotated[
-            int | None,
-            Field(
-                ge=1,
-                le=1000,
-                description="Without runId: runs to list (default 10). With runId: items per "
-                "page (default: as many as fit in the token budget).",
-            ),
-        ] = None,
-        experiment: Annotated[
-            str | None, Field(description="List only runs whose experiment name contains this.")
-        ] = None,
-        status: StatusFilter = None,
-        evaluator: Annotated[
-            str | None,
-            Field(
-                description="Only items this evaluator scored; status failing/passing and "
-                "maxScore then look at its verdict only."
-            ),
-        ] = None,
-        maxScore: Annotated[
-            float | None, Field(description="Only items with a score at or below this.")
-        ] = None,
-        offset: Annotated[
-            int | None, Field(ge=0, description="Skip this many matching items (paging).")
-        ] = None,
-    ) -> Annotated[CallToolResult, schemas.ResultsOutput]:
-        with tool_errors("cobalt_results"), database():
-            return cobalt_results_tool(
-                project,
-                run_id=runId,
-                limit=limit,
-                experiment=experiment,
-                where=ItemFilter(status=status, evaluator=evaluator, max_score=maxScore),
-                offset=offset,
-            )
-
-    def cobalt_compare(
-        runA: Annotated[str, Field(description="Baseline run id.")],
-        runB: Annotated[str, Field(description="Candidate run id.")],
-        offset: Annotated[
-            int, Field(ge=0, description="Skip this many regressions and improvements.")
-        ] = 0,
-        limit: Annotated[
-            int, Field(ge=1, le=200, description="Regressions and improvements to return.")
-        ] = COMPARE_SHOWN,
-    ) -> Annotated[CallToolResult, schemas.CompareOutput]:
-        with tool_errors("cobalt_compare"), database():
-            return cobalt_compare_tool(project, run_a=runA, run_b=runB, offset=offset, limit=limit)
-
-    def cobalt_generate(
-        agentFile: Annotated[
-            str, Field(description="The agent's Python source file, inside the project.")
-        ],
-        outputFile: Annotated[
-            str | None,
-            Field(
-                description="Where to write (*.cobalt.py). Default experiments/<agent>.cobalt.py"
-            ),
-        ] = None,
-        datasetSize: Annotated[
-            int, Field(ge=1, le=50, description="Dataset items to generate.")
-        ] = 10,
-        context: Annotated[
-            str | None,
-            Field(description="What the agent does, expected behaviour, edge cases to cover."),
-        ] = None,
-        overwrite: Annotated[bool, Field(description="Replace an existing file.")] = False,
-        runOneItem: Annotated[
-            bool, Field(description="Also run the first item (not recorded) to check it works.")
-        ] = False,
-    ) -> Annotated[CallToolResult, schemas.GenerateOutput]:
-        with tool_errors("cobalt_generate"):
-            return cobalt_generate_tool(
-                project,
-                agent_file=agentFile,
-                output_file=outputFile,
-                dataset_size=datasetSize,
-                context=context,
-                overwrite=overwrite,
-                run_one_item=runOneItem,
-            )
-
-    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-    reads = ToolAnnotations(read_only_hint=True)
-    return [
-        strict(Tool.from_function(function, description=description, annotations=annotations))
-        for function, annotations, description in (
-            (
-                cobalt_run,
-                writes,
-                "Run cobalt experiments and return, within the token budget, each run's "
-                "summary, every failing item with its reasons, then the other items "
-                "(results-file format); what did not fit is named with the cobalt_results call "
-                "that fetches it. Sends a progress notification per finished item. Cancelling "
-                "the call cancels the run.",
-            ),
-            (
-                cobalt_results,
-                reads,
-                "List past experiment runs (newest first), or get one run's results; filter "
-                "its items (status, evaluator, maxScore) and page through them (offset, limit).",
-            ),
-            (
-                cobalt_compare,
-                reads,
-                "Compare two runs: per-evaluator deltas and the items that regressed or "
-                "improved (matched by item key) with both outputs and the judges' reasons; "
-                "page with offset and limit.",
-            ),
-            (
-                cobalt_generate,
-                writes,
-                "Read an agent's source, ask the configured LLM for a dataset (normal, edge "
-                "and adversarial cases) and evaluators suited to it, and write a runnable "
-                "experiment file (default experiments/<agent>.cobalt.py) that imports the "
-                "agent. Verifies the file imports. Refuses to overwrite an existing file unless "
-                "overwrite is true.",
-            ),
-        )
-    ]
-
-
-def build_server(config: Config) -> MCPServer:
-    """The MCP server of one project: tools, resources and prompts."""
-    project = Project(config)
+def build_server(target: Project | Workspace) -> MCPServer:
+    """The MCP server of one project, or of a workspace: tools, resources and prompts."""
     server: MCPServer = MCPServer(
         "cobalt",
         version=cobalt.__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
-        tools=tools(project),
+        tools=tools(target),
+        lifespan=target.lifespan if isinstance(target, Workspace) else None,
     )
+    per_project = " (in a workspace: by project)" if isinstance(target, Workspace) else ""
+
+    async def read(uri: str, local_read: Callable[[Project], dict[str, Any]]) -> str:
+        if isinstance(target, Workspace):
+            return await target.resource(uri)
+
+        def local_json() -> str:
+            with resource_errors(uri), database():
+                return json.dumps(local_read(target), indent=1, default=str)
+
+        return await anyio.to_thread.run_sync(local_json)
 
     @server.resource(
         "cobalt://config",
         name="config",
-        description="The project's Cobalt configuration (API keys redacted).",
+        description="The project's Cobalt configuration (API keys redacted)" + per_project + ".",
         mime_type="application/json",
     )
-    def config_json() -> str:
-        with resource_errors("cobalt://config"):
-            return json.dumps(resources.config_resource(project), indent=1)
+    async def config_json() -> str:
+        return await read("cobalt://config", resources.config_resource)
 
     @server.resource(
         "cobalt://experiments",
         name="experiments",
-        description="The experiment files of the project.",
+        description="The experiment files of the project" + per_project + ".",
         mime_type="application/json",
     )
-    def experiments_json() -> str:
-        with resource_errors("cobalt://experiments"):
-            return json.dumps(resources.experiments_resource(project), indent=1)
+    async def experiments_json() -> str:
+        return await read("cobalt://experiments", resources.experiments_resource)
 
     @server.resource(
         "cobalt://latest-results",
         name="latest-results",
-        description="The newest finished run of each experiment, with scores per evaluator.",
+        description="The newest finished run of each experiment, with scores per evaluator"
+        + per_project
+        + ".",
         mime_type="application/json",
     )
-    def latest_results_json() -> str:
-        with resource_errors("cobalt://latest-results"), database():
-            return json.dumps(resources.latest_results_resource(project), indent=1, default=str)
+    async def latest_results_json() -> str:
+        return await read("cobalt://latest-results", resources.latest_results_resource)
 
     @server.prompt(
         name="improve-agent",
@@ -368,22 +207,51 @@ def finish(status: int) -> None:
 
 
 def serve() -> None:
-    """Start Django for the project found from the current folder and serve MCP on stdio."""
+    """Serve MCP on stdio for the project found from the current folder (Django started for
+    it), or, in a folder with projects below it and none above, for all of them."""
+    try:
+        config = load_config(require_project=True)
+    except NoProjectError:
+        root = Path.cwd().resolve()
+        projects = find_projects(root)
+        if not projects:
+            raise
+        serve_workspace(root, projects)
+        return
     from cobalt_project import bootstrap
 
-    config = load_config(require_project=True)
     wire = claim_stdout()  # nothing but protocol may reach stdout, for the server's whole life
     bootstrap.setup(config)
     level = os.environ.get("COBALT_LOG_LEVEL", "INFO").upper()
     log.setLevel(level if level in logging.getLevelNamesMapping() else "INFO")
     os.chdir(config.project_dir)  # experiment files open datasets relative to the project
-    server = build_server(config)
+    server = build_server(Project(config))
     # The SDK adds a handler to the root logger; Cobalt's loggers already write to stderr.
     logging.getLogger("cobalt").propagate = False
     log.info(
         "cobalt mcp serving %s (%s mode, pid %d)",
         config.project_dir,
         config.team_mode and "team" or "embedded",
+        os.getpid(),
+    )
+    anyio.run(serve_stdio, server, wire)
+    finish(0)
+
+
+def serve_workspace(root: Path, projects: dict[str, Path]) -> None:
+    """Workspace mode: each project is served by its own `cobalt mcp` (see `workspace`)."""
+    wire = claim_stdout()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    cobalt_log = logging.getLogger("cobalt")
+    cobalt_log.addHandler(handler)
+    cobalt_log.setLevel(os.environ.get("COBALT_LOG_LEVEL", "INFO").upper())
+    cobalt_log.propagate = False
+    server = build_server(Workspace(root, projects))
+    log.info(
+        "cobalt mcp serving the workspace %s: %s (pid %d)",
+        root,
+        ", ".join(projects),
         os.getpid(),
     )
     anyio.run(serve_stdio, server, wire)
