@@ -16,6 +16,7 @@ NOT_RUN = ("cancelled", "pending")
 ITEM_STATUSES = ("ok", "error", "timeout", *NOT_RUN)
 STATUS_FILTERS = ("failing", "passing", *ITEM_STATUSES)
 RESERVED = 600  # tokens kept for the parts written after the items are chosen
+PAGE_SIZE = 50  # items of a page unless `limit` says otherwise (fewer if they do not fit)
 
 
 def item_problems(entry: dict[str, Any], evaluator: str | None = None) -> list[str]:
@@ -195,14 +196,16 @@ def item_page(
     offset: int,
     limit: int | None,
 ) -> tuple[str, dict[str, Any]]:
-    """The items of a run that match `where`, from `offset`, at most `limit`, within budget."""
+    """The items of a run that match `where`, from `offset`, at most `limit` (PAGE_SIZE by
+    default), within budget: fewer when they do not fit even with their fields shortened."""
+    limit = limit or PAGE_SIZE
     header = header_of(run, project, tokens)
     window: list[dict[str, Any]] = []
     matched = 0
     for entry in entries(run):
         if not where.matches(entry):
             continue
-        if matched >= offset and (limit is None or len(window) < limit):
+        if matched >= offset and len(window) < limit:
             window.append(with_problems(entry))
         matched += 1
     room = tokens - value_tokens(header) - RESERVED
@@ -229,11 +232,7 @@ def item_page(
     if following is not None:
         text += (
             f"; {matched - following} more: call cobalt_results again with offset {following}"
-            + (
-                " (fewer than asked, to stay within the token budget)"
-                if limit and returned < limit
-                else ""
-            )
+            + (" (fewer than asked, to stay within the token budget)" if returned < limit else "")
         )
     if any("shortened" in item for item in fitted.items):
         text += f". Long strings cut to {fitted.limit} characters (see each item's `shortened`)"

@@ -338,6 +338,6 @@ async def run_and_report(
         "cobalt_run: %d run(s), %d progress notifications, ~%d tokens",
         len(data["runs"]),
         relay.sent,
-        estimate_tokens(text),
+        estimate_tokens(text) + value_tokens(data),
     )
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)

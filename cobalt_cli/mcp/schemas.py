@@ -32,7 +32,7 @@ class Omitted(Open):
 class Page(Open):
     filter: dict[str, Any]
     offset: int
-    limit: int | None
+    limit: int
     returned: int
     matched: int
     nextOffset: int | None = Field(description="Where the next page starts; null at the end.")

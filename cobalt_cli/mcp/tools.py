@@ -94,7 +94,7 @@ def tools(target: Project | Workspace) -> list[Tool]:
                 ge=1,
                 le=1000,
                 description="Without runId: runs to list (default 10). With runId: items per "
-                "page (default: as many as fit in the token budget).",
+                "page (default 50; fewer when they do not fit in the token budget).",
             ),
         ] = None,
         experiment: Annotated[
