@@ -76,7 +76,13 @@ def test_every_late_failure_of_an_80_item_run_is_returned_within_budget(
                 following = page.structured_content["page"]["nextOffset"]
                 arguments = following is not None and {**arguments, "offset": following} or None
         by_id = await session.call_tool("cobalt_results", {"runId": document["id"]})
-        seen.update(run=run, pages=pages, by_id=by_id)
+        wrong_status = await session.call_tool(
+            "cobalt_results", {"runId": document["id"], "status": "failed"}
+        )
+        wrong_evaluator = await session.call_tool(
+            "cobalt_results", {"runId": document["id"], "evaluator": "qualty"}
+        )
+        seen.update(run=run, pages=pages, by_id=by_id, wrong=[wrong_status, wrong_evaluator])
 
     run_session(project, fake_provider_server, scenario)
 
@@ -104,6 +110,10 @@ def test_every_late_failure_of_an_80_item_run_is_returned_within_budget(
     fetched = page_through(seen["pages"])
     assert all(wire_tokens(page) <= BUDGET for page in seen["pages"])
     assert sorted(item["index"] for item in items + fetched) == list(range(80))
+    wrong_status, wrong_evaluator = seen["wrong"]
+    assert wrong_status.is_error and "'failing'" in text_of(wrong_status)
+    assert wrong_evaluator.is_error
+    assert "has no evaluator 'qualty' (it has: quality)" in text_of(wrong_evaluator)
 
 
 def test_a_300_item_run_of_long_outputs_fits_and_paging_fetches_every_item(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
 from cobalt_cli.mcp.budget import fit, shortened, value_tokens
@@ -56,11 +57,14 @@ def cobalt_results_tool(
         where = where or ItemFilter()
         if where == ItemFilter() and offset is None and limit is None:
             return result(*run_document(run, project, tokens))
+        if where.evaluator is not None and where.evaluator not in run.evaluator_names:
+            known = ", ".join(run.evaluator_names) or "none"
+            raise ToolError(f"run {run.id} has no evaluator {where.evaluator!r} (it has: {known})")
         return result(
             *item_page(run, project, tokens, where=where, offset=offset or 0, limit=limit)
         )
     if where not in (None, ItemFilter()) or offset is not None:
-        raise ValueError("status, evaluator, maxScore and offset page a run's items: give runId")
+        raise ToolError("status, evaluator, maxScore and offset page a run's items: give runId")
     runs = [
         run_overview(run, project)
         for run in settle(run_list(name=experiment, limit=limit or RUNS_LISTED))

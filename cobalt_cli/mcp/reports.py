@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from cobalt_cli.mcp.budget import Fitted, compact, estimate_tokens, fit, value_tokens
 from cobalt_cli.mcp.project import Project
@@ -14,7 +14,7 @@ LOW_SCORE = 0.5  # the pass mark: a score below it makes an item failing
 FAILING_SHOWN = 10  # failing items described in the plain-language summary
 NOT_RUN = ("cancelled", "pending")
 ITEM_STATUSES = ("ok", "error", "timeout", *NOT_RUN)
-STATUS_FILTERS = ("failing", "passing", *ITEM_STATUSES)
+StatusName = Literal["failing", "passing", "ok", "error", "timeout", "cancelled", "pending"]
 RESERVED = 600  # tokens kept for the parts written after the items are chosen
 PAGE_SIZE = 50  # items of a page unless `limit` says otherwise (fewer if they do not fit)
 

@@ -17,16 +17,15 @@ from cobalt_cli.mcp.authoring import cobalt_generate_tool
 from cobalt_cli.mcp.errors import database, tool_errors
 from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reads import COMPARE_SHOWN, cobalt_compare_tool, cobalt_results_tool
-from cobalt_cli.mcp.reports import STATUS_FILTERS, ItemFilter
+from cobalt_cli.mcp.reports import ItemFilter, StatusName
 from cobalt_cli.mcp.running import cobalt_run_tool
 from cobalt_cli.mcp.workspace import Workspace
 
 StatusFilter = Annotated[
-    str | None,
+    StatusName | None,
     Field(
         description="Only items that are: failing (error, timeout, evaluation error or a score "
-        "below 0.5), passing, or of this item status: ok, error, timeout, cancelled, pending.",
-        json_schema_extra={"enum": [*STATUS_FILTERS, None]},
+        "below 0.5), passing, or of this item status."
     ),
 ]
 
