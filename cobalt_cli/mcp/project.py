@@ -102,6 +102,8 @@ class Project:
         path = os.path.abspath(file)
         if not path.endswith(".py") or path.startswith(self._installed):
             return None
+        if VENDORED_DIRS.intersection(Path(path).parts):  # another environment's packages
+            return None
         return path
 
     def _in_project(self, path: str) -> bool:
@@ -112,9 +114,9 @@ class Project:
         return not any(p.startswith(".") or p in VENDORED_DIRS for p in parts)
 
     def forget_modules(self) -> Reimport:
-        """Drop the project's modules, and outside modules whose source changed, from
-        `sys.modules`, and the bytecode of every changed one, so the next import reads the code.
-        """
+        """Drop the project's modules from `sys.modules` (and the bytecode of the changed ones),
+        so the next import reads the code. Modules from outside the project are kept unless
+        one of them changed: then all of them go (one may hold names from another)."""
         done = Reimport()
         changed = {
             name: path
@@ -131,10 +133,10 @@ class Project:
                 continue
             if self._in_project(path):
                 done.forgotten += 1
+            elif not (changed and name in self.hashes):
+                continue
             elif name in changed:
                 done.changed_outside.append(name)
-            else:
-                continue
             del sys.modules[name]
         for name in changed:
             del self.hashes[name]

@@ -108,11 +108,12 @@ def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
 
 
 def run_document(
-    run: Any, project: Project, tokens: int, *, budget: int | None = None
+    run: Any, project: Project, tokens: int, *, budget: int | None = None, passing: bool = True
 ) -> tuple[str, dict[str, Any]]:
     """(plain-language summary, document) of a run within `tokens` (its share of the
     `budget`): the run's header and summary, every failing item (with its `problems`), then
-    the passing items in order. Items that did not run are counted, not listed."""
+    (unless `passing` is false) the passing items in order. Items that did not run are
+    counted, not listed."""
     budget = budget or tokens
     header = header_of(run, project, budget)
     failing: list[dict[str, Any]] = []
@@ -130,12 +131,12 @@ def run_document(
     counts["failing"] = len(failing)
     text = describe_run(header, failing, counts["total"], error_tracebacks(run))
     room = tokens - value_tokens(header) - estimate_tokens(text) - RESERVED
-    passing = (
+    passed = (
         entry
-        for entry in entries(run)
+        for entry in (entries(run) if passing else ())
         if entry.get("status") not in NOT_RUN and not item_problems(entry)
     )
-    fitted = fit(failing, passing, room)
+    fitted = fit(failing, passed, room)
     document = {
         **header,
         "itemCounts": {

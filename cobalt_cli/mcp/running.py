@@ -263,11 +263,33 @@ def stop_runner_threads() -> list[str]:
 def documents(
     runs: list[Any], project: Project, tokens: int, budget: int
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """Each run's summary and document; the runs share the budget."""
-    share = tokens // max(1, len(runs))
+    """Each run's summary and document, within `tokens` together. With several runs, every
+    run's failing items come before any run's passing ones: a first layout without passing
+    items measures what each run needs; what is left goes to the runs whose failing items did
+    not all fit, or else is shared out for the passing items."""
     with database():
-        reports = [run_document(run, project, share, budget=budget) for run in runs]
+        if len(runs) == 1:
+            text, doc = run_document(runs[0], project, tokens, budget=budget)
+            return [text], [doc]
+        share = tokens // len(runs)
+        first = [run_document(run, project, share, budget=budget, passing=False) for run in runs]
+        needs = [size(*report) for report in first]
+        spare = max(0, tokens - sum(needs))
+        short = [
+            i for i, (_, doc) in enumerate(first) if (doc["omitted"] or {}).get("failingItems")
+        ]
+        grow = short or list(range(len(runs)))
+        reports = [
+            run_document(run, project, needs[i] + spare // len(grow), budget=budget)
+            if i in grow
+            else first[i]
+            for i, run in enumerate(runs)
+        ]
     return [text for text, _ in reports], [doc for _, doc in reports]
+
+
+def size(text: str, document: dict[str, Any]) -> int:
+    return estimate_tokens(text) + value_tokens(document)
 
 
 async def cobalt_run_tool(
