@@ -76,7 +76,8 @@ def tools(target: Project | Workspace) -> list[Tool]:
     ) -> Annotated[CallToolResult, schemas.RunOutput]:
         if isinstance(target, Workspace):
             arguments = {"file": file, "filter": filter, "concurrency": concurrency}
-            return await target.call(ctx, project, "cobalt_run", arguments)
+            with tool_errors("cobalt_run"):
+                return await target.call(ctx, project, "cobalt_run", arguments)
         with tool_errors("cobalt_run"):
             return await cobalt_run_tool(
                 local(target, project), ctx, file=file, name_filter=filter, concurrency=concurrency
@@ -125,7 +126,8 @@ def tools(target: Project | Workspace) -> list[Tool]:
                 "maxScore": maxScore,
                 "offset": offset,
             }
-            return await target.call(ctx, project, "cobalt_results", arguments)
+            with tool_errors("cobalt_results"):
+                return await target.call(ctx, project, "cobalt_results", arguments)
 
         def read() -> CallToolResult:
             with tool_errors("cobalt_results"), database():
@@ -154,7 +156,8 @@ def tools(target: Project | Workspace) -> list[Tool]:
     ) -> Annotated[CallToolResult, schemas.CompareOutput]:
         if isinstance(target, Workspace):
             arguments = {"runA": runA, "runB": runB, "offset": offset, "limit": limit}
-            return await target.call(ctx, project, "cobalt_compare", arguments)
+            with tool_errors("cobalt_compare"):
+                return await target.call(ctx, project, "cobalt_compare", arguments)
 
         def read() -> CallToolResult:
             with tool_errors("cobalt_compare"), database():
@@ -197,7 +200,8 @@ def tools(target: Project | Workspace) -> list[Tool]:
                 "overwrite": overwrite,
                 "runOneItem": runOneItem,
             }
-            return await target.call(ctx, project, "cobalt_generate", arguments)
+            with tool_errors("cobalt_generate"):
+                return await target.call(ctx, project, "cobalt_generate", arguments)
 
         def generate() -> CallToolResult:
             with tool_errors("cobalt_generate"):
