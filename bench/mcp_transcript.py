@@ -1,9 +1,10 @@
-"""A whole MCP session against `cobalt mcp`, printed as a transcript.
+"""A coding agent's MCP session on a realistic experiment, printed as a transcript.
 
-From a clean `cobalt init` folder: list tools → cobalt_run → cobalt_results → change the agent
-and cobalt_run again → cobalt_compare of the two runs → cobalt_generate for an example agent →
-cobalt_run of the generated file. The judge LLM is the fake provider of the tests (its
-`[[reply:...]]` marker makes it return the generated spec).
+A 300-item ticket-routing experiment whose agent gets 60 scattered tickets wrong (and writes
+long answers): cobalt_run → read every failing item (cobalt_results, paged) → fix the agent →
+cobalt_run → cobalt_compare → cancel a long run. Every response's size is printed in tokens
+(at one per three bytes of the JSON the client received, as the server counts) against the
+server's budget. The judge LLM is the fake provider of the tests.
 
     python bench/mcp_transcript.py [--keep]
 """
@@ -14,11 +15,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import ClientSession
@@ -28,133 +29,190 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.fake_provider import FakeProvider  # noqa: E402
-from tests.support_agent import SUPPORT_AGENT, support_spec  # noqa: E402
+
+BUDGET = 20_000
+ITEMS = 300
+
+CONFIG = 'test_dir = "experiments"\n\n[mcp]\nresult_tokens = 20000\n'
+
+EXPERIMENT = f"""\
+from agents.router import route
+from cobalt import Dataset, Evaluator, experiment
+
+TEAMS = ["billing", "shipping", "accounts"]
+dataset = Dataset(items=[
+    {{"id": f"ticket-{{n:03d}}", "input": f"ticket {{n}}: a question about {{TEAMS[n % 3]}}",
+      "number": n, "expected": TEAMS[n % 3]}}
+    for n in range({ITEMS})
+])
+
+
+def right_team(ctx):
+    team = ctx.output["team"]
+    good = team == ctx.item["expected"]
+    return {{"score": float(good), "reason": f"routed to {{team}}, expected {{ctx.item['expected']}}"}}
+
+
+evaluators = [
+    Evaluator(name="right-team", type="function", fn=right_team),
+    Evaluator(name="tone", prompt="Reply: {{{{output}}}} [[score:0.9]] Rate the tone from 0 to 1."),
+]
+
+
+@experiment("ticket-routing", dataset, evaluators=evaluators, concurrency=20)
+def run(ctx):
+    return route(ctx.item["number"], ctx.item["input"])
+"""
+
+AGENT = """\
+TEAMS = ["billing", "shipping", "accounts"]
+
+
+def route(number, text):
+    team = TEAMS[number % 3]
+    if number % 5 == 2:  # BUG: these tickets go to the wrong team
+        team = TEAMS[(number + 1) % 3]
+    reply = f"Thanks for your message about {team}. " + "Here is what happens next. " * 40
+    return {"team": team, "reply": reply}
+"""
+
+LONG_EXPERIMENT = """\
+from openai import AsyncOpenAI
+from cobalt import Dataset, Evaluator, experiment
+
+client = AsyncOpenAI()
+
+
+def answered(ctx):
+    return {"score": 1.0, "reason": "answered"}
+
+
+@experiment("long-run", Dataset(items=[{"id": f"q{n}", "input": f"question {n}"} for n in range(200)]),
+            evaluators=[Evaluator(name="answered", type="function", fn=answered)], concurrency=2)
+async def run(ctx):
+    messages = [{"role": "user", "content": "ECHO: " + ctx.item["input"]}]
+    reply = await client.chat.completions.create(model="fake", messages=messages)
+    return reply.choices[0].message.content
+"""
+
+
+def size(result: Any) -> int:
+    return len(result.model_dump_json(by_alias=True, exclude_none=True).encode()) // 3
+
+
+sizes: list[tuple[str, int]] = []
 
 
 def show(title: str, payload: object = None) -> None:
-    print(f"\n>>> {title}")
-    if payload is not None:
-        print(f"    {json.dumps(payload)}")
+    print(f"\n>>> {title}" + (f" {json.dumps(payload)}" if payload is not None else ""))
 
 
-def reply(text: str, limit: int = 40) -> None:
-    lines = text.splitlines()
+def reply(result: Any, step: str, limit: int = 14) -> None:
+    tokens = size(result)
+    sizes.append((step, tokens))
+    lines = result.content[0].text.splitlines() if result.content else []
     for line in lines[:limit]:
-        print(f"<<< {line}")
+        print(f"<<< {line[:160]}")
     if len(lines) > limit:
         print(f"<<< … ({len(lines) - limit} more lines)")
+    flag = "" if tokens <= BUDGET else "  OVER BUDGET"
+    print(f"    [{tokens:,} tokens{' · error' if result.is_error else ''}]{flag}")
 
 
-async def session_transcript(project: Path, env: dict[str, str]) -> None:
+async def call(session: ClientSession, tool: str, arguments: dict[str, Any], step: str) -> Any:
+    show(f"tools/call {tool}", arguments)
+    result = await session.call_tool(tool, arguments)
+    reply(result, step)
+    return result
+
+
+async def read_failures(session: ClientSession, run_id: str) -> int:
+    """Every failing item, a page at a time."""
+    arguments: dict[str, Any] | None = {"runId": run_id, "status": "failing", "limit": 25}
+    read = 0
+    while arguments is not None:
+        page = await call(session, "cobalt_results", arguments, "cobalt_results failing page")
+        read += page.structured_content["page"]["returned"]
+        following = page.structured_content["page"]["nextOffset"]
+        arguments = {**arguments, "offset": following} if following is not None else None
+    return read
+
+
+async def cancel_long_run(session: ClientSession, provider: FakeProvider) -> None:
+    provider.latency = 0.2
+    before = provider.request_count("/v1/chat")
+    five = anyio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if value >= 5:
+            five.set()
+
+    async def long_call() -> None:
+        await session.call_tool("cobalt_run", {"filter": "long-run"}, progress_callback=on_progress)
+
+    show("tools/call cobalt_run", {"filter": "long-run"})
+    async with anyio.create_task_group() as group:
+        group.start_soon(long_call)
+        await five.wait()
+        print("(5 of 200 items done: the client cancels the call — notifications/cancelled)")
+        group.cancel_scope.cancel()
+    cancelled_at = time.perf_counter()
+    while True:
+        listing = await session.call_tool("cobalt_results", {"experiment": "long-run", "limit": 1})
+        if listing.structured_content["runs"][0]["status"] == "cancelled":
+            break
+        await anyio.sleep(0.05)
+    print(f"(run cancelled and finalised {time.perf_counter() - cancelled_at:.2f}s later)")
+    calls = provider.request_count("/v1/chat") - before
+    run_id = listing.structured_content["runs"][0]["id"]
+    done = await call(session, "cobalt_results", {"runId": run_id}, "cobalt_results cancelled")
+    counts = done.structured_content["itemCounts"]
+    print(f"    ({counts['passing']} items ran, {counts['notRun']} cancelled; {calls} agent calls)")
+    provider.latency = 0.0
+
+
+async def transcript(project: Path, env: dict[str, str], provider: FakeProvider) -> None:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "cobalt_cli", "mcp"], cwd=str(project), env=env
     )
     with (project / "mcp-server.log").open("w") as errlog:
-        await transcript_steps(project, params, errlog)
-
-
-async def transcript_steps(project: Path, params: StdioServerParameters, errlog) -> None:
-    async with stdio_client(params, errlog=errlog) as (read, write):  # noqa: SIM117
-        async with ClientSession(read, write) as session:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             started = time.perf_counter()
             init = await session.initialize()
             show("initialize")
-            reply(f"server {init.server_info.name} {init.server_info.version}")
-
-            show("tools/list")
+            print(f"<<< server {init.server_info.name} {init.server_info.version}")
             tools = await session.list_tools()
-            reply("\n".join(f"{t.name}: {t.description}" for t in tools.tools))
+            show("tools/list")
+            for tool in tools.tools:
+                print(f"<<< {tool.name}({', '.join(tool.input_schema['properties'])})")
 
-            progress: list[tuple[float, float | None, str | None]] = []
-
-            async def on_progress(value: float, total: float | None, message: str | None) -> None:
-                progress.append((value, total, message))
-
-            arguments = {"file": "experiments/example.cobalt.py"}
-            show("tools/call cobalt_run", arguments)
-            first = await session.call_tool("cobalt_run", arguments, progress_callback=on_progress)
-            await anyio.wait_all_tasks_blocked()  # progress callbacks run as their own tasks
-            reply(f"[{len(progress)} progress notifications]")
-            for value, total, message in progress[:3]:
-                reply(f"  progress {value:g}/{total:g}: {message}")
-            reply(first.content[0].text)
-            run_a = first.structured_content["id"]
-            reply(
-                f"[structured content: results-file format, keys "
-                f"{sorted(first.structured_content)}]"
+            first = await call(
+                session, "cobalt_run", {"filter": "ticket-routing"}, "cobalt_run (60 failing)"
             )
-
-            show("tools/call cobalt_results", {"limit": 5})
-            listing = await session.call_tool("cobalt_results", {"limit": 5})
-            reply(listing.content[0].text)
-
-            show("tools/call cobalt_results", {"runId": run_a})
-            one = await session.call_tool("cobalt_results", {"runId": run_a})
-            reply(one.content[0].text, limit=6)
-
-            agent = project / "experiments" / "example.cobalt.py"
-            source = agent.read_text()
-            source = source.replace('"Toronto",  # a deliberate mistake', '"Ottawa",  # fixed')
-            source = source.replace('"japan": "Tokyo"', '"japan": "Kyoto"')
-            agent.write_text(source)
-            print("\n(edited the example agent: Canada fixed, Japan broken)")
-
-            progress.clear()
-            show("tools/call cobalt_run", arguments)
-            second = await session.call_tool("cobalt_run", arguments, progress_callback=on_progress)
-            await anyio.wait_all_tasks_blocked()  # progress callbacks run as their own tasks
-            reply(f"[{len(progress)} progress notifications]")
-            reply(second.content[0].text)
-            run_b = second.structured_content["id"]
-
-            show("tools/call cobalt_compare", {"runA": run_a, "runB": run_b})
-            diff = await session.call_tool("cobalt_compare", {"runA": run_a, "runB": run_b})
-            reply(diff.content[0].text)
-
-            (project / "agents").mkdir(exist_ok=True)
-            (project / "agents" / "support.py").write_text(SUPPORT_AGENT)
-            print("\n(wrote agents/support.py, a small support agent)")
-            generate_arguments = {
-                "agentFile": "agents/support.py",
-                "datasetSize": 5,
-                "runOneItem": True,
-                "context": "Answers refund, shipping and password questions. "
-                f"[[reply:{json.dumps(support_spec())}]]",
-            }
-            show(
-                "tools/call cobalt_generate",
-                {**generate_arguments, "context": "Answers refund, shipping … [[reply:<spec>]]"},
+            document = first.structured_content["runs"][0]
+            counts = document["itemCounts"]
+            print(
+                f"    ({counts['failingShown']} of {counts['failing']} failing items and "
+                f"{counts['shown'] - counts['failingShown']} of {counts['passing']} passing ones "
+                "in the structured content)"
             )
-            generated = await session.call_tool("cobalt_generate", generate_arguments)
-            reply(generated.content[0].text)
-            path = generated.structured_content["path"]
-            print(f"\n--- {path} ---")
-            print((project / path).read_text())
-            print("---")
+            read = await read_failures(session, document["id"])
+            print(f"    (read {read} failing items in pages)")
 
-            progress.clear()
-            show("tools/call cobalt_run", {"file": path})
-            third = await session.call_tool(
-                "cobalt_run", {"file": path}, progress_callback=on_progress
+            agent = project / "agents" / "router.py"
+            agent.write_text(agent.read_text().replace("if number % 5 == 2:", "if False:"))
+            print("\n(the agent is fixed: agents/router.py no longer misroutes)")
+            second = await call(
+                session, "cobalt_run", {"filter": "ticket-routing"}, "cobalt_run (fixed)"
             )
-            await anyio.wait_all_tasks_blocked()  # progress callbacks run as their own tasks
-            reply(f"[{len(progress)} progress notifications]")
-            reply(third.content[0].text)
-
-            show("tools/call cobalt_run", {"file": "../outside.cobalt.py"})
-            refused = await session.call_tool("cobalt_run", {"file": "../outside.cobalt.py"})
-            reply(f"[isError={refused.is_error}] {refused.content[0].text}")
-
-            show("resources/read cobalt://latest-results")
-            latest = await session.read_resource("cobalt://latest-results")
-            data = json.loads(latest.contents[0].text)
-            reply(
-                "\n".join(
-                    f"{r['name']}: run {r['id']} avg {r['avgScore']:.2f}, "
-                    f"{r['completed']}/{r['total']} completed"
-                    for r in data["results"]
-                )
+            run_b = second.structured_content["runs"][0]["id"]
+            await call(
+                session, "cobalt_compare", {"runA": document["id"], "runB": run_b}, "cobalt_compare"
             )
+            await cancel_long_run(session, provider)
             print(f"\n(session took {time.perf_counter() - started:.1f}s)")
 
 
@@ -163,6 +221,12 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the project folder.")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cobalt-mcp-transcript-"))
+    (folder / "cobalt.toml").write_text(CONFIG)
+    (folder / "experiments").mkdir()
+    (folder / "agents").mkdir()
+    (folder / "experiments" / "tickets.cobalt.py").write_text(EXPERIMENT)
+    (folder / "experiments" / "long.cobalt.py").write_text(LONG_EXPERIMENT)
+    (folder / "agents" / "router.py").write_text(AGENT)
     with FakeProvider() as provider:
         env = {
             key: value
@@ -174,17 +238,20 @@ def main() -> None:
             OPENAI_API_KEY="sk-transcript-key",
             PYTHONPATH=str(REPO),
         )
-        print(f"$ cobalt init   (in {folder})")
-        subprocess.run(
-            [sys.executable, "-m", "cobalt_cli", "init"], cwd=folder, env=env, check=True
-        )
+        print(f"(project {folder}: {ITEMS} tickets, 60 misrouted; budget {BUDGET:,} tokens)")
         try:
-            anyio.run(session_transcript, folder, env)
+            anyio.run(transcript, folder, env, provider)
         finally:
             if args.keep:
                 print(f"\nproject kept at {folder}")
             else:
                 shutil.rmtree(folder, ignore_errors=True)
+    print("\nResponse sizes (tokens, budget 20,000):")
+    for step, tokens in sizes:
+        print(f"  {tokens:>7,}  {step}")
+    over = [step for step, tokens in sizes if tokens > BUDGET]
+    print("all within budget" if not over else f"OVER BUDGET: {over}")
+    sys.exit(1 if over else 0)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ The file is rendered from that data with `repr()` only: nothing the LLM wrote be
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import keyword
 import os
@@ -29,6 +30,7 @@ import pprint
 import re
 import textwrap
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,8 +190,12 @@ def generate_experiment(
     context: str | None = None,
     overwrite: bool = False,
     run_one_item: bool = False,
+    importing: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> GeneratedExperiment:
-    """Ask the judge LLM for a dataset and evaluators for an agent; write and verify the file."""
+    """Ask the judge LLM for a dataset and evaluators for an agent; write and verify the file.
+
+    `importing()` is entered around writing and importing the file only (not the LLM call):
+    a long-lived caller holds its import lock there."""
     project = config.project_dir.resolve()
     agent_path = discovery.confine(agent_file, project, what="agentFile")
     if not agent_path.exists():
@@ -225,10 +231,11 @@ def generate_experiment(
         output_path=output_path,
         project_dir=project,
     )
-    existed = output_path.exists()
-    write_atomically(output_path, text)
-    experiment = verify(output_path, project, spec["name"])
-    trial = try_first_item(experiment, config) if run_one_item else None
+    with importing():
+        existed = output_path.exists()
+        write_atomically(output_path, text)
+        experiment = verify(output_path, project, spec["name"])
+        trial = try_first_item(experiment, config) if run_one_item else None
     return GeneratedExperiment(
         path=relative(output_path, project),
         name=spec["name"],

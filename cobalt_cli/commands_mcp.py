@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
         """Start the MCP server on stdio, for Claude Code and other MCP clients."""
         from cobalt.config import ConfigError
         from cobalt_cli.main import fail
-        from cobalt_cli.mcp_server import serve
+        from cobalt_cli.mcp import serve
 
         try:
             serve()

@@ -234,8 +234,8 @@ def test_a_heartbeat_takes_back_an_interrupted_that_came_too_early():
 @pytest.mark.django_db
 def test_every_door_shows_a_vanished_run_as_interrupted():
     from cobalt.config import active_config
-    from cobalt_cli.mcp_server import Project as McpProject
-    from cobalt_cli.mcp_server import cobalt_results_tool
+    from cobalt_cli.mcp.project import Project as McpProject
+    from cobalt_cli.mcp.reads import cobalt_results_tool
 
     client = Client(HTTP_HOST="127.0.0.1")
     mcp = McpProject(active_config())

@@ -97,8 +97,19 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "file",
             "filter",
             "concurrency",
+            "project",
         }
         assert tools["cobalt_results"].annotations.read_only_hint is True
+        for tool in tools.values():
+            assert tool.input_schema["additionalProperties"] is False
+            assert tool.output_schema["type"] == "object"
+        assert {"runs", "loadErrors", "modules"} <= set(
+            tools["cobalt_run"].output_schema["required"]
+        )
+        assert "regressionsPage" in tools["cobalt_compare"].output_schema["properties"]
+        assert {"status", "evaluator", "maxScore", "offset", "limit"} <= set(
+            tools["cobalt_results"].input_schema["properties"]
+        )
 
         resources = {str(r.uri) for r in (await session.list_resources()).resources}
         assert resources == {"cobalt://config", "cobalt://experiments", "cobalt://latest-results"}
@@ -155,15 +166,17 @@ def test_cobalt_run_streams_progress_and_returns_the_results_file(
         )
         assert not result.is_error, text_of(result)
         seen["run"] = result
-        run_id = result.structured_content["id"]
+        run_id = result.structured_content["runs"][0]["id"]
 
         listing = await session.call_tool("cobalt_results", {"limit": 5})
         assert [r["id"] for r in listing.structured_content["runs"]] == [run_id]
         assert listing.structured_content["runs"][0]["avgScore"] == pytest.approx(0.5)
         one = await session.call_tool("cobalt_results", {"runId": run_id[:6]})
-        assert one.structured_content["items"] == result.structured_content["items"]
+        assert one.structured_content["items"] == result.structured_content["runs"][0]["items"]
         missing = await session.call_tool("cobalt_results", {"runId": "no-such-run"})
         assert missing.is_error and "no run with id 'no-such-run'" in text_of(missing)
+        short = await session.call_tool("cobalt_results", {"runId": run_id[:2]})
+        assert short.is_error and "a prefix needs at least 4 characters" in text_of(short)
 
         latest = json.loads(
             (await session.read_resource("cobalt://latest-results")).contents[0].text
@@ -185,15 +198,27 @@ def test_cobalt_run_streams_progress_and_returns_the_results_file(
     assert all("item" in message and "exact" in message for _, _, message in progress)
 
     result = seen["run"]
-    structured = result.structured_content
+    (structured,) = result.structured_content["runs"]
     (results_file,) = initialised.results_files()
     on_disk = json.loads(results_file.read_text())
     assert structured["id"] == on_disk["id"]
     assert structured["summary"] == on_disk["summary"]
+    failing = [item for item in structured["items"] if item.pop("problems", None)]
+    assert [item["key"] for item in failing] == [
+        item["key"] for item in on_disk["items"] if item["evaluations"]["exact"]["score"] < 0.5
+    ]
     assert structured["items"] == on_disk["items"]
+    assert structured["itemCounts"] == {
+        "total": 8,
+        "failing": 4,
+        "passing": 4,
+        "notRun": 0,
+        "shown": 8,
+        "failingShown": 4,
+    }
+    assert structured["omitted"] is None
     assert structured["resultsFile"] == f".cobalt/results/{results_file.name}"
-    summary, body = result.content[0].text, result.content[1].text
-    assert json.loads(body) == structured
+    (summary,) = [block.text for block in result.content]  # the data is sent once
     assert "4 of 8 items failing" in summary
     assert "capital-canada" in summary and "'Toronto'" in summary
     assert "capital-france" not in summary
@@ -251,15 +276,19 @@ def test_an_edited_agent_is_reimported_and_compare_explains_the_change(
         agent.write_text(CAPITALS_AGENT.format(japan="Kyoto, surely [[score:0.2]]"))
         second = await session.call_tool("cobalt_run", {"filter": "capitals"})
         assert not second.is_error, text_of(second)
-        run_a, run_b = first.structured_content["id"], second.structured_content["id"]
+        run_a = first.structured_content["runs"][0]["id"]
+        run_b = second.structured_content["runs"][0]["id"]
         diff = await session.call_tool("cobalt_compare", {"runA": run_a, "runB": run_b})
         assert not diff.is_error, text_of(diff)
         seen.update(second=second, diff=diff)
 
     stderr = run_session(project, fake_provider_server, scenario)
 
-    assert "agent chatter on stdout japan" in stderr
-    outputs = {i["key"]: i["output"]["output"] for i in seen["second"].structured_content["items"]}
+    # Printed by two runner threads at once: the words are there, however the writes interleave.
+    assert stderr.count("agent chatter on stdout") == 4
+    assert stderr.count("japan") >= 2 and stderr.count("france") >= 2
+    (second,) = seen["second"].structured_content["runs"]
+    outputs = {i["key"]: i["output"]["output"] for i in second["items"]}
     assert outputs["japan"] == "Kyoto, surely [[score:0.2]]"  # the edited module, not a stale one
     diff = seen["diff"].structured_content
     assert diff["evaluators"]["correct"]["delta"] == pytest.approx(-0.5)
@@ -347,11 +376,17 @@ def test_file_arguments_outside_the_project_are_refused(
         assert "failed to import: RuntimeError: boom at import" in text_of(broken)
         bad_argument = await session.call_tool("cobalt_run", {"concurrency": 0})
         assert bad_argument.is_error and "concurrency" in text_of(bad_argument)
+        unknown = await session.call_tool("cobalt_run", {"fiel": "experiments/example.cobalt.py"})
+        assert unknown.is_error and "fiel" in text_of(unknown)
+        assert "Extra inputs are not permitted" in text_of(unknown)
+        paging_a_list = await session.call_tool("cobalt_results", {"status": "failing"})
+        assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
         # The server is still there and still works.
         assert len((await session.list_tools()).tools) == 4
         example = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
-        assert not example.is_error and example.structured_content["name"] == "example-qa"
+        assert not example.is_error
+        assert example.structured_content["runs"][0]["name"] == "example-qa"
         assert "broken.cobalt.py failed to import" not in text_of(example)
 
     run_session(initialised, fake_provider_server, scenario)
@@ -520,3 +555,29 @@ def test_the_rendered_file_keeps_llm_text_out_of_the_code(project):
     assert not (project.path / "PWNED").exists()
     with pytest.raises(GenerateError, match="no JSON object found|did not reply"):
         parse_spec("")
+
+
+def test_generate_calls_its_llm_without_holding_up_runs(initialised, fake_provider, monkeypatch):
+    initialised.write("agents/support.py", SUPPORT_AGENT)
+    monkeypatch.setattr(fake_provider, "latency", 6.0)  # the LLM takes its time
+    order: list[str] = []
+
+    async def generate(session: ClientSession) -> None:
+        arguments = {"agentFile": "agents/support.py", "context": scripted(support_spec())}
+        generated = await session.call_tool("cobalt_generate", arguments)
+        assert not generated.is_error, text_of(generated)
+        order.append("generated")
+
+    async def scenario(session: ClientSession) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(generate, session)
+            with anyio.fail_after(10):
+                while not fake_provider.request_count("/v1/chat"):  # the LLM call is going
+                    await anyio.sleep(0.02)
+            run = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
+            assert not run.is_error, text_of(run)
+            order.append("ran")
+
+    run_session(initialised, fake_provider, scenario)
+
+    assert order == ["ran", "generated"]

@@ -1,0 +1,123 @@
+"""The output schemas the tools declare (`outputSchema`); their structured content is
+validated against them by the SDK before it is sent. Fields not named here may be added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ItemCounts(Open):
+    total: int
+    failing: int = Field(description="Errors, timeouts, evaluation errors, scores below 0.5.")
+    passing: int
+    notRun: int = Field(description="Cancelled or pending items (not listed).")
+    shown: int
+    failingShown: int
+
+
+class Omitted(Open):
+    failingItems: int
+    otherItems: int
+    fieldLimit: int = Field(description="Characters kept of any one string.")
+    fetch: list[dict[str, Any]] = Field(description="The cobalt_results calls that fetch them.")
+    note: str
+
+
+class Page(Open):
+    filter: dict[str, Any]
+    offset: int
+    limit: int
+    returned: int
+    matched: int
+    nextOffset: int | None = Field(description="Where the next page starts; null at the end.")
+    fieldLimit: int
+
+
+class RunDocument(Open):
+    """One run in the results-file format, its items chosen to fit the token budget."""
+
+    id: str
+    name: str
+    timestamp: str
+    status: str
+    file: str | None = None
+    summary: dict[str, Any] | None = None
+    resultsFile: str | None = Field(None, description="Every item, in the project folder.")
+    budgetTokens: int
+    items: list[dict[str, Any]] = Field(
+        description="Items in dataset order; failing ones carry `problems`, shortened ones "
+        "`shortened`."
+    )
+    itemCounts: ItemCounts | None = None
+    omitted: Omitted | None = Field(None, description="What did not fit, and how to get it.")
+    page: Page | None = None
+
+
+class Modules(Open):
+    projectModulesReimported: int
+    outsideProject: list[str] = Field(description="Modules from outside the project in use.")
+    reloadedOutsideProject: list[str] = Field(description="Of those, edited and reloaded.")
+
+
+class RunOutput(Open):
+    """`cobalt_run`: one entry in `runs` per experiment run, always a list."""
+
+    runs: list[RunDocument]
+    loadErrors: list[str]
+    modules: Modules
+    orphanedThreads: list[str]
+
+
+class RunOverview(Open):
+    id: str
+    name: str
+    status: str
+    total: int
+    avgScore: float | None
+
+
+class ResultsOutput(Open):
+    """`cobalt_results`: with `runId`, that run (a RunDocument); without, `count` and `runs`."""
+
+    count: int | None = None
+    runs: list[RunOverview] | None = None
+    id: str | None = None
+    items: list[dict[str, Any]] | None = None
+
+
+class ChangesPage(Open):
+    offset: int
+    returned: int
+    total: int
+    nextOffset: int | None
+
+
+class CompareOutput(Open):
+    runA: dict[str, Any]
+    runB: dict[str, Any]
+    evaluators: dict[str, Any]
+    matchedItems: int
+    regressions: list[dict[str, Any]]
+    improvements: list[dict[str, Any]]
+    regressionCount: int
+    improvementCount: int
+    regressionsPage: ChangesPage
+    improvementsPage: ChangesPage
+
+
+class GenerateOutput(Open):
+    path: str
+    name: str
+    agentFile: str
+    function: str
+    itemCount: int
+    overwritten: bool
+    verified: bool
+    trial: dict[str, Any] | None
+    notes: list[str]

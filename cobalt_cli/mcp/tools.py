@@ -1,0 +1,257 @@
+"""The four tools' declarations: typed arguments (unknown ones refused), output schemas, and
+whether each works on this server's project or forwards to a workspace's project."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import ConfigDict, Field
+
+from cobalt_cli.mcp import schemas
+from cobalt_cli.mcp.authoring import cobalt_generate_tool
+from cobalt_cli.mcp.errors import database, tool_errors
+from cobalt_cli.mcp.project import Project
+from cobalt_cli.mcp.reads import COMPARE_SHOWN, cobalt_compare_tool, cobalt_results_tool
+from cobalt_cli.mcp.reports import ItemFilter, StatusName
+from cobalt_cli.mcp.running import cobalt_run_tool
+from cobalt_cli.mcp.workspace import Workspace
+
+StatusFilter = Annotated[
+    StatusName | None,
+    Field(
+        description="Only items that are: failing (error, timeout, evaluation error or a score "
+        "below 0.5), passing, or of this item status."
+    ),
+]
+
+
+def strict(tool: Tool) -> Tool:
+    """Refuse arguments the tool does not declare (a tool error naming them), and say so in
+    the input schema (`additionalProperties: false`)."""
+    base = tool.fn_metadata.arg_model
+    model = type(base.__name__, (base,), {"model_config": ConfigDict(extra="forbid")})
+    tool.fn_metadata.arg_model = model
+    tool.parameters = model.model_json_schema(by_alias=True)
+    return tool
+
+
+ProjectArgument = Annotated[
+    str | None,
+    Field(
+        description="In a workspace (several projects below the server's folder): the project's "
+        "folder, relative to the workspace root. Needed only when there are several."
+    ),
+]
+
+
+def local(target: Project | Workspace, project: str | None) -> Project:
+    """The project a local call works on: this server serves one, at `.`."""
+    assert isinstance(target, Project)
+    if project not in (None, "", "."):
+        raise ToolError(f"this server serves one project ({target.dir}); leave project out")
+    return target
+
+
+def tools(target: Project | Workspace) -> list[Tool]:
+    """The four tools, working on one project, or forwarding to a workspace's projects."""
+
+    async def cobalt_run(
+        ctx: Context,
+        file: Annotated[
+            str | None,
+            Field(description="Experiment file inside the project. Default: every experiment."),
+        ] = None,
+        filter: Annotated[
+            str | None, Field(description="Only experiments whose name matches (substring/glob).")
+        ] = None,
+        concurrency: Annotated[
+            int | None, Field(ge=1, le=256, description="Items in parallel (overrides config).")
+        ] = None,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, schemas.RunOutput]:
+        if isinstance(target, Workspace):
+            arguments = {"file": file, "filter": filter, "concurrency": concurrency}
+            with tool_errors("cobalt_run"):
+                return await target.call(ctx, project, "cobalt_run", arguments)
+        with tool_errors("cobalt_run"):
+            return await cobalt_run_tool(
+                local(target, project), ctx, file=file, name_filter=filter, concurrency=concurrency
+            )
+
+    async def cobalt_results(
+        ctx: Context,
+        runId: Annotated[
+            str | None, Field(description="A run id (or a unique prefix) to get its results.")
+        ] = None,
+        limit: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=1000,
+                description="Without runId: runs to list (default 10). With runId: items per "
+                "page (default 50; fewer when they do not fit in the token budget).",
+            ),
+        ] = None,
+        experiment: Annotated[
+            str | None, Field(description="List only runs whose experiment name contains this.")
+        ] = None,
+        status: StatusFilter = None,
+        evaluator: Annotated[
+            str | None,
+            Field(
+                description="Only items this evaluator scored; status failing/passing and "
+                "maxScore then look at its verdict only."
+            ),
+        ] = None,
+        maxScore: Annotated[
+            float | None, Field(description="Only items with a score at or below this.")
+        ] = None,
+        offset: Annotated[
+            int | None, Field(ge=0, description="Skip this many matching items (paging).")
+        ] = None,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, schemas.ResultsOutput]:
+        if isinstance(target, Workspace):
+            arguments = {
+                "runId": runId,
+                "limit": limit,
+                "experiment": experiment,
+                "status": status,
+                "evaluator": evaluator,
+                "maxScore": maxScore,
+                "offset": offset,
+            }
+            with tool_errors("cobalt_results"):
+                return await target.call(ctx, project, "cobalt_results", arguments)
+
+        def read() -> CallToolResult:
+            with tool_errors("cobalt_results"), database():
+                return cobalt_results_tool(
+                    local(target, project),
+                    run_id=runId,
+                    limit=limit,
+                    experiment=experiment,
+                    where=ItemFilter(status=status, evaluator=evaluator, max_score=maxScore),
+                    offset=offset,
+                )
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def cobalt_compare(
+        ctx: Context,
+        runA: Annotated[str, Field(description="Baseline run id.")],
+        runB: Annotated[str, Field(description="Candidate run id.")],
+        offset: Annotated[
+            int, Field(ge=0, description="Skip this many regressions and improvements.")
+        ] = 0,
+        limit: Annotated[
+            int, Field(ge=1, le=200, description="Regressions and improvements to return.")
+        ] = COMPARE_SHOWN,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, schemas.CompareOutput]:
+        if isinstance(target, Workspace):
+            arguments = {"runA": runA, "runB": runB, "offset": offset, "limit": limit}
+            with tool_errors("cobalt_compare"):
+                return await target.call(ctx, project, "cobalt_compare", arguments)
+
+        def read() -> CallToolResult:
+            with tool_errors("cobalt_compare"), database():
+                return cobalt_compare_tool(
+                    local(target, project), run_a=runA, run_b=runB, offset=offset, limit=limit
+                )
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def cobalt_generate(
+        ctx: Context,
+        agentFile: Annotated[
+            str, Field(description="The agent's Python source file, inside the project.")
+        ],
+        outputFile: Annotated[
+            str | None,
+            Field(
+                description="Where to write (*.cobalt.py). Default experiments/<agent>.cobalt.py"
+            ),
+        ] = None,
+        datasetSize: Annotated[
+            int, Field(ge=1, le=50, description="Dataset items to generate.")
+        ] = 10,
+        context: Annotated[
+            str | None,
+            Field(description="What the agent does, expected behaviour, edge cases to cover."),
+        ] = None,
+        overwrite: Annotated[bool, Field(description="Replace an existing file.")] = False,
+        runOneItem: Annotated[
+            bool, Field(description="Also run the first item (not recorded) to check it works.")
+        ] = False,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, schemas.GenerateOutput]:
+        if isinstance(target, Workspace):
+            arguments = {
+                "agentFile": agentFile,
+                "outputFile": outputFile,
+                "datasetSize": datasetSize,
+                "context": context,
+                "overwrite": overwrite,
+                "runOneItem": runOneItem,
+            }
+            with tool_errors("cobalt_generate"):
+                return await target.call(ctx, project, "cobalt_generate", arguments)
+
+        def generate() -> CallToolResult:
+            with tool_errors("cobalt_generate"):
+                return cobalt_generate_tool(
+                    local(target, project),
+                    agent_file=agentFile,
+                    output_file=outputFile,
+                    dataset_size=datasetSize,
+                    context=context,
+                    overwrite=overwrite,
+                    run_one_item=runOneItem,
+                )
+
+        return await anyio.to_thread.run_sync(generate)
+
+    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+    reads = ToolAnnotations(read_only_hint=True)
+    return [
+        strict(Tool.from_function(function, description=description, annotations=annotations))
+        for function, annotations, description in (
+            (
+                cobalt_run,
+                writes,
+                "Run cobalt experiments and return, within the token budget, each run's "
+                "summary, every failing item with its reasons, then the other items "
+                "(results-file format); what did not fit is named with the cobalt_results call "
+                "that fetches it. Sends a progress notification per finished item. Cancelling "
+                "the call cancels the run.",
+            ),
+            (
+                cobalt_results,
+                reads,
+                "List past experiment runs (newest first), or get one run's results; filter "
+                "its items (status, evaluator, maxScore) and page through them (offset, limit).",
+            ),
+            (
+                cobalt_compare,
+                reads,
+                "Compare two runs: per-evaluator deltas and the items that regressed or "
+                "improved (matched by item key) with both outputs and the judges' reasons; "
+                "page with offset and limit.",
+            ),
+            (
+                cobalt_generate,
+                writes,
+                "Read an agent's source, ask the configured LLM for a dataset (normal, edge "
+                "and adversarial cases) and evaluators suited to it, and write a runnable "
+                "experiment file (default experiments/<agent>.cobalt.py) that imports the "
+                "agent. Verifies the file imports. Refuses to overwrite an existing file unless "
+                "overwrite is true.",
+            ),
+        )
+    ]
