@@ -390,21 +390,30 @@ async def execute_run(
 
 
 @contextlib.asynccontextmanager
-async def keep_alive(run_id: str, db: DatabaseThread) -> AsyncIterator[None]:
+async def keep_alive(run_id: str, db: DatabaseThread) -> AsyncIterator[asyncio.Event]:
     """Touch the run every few seconds while this process executes it: a run whose heartbeat
-    stops (the process was killed) reads as `interrupted` (see `liveness`)."""
+    stops (the process was killed) reads as `interrupted` (see `liveness`). A beat that finds
+    the run ended — cancelled from another process (`cobalt cancel`, the API, the dashboard)
+    — cancels the execution here; the yielded event says that is why it was cancelled."""
+    executing = asyncio.current_task()
+    stopped_elsewhere = asyncio.Event()
 
     async def beat() -> None:
         while True:
             await asyncio.sleep(liveness.beat_interval())
             try:
-                await db(services.run_heartbeat, run_id)
+                alive = await db(services.run_heartbeat, run_id)
             except Exception as exc:  # noqa: BLE001 - a missed beat is not worth a failed run
                 logger.warning("could not record the heartbeat of run %s: %s", run_id, exc)
+                continue
+            if not alive and executing is not None:
+                stopped_elsewhere.set()
+                executing.cancel()
+                return
 
     task = asyncio.get_running_loop().create_task(beat())
     try:
-        yield
+        yield stopped_elsewhere
     finally:
         task.cancel()
 
@@ -452,17 +461,20 @@ async def run_experiment(
         on_start(run.id)
     env = make_env(config, db, no_cache=no_cache)
     status = Run.Status.COMPLETED
+    stopped_elsewhere = asyncio.Event()
     try:
         await db(services.run_start, run.id)
         run = await db(Run.objects.get, id=run.id)
         if reporter is not None:
             reporter.run_started(run, experiment)
-        async with keep_alive(run.id, db):
+        async with keep_alive(run.id, db) as stopped_elsewhere:
             await execute_run(run, experiment, env, reporter=reporter)
     except asyncio.CancelledError:
         status = Run.Status.CANCELLED
         await asyncio.shield(db(services.run_cancel_pending, run.id))
-        raise
+        if not stopped_elsewhere.is_set():
+            raise  # Ctrl-C, a client gone: the caller is being cancelled too
+        asyncio.current_task().uncancel()  # cancelled by another process: a finished run
     except Exception as exc:
         status = Run.Status.FAILED
         await asyncio.shield(db(services.run_fail, run.id, f"{type(exc).__name__}: {exc}"))

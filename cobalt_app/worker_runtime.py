@@ -214,14 +214,17 @@ class Runtime:
         """The named items, then the run's next pending ones, `then` at a time, to the end."""
         self.ensure_started()
         done = 0
-        claims = (
-            [] if self.stopping.is_set() else self.call_db(team.items_claim, item_ids, self.name)
-        )
+        # Bounded: the message must be acknowledged before the broker's visibility timeout
+        # gives it to another worker as well (which would add a lane to the run).
+        deadline = time.monotonic() + lane_budget()
+        stopping = self.stopping.is_set()
+        claims = [] if stopping else self.call_db(team.items_claim, item_ids, self.name)
         while True:
             done += self._run_claims(claims, work)
             if then < 1 or self.run_stopped(run_id):
                 break
-            if self.stopping.is_set():  # the lane goes on elsewhere, from the run's next items
+            if self.stopping.is_set() or time.monotonic() > deadline:
+                # The lane goes on as a new message (here or elsewhere) from the run's next items.
                 self.call_db(team.enqueue_lane, run_id, then)
                 break
             claims = self.call_db(team.items_claim_next, run_id, self.name, then)
@@ -486,6 +489,13 @@ class Runtime:
             team.worker_gone(self.name)
         except Exception:
             logger.warning("could not unregister worker %s", self.name)
+
+
+def lane_budget() -> float:
+    """Seconds a lane claims new items for: a third of the broker's visibility timeout."""
+    from django.conf import settings
+
+    return max(1.0, float(settings.VISIBILITY_TIMEOUT) / 3)
 
 
 def shutdown_grace() -> float:

@@ -240,11 +240,14 @@ def watch(
 
 
 def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous prefix).")]):
-    """Stop a run: its unfinished items are cancelled and workers drop them."""
-    _team_setup()
+    """Stop a run, started here or anywhere: its unfinished items are cancelled; the workers,
+    or the process executing it (`cobalt run`, the API, MCP), stop within seconds."""
+    from cobalt_cli.main import console, fail, setup
+
+    config = setup(migrate=False)
+    os.chdir(config.project_dir)
     from cobalt_app import team
     from cobalt_app.selectors import RunNotFound, run_get
-    from cobalt_cli.main import console, fail
 
     try:
         run = run_get(run_id)

@@ -198,6 +198,13 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
     for line in [*warnings(run), *(extra_warnings or [])]:
         console.print(f"  [yellow]⚠ {escape(line)}[/]")
     console.print()
+    if run.status == "cancelled":
+        not_run = status.get("cancelled", 0) + status.get("pending", 0)
+        console.print(
+            f" [yellow]Run {run.id} was cancelled: {plural(not_run, 'item')} did not run; "
+            f"`cobalt run --resume {run.id}` runs them.[/]",
+            soft_wrap=True,
+        )
     if run.results_path:
         console.print(f" Results saved to {escape(display_path(run.results_path))}", soft_wrap=True)
     console.print(f" Run ID: [bold]{run.id}[/]")

@@ -200,6 +200,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Redis hands a message that was not acknowledged within this many seconds to another worker.
+# A lane (cobalt_app.worker_runtime) therefore works for at most a third of it, then hands
+# its continuation to the queue as a new message.
+VISIBILITY_TIMEOUT = env.float("COBALT_VISIBILITY_TIMEOUT", default=3600.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": VISIBILITY_TIMEOUT}
 
 LOGGING = {
     "version": 1,

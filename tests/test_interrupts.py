@@ -193,6 +193,23 @@ def test_resume_refuses_a_run_another_process_is_executing_and_keeps_both_durati
     assert after > before  # the resumed part is added, not put in the place of the first
 
 
+def test_cobalt_cancel_stops_an_embedded_run_started_in_another_terminal(blocking, cobalt_cli):
+    process = start(blocking)
+    wait_for_quick_items(blocking, process)
+    [(run_id,)] = query(blocking, "select id from cobalt_app_run")
+
+    cancelled = cobalt_cli(blocking, "cancel", run_id[:6])
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"Cancelled run {run_id}" in cancelled.stdout
+    out, err = process.communicate(timeout=DEADLINE)  # it notices within its beat (2 s)
+    assert process.returncode == 1, out + err  # the cancelled status, not a crash or a hang
+    assert query(blocking, "select status from cobalt_app_run") == [("cancelled",)]
+    assert item_statuses(blocking) == {"ok": QUICK, "cancelled": ITEMS - QUICK}
+    assert (blocking.path / "executed.log").read_text().split() == ["0", "1", "2"]
+    assert f"Run {run_id} was cancelled: 5 items did not run" in out
+    resume_completes_only_the_missing_items(blocking, run_id)
+
+
 # In-process: the rule and the doors ---------------------------------------------------------
 
 
