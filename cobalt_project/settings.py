@@ -175,6 +175,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "cobalt_app.api.views.document_request_line_limit",
+    ],
     "SERVE_PERMISSIONS": ["cobalt_app.api.permissions.CobaltAccess"],
     "SERVE_AUTHENTICATION": [
         "rest_framework.authentication.TokenAuthentication",
