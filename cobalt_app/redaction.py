@@ -13,7 +13,11 @@ name a database, broker or webhook URL. It hides
 * query-string values whose name is a secret (`?api-key=`, `key`, `token`, `sig`,
   `signature`, `password`, `secret`, `access_token`, `X-Amz-Credential`, ...);
 * the path and query of a webhook address (under the key `url`): Slack and Discord put the
-  token in the path.
+  token in the path;
+* in any text (a provider's error message, a log line): the `secrets=` given (the API key a
+  call used), key-shaped tokens (`sk-…`, `sk-ant-…`, `pk-lf-…`), `Bearer …` / `Basic …`
+  credentials and `name=value` or `name: value` whose name ends in a secret word
+  (`api_key=…`, `Password: …`, `X-Api-Key: …`).
 
 Hidden values read `***`. Standard library only: `cobalt.config` (no Django) uses it too.
 """
@@ -21,7 +25,7 @@ Hidden values read `***`. Standard library only: `cobalt.config` (no Django) use
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,28 +56,46 @@ VARIABLE_NAME_SUFFIX = "env"  # `api_key_env = "MY_KEY"` names a variable: shown
 
 URL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 WORD_PATTERN = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*.]{6,}")
+SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
+NAMED_VALUE = re.compile(r"\b([A-Za-z][\w-]*)(\s*[=:]\s*)((?!\{)[^\s,;'\"&]{6,})")  # not {{x}}
 
 
-def redact(value: Any, key: str = "") -> Any:
+def redact(value: Any, key: str = "", *, secrets: Iterable[str] = ()) -> Any:
     """`value` with every secret in it replaced by `***`, safe to show or log.
 
     Mappings and lists are copied, never changed in place. `key` is the name `value` is
     stored under (a mapping's keys are passed down by themselves): a secret-looking name
     hides a non-empty value whole, even a table, and `url` hides a webhook address' path.
-    Any string has the passwords and secret query values of the URLs inside it hidden, so a
-    whole error message can be passed too.
+    Any string has the passwords and secret query values of the URLs inside it hidden, and
+    the credentials of free text (see the module's docstring), so a whole error message can
+    be passed too; `secrets` are values known to be secret (a key just used).
     """
     if is_secret_key(key) and value not in (None, "", False, {}, []):
         return MASK
     if isinstance(value, Mapping):
-        return {k: redact(v, str(k)) for k, v in value.items()}
+        return {k: redact(v, str(k), secrets=secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(v, key) for v in value]
+        return [redact(v, key, secrets=secrets) for v in value]
     if not isinstance(value, str):
         return value
     if key == "url":
         return URL_PATTERN.sub(lambda m: _host_only(m.group(0)), value)
-    return URL_PATTERN.sub(lambda m: _redact_url(m.group(0)), value)
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            value = value.replace(secret, MASK)
+    value = URL_PATTERN.sub(lambda m: _redact_url(m.group(0)), value)
+    value = KEY_SHAPED.sub(MASK, value)
+    value = SCHEME_CREDENTIAL.sub(lambda m: f"{m.group(1)} {MASK}", value)
+    return NAMED_VALUE.sub(_hide_named_value, value)
+
+
+def _hide_named_value(match: re.Match[str]) -> str:
+    """`api_key=abc123` → `api_key=***`: the last word of the name is a secret word."""
+    name, separator, _ = match.groups()
+    words = [w.lower() for w in WORD_PATTERN.findall(name)]
+    secret = bool(words) and (words[-1] in SECRET_WORDS or "".join(words).endswith("apikey"))
+    return f"{name}{separator}{MASK}" if secret else match.group(0)
 
 
 def is_secret_key(key: str) -> bool:

@@ -70,6 +70,25 @@ def test_passwords_and_secret_query_values_are_hidden_in_any_url_form(given, sho
     assert redact(given) == shown
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        (
+            "openai: HTTP 401: Incorrect API key provided: sk-test-SECRET-0001. See docs",
+            "openai: HTTP 401: Incorrect API key provided: *** See docs",
+        ),
+        ("sent Authorization: Bearer abcdef123456", "sent Authorization: *** ***"),
+        ("api_key=abc123456 and X-Api-Key: zyx98765", "api_key=*** and X-Api-Key: ***"),
+        ("Password: hunter22, user bob", "Password: ***, user bob"),
+        ("the call used MY-KEY-1234 twice", "the call used *** twice"),
+        ("KeyError: missing_field at host:6379", "KeyError: missing_field at host:6379"),
+        ("Rate the token: {{output}}", "Rate the token: {{output}}"),
+    ],
+)
+def test_credentials_in_free_text_are_hidden_and_ordinary_text_is_not(given, shown):
+    assert redact(given, secrets=["MY-KEY-1234"]) == shown
+
+
 def test_keys_that_name_secrets_are_hidden_and_variable_names_and_counts_are_not():
     shown = redact(
         {
