@@ -177,7 +177,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "cobalt_app.api.views.document_request_line_limit",
+        "cobalt_app.api.views.document_server_limits",
     ],
     "SERVE_PERMISSIONS": ["cobalt_app.api.permissions.CobaltAccess"],
     "SERVE_AUTHENTICATION": [

@@ -128,6 +128,23 @@ def test_bad_item_list_parameters_are_400s_too(api_project, api):  # noqa: F811
         assert list(response.json()) == [field]
 
 
+def test_the_schema_documents_page_bounds_and_that_text_may_not_hold_nul(api_project, api):  # noqa: F811
+    schema = api.get("/api/schema/?format=json").json()
+    parameters = {
+        p["name"]: p["schema"] for p in schema["paths"]["/api/runs/"]["get"]["parameters"]
+    }
+    assert parameters["page_size"] | {"default": 50} == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 500,
+        "default": 50,
+    }
+    assert parameters["page"] == {"type": "integer", "minimum": 1}
+    assert parameters["tag"]["pattern"] == parameters["name"]["pattern"] == "^[^\\u0000]*$"
+    start = schema["components"]["schemas"]["StartRunRequest"]["properties"]
+    assert start["file"]["pattern"] == start["tags"]["items"]["pattern"] == "^[^\\u0000]*$"
+
+
 def test_a_request_line_too_long_for_the_server_is_a_documented_414(api_project, api):  # noqa: F811
     schema = api.get("/api/schema/?format=json").json()
     for path, operations in schema["paths"].items():

@@ -45,17 +45,36 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: ERRORS[code] for code in (401, 403, *codes)}
 
 
-def document_request_line_limit(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """A schema hook (SPECTACULAR_SETTINGS): every operation may answer 414, which the server
-    sends before any view runs."""
+NO_NUL = "^[^\\u0000]*$"  # Django refuses text with a NUL character (a 400, never stored)
+
+
+def document_server_limits(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A schema hook (SPECTACULAR_SETTINGS) documenting what every operation refuses before
+    its view runs: a 414 for a request line the server (gunicorn) will not read, and text
+    with a NUL character in a query parameter or a request body (a 400)."""
     too_long = {
         "description": f"The request line (method, path and query) is longer than "
         f"{REQUEST_LINE_MAX} bytes: the server (gunicorn) refuses it before the API reads it."
     }
+    bodies: set[str] = set()
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             operation.setdefault("responses", {})["414"] = too_long
+            for parameter in operation.get("parameters", []):
+                _refuse_nul(parameter.get("schema", {}))
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                bodies.add(content.get("schema", {}).get("$ref", "").rsplit("/", 1)[-1])
+    components = result.get("components", {}).get("schemas", {})
+    for name in bodies & set(components):
+        for field in components[name].get("properties", {}).values():
+            _refuse_nul(field)
+            _refuse_nul(field.get("items", {}))
     return result
+
+
+def _refuse_nul(schema: dict[str, Any]) -> None:
+    if schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema):
+        schema["pattern"] = NO_NUL
 
 
 class ProjectMisconfigured(exceptions.APIException):
@@ -150,6 +169,8 @@ class Pagination(PageNumberPagination):
                     "maximum": self.max_page_size,
                     "default": self.page_size,
                 }
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}  # page 0 is a 404
         return parameters
 
 
