@@ -17,7 +17,7 @@ from cobalt_app.models import Run
 from cobalt_app.redaction import redact
 from tests.test_api import api, api_project, token, user  # noqa: F401 (fixtures)
 
-SECRETS = [f"PW{n}-s3cr3t" for n in range(9)]
+SECRETS = [f"PW{n}-s3cr3t" for n in range(11)]
 
 CONFIG = f"""
 test_dir = "experiments"
@@ -30,6 +30,10 @@ base_url = "https://judge:{SECRETS[2]}@llm.internal/v1?api-key={SECRETS[3]}&depl
 [env]
 LANGFUSE_HOST = "https://pk-lf-1:{SECRETS[4]}@langfuse.internal"
 LANGFUSE_SECRET_KEY = "{SECRETS[5]}"
+
+[langfuse]
+host = "https://lf-user:{SECRETS[9]}@langfuse.internal"
+secret_key = "{SECRETS[10]}"
 
 [[webhooks]]
 url = "https://hooks.slack.com/services/T0/B0/{SECRETS[6]}"
@@ -123,6 +127,10 @@ def test_the_config_endpoint_shows_no_password_key_or_token(api_project, api):  
     assert config["env"] == {
         "LANGFUSE_HOST": "https://pk-lf-1:***@langfuse.internal",
         "LANGFUSE_SECRET_KEY": "***",
+    }
+    assert config["langfuse"] == {
+        "host": "https://lf-user:***@langfuse.internal",
+        "secret_key": "***",
     }
     assert config["webhooks"] == [{"url": "https://hooks.slack.com/…", "secret": "***"}]
 
