@@ -58,7 +58,8 @@ URL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 WORD_PATTERN = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*.]{6,}")
 SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
-NAMED_VALUE = re.compile(r"\b([A-Za-z][\w-]*)(\s*[=:]\s*)((?!\{)[^\s,;'\"&]{6,})")  # not {{x}}
+# `name=value` / `name: value` in text; not a {{placeholder}}, nor what is already hidden.
+NAMED_VALUE = re.compile(r"\b([A-Za-z][\w-]*)(\s*[=:]\s*)((?!\{|\*\*\*)[^\s,;'\"&]{6,})")
 
 
 def redact(value: Any, key: str = "", *, secrets: Iterable[str] = ()) -> Any:
@@ -109,7 +110,7 @@ def is_secret_key(key: str) -> bool:
 
 def _redact_url(url: str) -> str:
     scheme, rest = url.split("://", 1)
-    authority, sep, tail = _split_authority(rest)
+    authority, tail = _split_authority(rest)
     if "@" in authority:
         userinfo, host = authority.rsplit("@", 1)
         user, colon, _password = userinfo.partition(":")
@@ -118,11 +119,11 @@ def _redact_url(url: str) -> str:
         elif scheme.lower() in ("http", "https"):
             userinfo = MASK
         authority = f"{userinfo}@{host}"
-    return f"{scheme}://{authority}{sep}{_redact_query(tail)}"
+    return f"{scheme}://{authority}{_redact_query(tail)}"
 
 
-def _split_authority(rest: str) -> tuple[str, str, str]:
-    """`user:pw@host:6379`, the separator after it (`/`, `?`, `#` or nothing), the rest.
+def _split_authority(rest: str) -> tuple[str, str]:
+    """`user:pw@host:6379` and what follows it (from its `/`, `?` or `#` on).
 
     As URL parsers do, the authority ends at the first `/`, `?` or `#`, and the user part at
     its last `@`. A password written with a raw `/`, `?` or `#` (`redis://:a/b@host`) would
@@ -134,7 +135,7 @@ def _split_authority(rest: str) -> tuple[str, str, str]:
     port = rest[colon + 1 : end].isdigit()  # `host:8080/users/@me` is a path
     if "@" not in rest[:end] and at > end and 0 <= colon < end and not port:
         end = next((i for i, c in enumerate(rest) if c in "/?#" and i > at), len(rest))
-    return rest[:end], rest[end : end + 1], rest[end + 1 :]
+    return rest[:end], rest[end:]
 
 
 def _redact_query(tail: str) -> str:

@@ -51,6 +51,7 @@ secret = "{SECRETS[7]}"
         ("redis://:with/slash@host/0", "redis://:***@host/0"),
         ("postgres://bob@db/cobalt", "postgres://bob@db/cobalt"),
         ("https://ghp_token@github.com/o/r", "https://***@github.com/o/r"),
+        ("https://x-access-token:ghp_1@github.com/o", "https://x-access-token:***@github.com/o"),
         ("https://h/v1?api-key=k&x=1", "https://h/v1?api-key=***&x=1"),
         ("https://h/?api_key=k&apikey=k&key=k", "https://h/?api_key=***&apikey=***&key=***"),
         (
@@ -63,6 +64,9 @@ secret = "{SECRETS[7]}"
             "https://h/?client_secret=***&X-Amz-Credential=***",
         ),
         ("https://h/?page=2&keyword=paris", "https://h/?page=2&keyword=paris"),
+        ("https://h?api_key=k&b=1", "https://h?api_key=***&b=1"),
+        ("redis://h:6379?password=pw", "redis://h:6379?password=***"),
+        ("https://h#access_token=t", "https://h#access_token=***"),
         ("https://host:8080/users/@me", "https://host:8080/users/@me"),
         (
             "cannot reach the broker at redis://:pw@h:1/0: refused",
