@@ -573,7 +573,7 @@ def _read_text(path: StrPath) -> str:
 
 def _check_unique_ids(items: list[Item], *, path: str | None, lines: list[int] | None) -> None:
     """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
-    key, `str(id)` (so `1` and `"1"` are the same id), and would take them for one item.
+    `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
 
     Items without an id are keyed by their content: two identical ones are the same test
     case, and stay allowed.
@@ -583,10 +583,9 @@ def _check_unique_ids(items: list[Item], *, path: str | None, lines: list[int] |
         item_id = item.get("id")
         if item_id is None:
             continue
-        first = first_of.setdefault(str(item_id), index)
+        first = first_of.setdefault(item_key(item), index)
         if first == index:
             continue
-
         earlier = items[first]["id"]
         alike = "" if repr(earlier) == repr(item_id) else f", as {earlier!r}: ids compare as text"
         raise DatasetError(
@@ -623,15 +622,20 @@ def _non_finite_error(
     found = next(m for m in BARE_CONSTANT.finditer(text) if m.group(1))
     offset = found.start(1)
     line_start = text.rfind("\n", 0, offset) + 1
-    field = _constant_path(json.loads(text, parse_constant=_Constant)) or []
+    try:
+        field = _constant_path(json.loads(text, parse_constant=_Constant))
+    except json.JSONDecodeError:
+        field = None  # the text is broken further on too: the line and column still hold
     where = ""
     if items_key is not None and field:  # a .json file: the array, or {"items": [...]}
         if field[0] == items_key and len(field) > 1:
             field = field[1:]
         if isinstance(field[0], int):
             where, field = f"item at index {field[0]}: ", field[1:]
-    shown = _field_name(field)
-    subject = f"field {shown!r}" if shown else "the value"
+    if field is None:
+        subject = "a value"
+    else:
+        subject = f"field {_field_name(field)!r}" if field else "the value"
     return DatasetError(
         f"{where}{subject} is {found.group(1)}, which a dataset cannot hold (items are stored "
         'as standard JSON). Write a number, null or a string such as "NaN" instead.',

@@ -746,6 +746,7 @@ def test_identical_items_without_ids_stay_allowed_as_the_same_test_case():
         ),
         ("qa.json", '[{"a": 1}, {"b": Infinity}]', "line 1, column 18: item at index 1: field 'b'"),
         ("qa.jsonl", "NaN\n", "line 1, column 1: the value is NaN"),
+        ("qa.jsonl", '{"a": NaN, oops}\n', "line 1, column 7: a value is NaN"),
     ],
 )
 def test_nan_and_infinity_in_a_json_file_are_errors_naming_line_column_and_field(
