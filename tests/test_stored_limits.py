@@ -17,7 +17,7 @@ import pytest
 
 from cobalt_app import results
 from cobalt_app.models import Run
-from tests.team_harness import PG_ADMIN_URL
+from tests.team_harness import PG_ADMIN_URL, REDIS_URL
 
 LONG_NAME = "n" * 250
 LONG_TAG = "t" * 120
@@ -102,9 +102,14 @@ def test_on_sqlite_long_names_tags_and_ids_are_refused_before_the_run(project, c
     assert runs_in_sqlite(project) == 0
 
 
-def test_on_postgresql_the_same_names_are_refused_the_same_way(project, cobalt_cli, postgres_url):
+@pytest.mark.parametrize("team", [False, True], ids=["embedded", "team"])
+def test_on_postgresql_the_same_names_are_refused_the_same_way(
+    project, cobalt_cli, postgres_url, team
+):
     project.write("experiments/long.cobalt.py", EXPERIMENT)
     env = {"COBALT_DATABASE_URL": postgres_url}
+    if team:  # Redis answers, no worker is needed: nothing may be enqueued
+        env |= {"COBALT_BROKER_URL": REDIS_URL, "COBALT_QUEUE": f"limits-{os.getpid()}"}
     migrated = cobalt_cli(project, "migrate", env=env)
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
 
