@@ -154,17 +154,6 @@ class Dataset:
         name: str | None = None,
         source: str | None = None,
     ) -> None:
-        self._fill(items, name=name, source=source, lines=None)
-
-    def _fill(
-        self,
-        items: Iterable[Item] | None,
-        *,
-        name: str | None,
-        source: str | None,
-        lines: list[int] | None,
-    ) -> None:
-        """Check and store the items; `lines` (of a file's items) point errors at them."""
         if items is None:
             items = ()
         if isinstance(items, dict | str | bytes):
@@ -182,7 +171,7 @@ class Dataset:
                 )
             checked.append(dict(item))
         file = source if source not in (None, INLINE_SOURCE) else None
-        _check_unique_ids(checked, path=file, lines=lines)
+        _check_unique_ids(checked, path=file, lines=None)
         self._init(tuple(checked), name, source if source is not None else INLINE_SOURCE, None)
 
     def _init(
@@ -307,7 +296,8 @@ class Dataset:
                 )
             items.append(value)
             lines.append(line_number)
-        return cls._loaded(items, path, name, lines=lines)
+        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
+        return cls._loaded(items, path, name)
 
     @classmethod
     def from_csv(cls, path: StrPath, *, delimiter: str = ",", name: str | None = None) -> Dataset:
@@ -350,7 +340,8 @@ class Dataset:
                 "input,expected). Add a header row followed by one row per item.",
                 path=path,
             )
-        return cls._loaded(items, path, name, lines=lines)
+        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
+        return cls._loaded(items, path, name)
 
     # Remote loaders live in cobalt.remote (HTTP, pagination, credentials; standard library
     # only, like this module). It is imported by name, lazily, so loading a dataset file never
@@ -377,19 +368,9 @@ class Dataset:
         return _remote().from_braintrust(project, dataset, **options)
 
     @classmethod
-    def _loaded(
-        cls,
-        items: Iterable[Item],
-        path: StrPath,
-        name: str | None,
-        *,
-        lines: list[int] | None = None,
-    ) -> Dataset:
+    def _loaded(cls, items: Iterable[Item], path: StrPath, name: str | None) -> Dataset:
         source = os.fspath(path)
-        dataset = object.__new__(cls)
-        shown = name if name is not None else Path(source).stem
-        dataset._fill(items, name=shown, source=source, lines=lines)
-        return dataset
+        return cls(items, name=name if name is not None else Path(source).stem, source=source)
 
     # ------------------------------------------------------------------ accessors
 
@@ -571,7 +552,7 @@ def _read_text(path: StrPath) -> str:
         ) from None
 
 
-def _check_unique_ids(items: list[Item], *, path: str | None, lines: list[int] | None) -> None:
+def _check_unique_ids(items: list[Item], *, path: StrPath | None, lines: list[int] | None) -> None:
     """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
     `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
 
