@@ -34,6 +34,7 @@ import importlib
 import inspect
 import io
 import json
+import math
 import os
 import random
 import re
@@ -172,6 +173,7 @@ class Dataset:
             checked.append(dict(item))
         file = source if source not in (None, INLINE_SOURCE) else None
         _check_unique_ids(checked, path=file, lines=None)
+        _check_finite(checked, path=file)
         self._init(tuple(checked), name, source if source is not None else INLINE_SOURCE, None)
 
     def _init(
@@ -449,6 +451,7 @@ class Dataset:
                 )
             mapped.append(dict(result))
         _check_unique_ids(mapped, path=None, lines=None)
+        _check_finite(mapped, path=None)
         return self._derive(mapped)
 
     def filter(self, fn: Callable[[Item], object]) -> Dataset:
@@ -600,11 +603,12 @@ def _non_finite_error(
 ) -> DatasetError:
     """NaN or Infinity cannot be stored (standard JSON has neither): name its line, column
     and field. The text has already been parsed once, up to the constant."""
-    found = next(m for m in BARE_CONSTANT.finditer(text) if m.group(1))
-    offset = found.start(1)
+    token = next(m for m in BARE_CONSTANT.finditer(text) if m.group(1))
+    offset = token.start(1)
     line_start = text.rfind("\n", 0, offset) + 1
     try:
-        field = _constant_path(json.loads(text, parse_constant=_Constant))
+        located = _find(json.loads(text, parse_constant=_Constant), _is_constant)
+        field = None if located is None else located[0]
     except json.JSONDecodeError:
         field = None  # the text is broken further on too: the line and column still hold
     where = ""
@@ -618,7 +622,7 @@ def _non_finite_error(
     else:
         subject = f"field {_field_name(field)!r}" if field else "the value"
     return DatasetError(
-        f"{where}{subject} is {found.group(1)}, which a dataset cannot hold (items are stored "
+        f"{where}{subject} is {token.group(1)}, which a dataset cannot hold (items are stored "
         'as standard JSON). Write a number, null or a string such as "NaN" instead.',
         path=path,
         line=first_line + text.count("\n", 0, offset),
@@ -626,16 +630,43 @@ def _non_finite_error(
     )
 
 
-def _constant_path(value: Any) -> list[str | int] | None:
-    """The keys and indices leading to the first NaN/Infinity, in the order of the text."""
-    if isinstance(value, _Constant):
-        return []
-    if not isinstance(value, dict | list):
+def _check_finite(items: list[Item], *, path: StrPath | None) -> None:
+    """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither."""
+    for index, item in enumerate(items):
+        found = _find(item, _is_non_finite)
+        if found is not None:
+            field, value = found
+            raise DatasetError(
+                f"item at index {index}: field {_field_name(field)!r} is {value!r}, which a "
+                "dataset cannot hold (items are stored as standard JSON). Use None, a number "
+                'or a string such as "NaN" instead.',
+                path=path,
+            )
+
+
+def _is_constant(value: Any) -> bool:
+    return isinstance(value, _Constant)
+
+
+def _is_non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _find(value: Any, wanted: Callable[[Any], bool]) -> tuple[list[str | int], Any] | None:
+    """The keys and indices leading to the first value that is `wanted` (in the order of the
+    text, for parsed JSON), and that value."""
+    if wanted(value):
+        return [], value
+    if isinstance(value, dict):
+        children: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        children = enumerate(value)
+    else:
         return None
-    for key, child in value.items() if isinstance(value, dict) else enumerate(value):
-        below = _constant_path(child)
+    for key, child in children:
+        below = _find(child, wanted)
         if below is not None:
-            return [key, *below]
+            return [key, *below[0]], below[1]
     return None
 
 

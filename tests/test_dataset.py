@@ -762,6 +762,17 @@ def test_nan_and_infinity_in_a_json_file_are_errors_naming_line_column_and_field
     assert 'Write a number, null or a string such as "NaN" instead.' in str(info.value)
 
 
+def test_nan_or_infinity_in_an_inline_or_mapped_dataset_is_an_error_naming_item_and_field():
+    with pytest.raises(DatasetError) as info:
+        Dataset([{"id": 1, "x": 1.0}, {"id": 2, "scores": {"p": [0.5, float("nan")]}}])
+    assert str(info.value).startswith(
+        "item at index 1: field 'scores.p[1]' is nan, which a dataset cannot hold"
+    )
+
+    with pytest.raises(DatasetError, match="^item at index 0: field 'x' is inf, which"):
+        Dataset([{"x": 1.0}]).map(lambda item: {"x": item["x"] * float("inf")})
+
+
 def test_nan_as_a_string_or_in_a_key_is_data_not_an_error(tmp_path):
     path = write(tmp_path / "qa.jsonl", '{"NaN": "Infinity", "input": "NaN \\" Infinity"}\n')
 
