@@ -83,6 +83,24 @@ def test_unknown_api_paths_are_json_404s_for_every_method(api_project, method, p
     assert response.json()["detail"].startswith(f"no API endpoint at {path}")
 
 
+def test_an_endpoint_without_its_slash_redirects_a_get_and_names_the_path_otherwise(
+    api_project,  # noqa: F811
+):
+    client = Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True)
+
+    redirected = client.get("/api/runs", {"page_size": "2"})
+    assert redirected.status_code == 301
+    assert redirected["Location"] == "/api/runs/?page_size=2"
+
+    posted = client.post("/api/runs", {"file": "experiments/qa.cobalt.py"})
+    assert posted.status_code == 404
+    assert posted.json()["detail"] == (
+        "no API endpoint at /api/runs (API paths end with a slash: /api/runs/); "
+        "the endpoints are listed at /api/docs/"
+    )
+    assert Run.objects.count() == 0
+
+
 def test_a_post_without_csrf_token_on_a_session_is_a_json_403(api_project, user):  # noqa: F811
     client = Client(HTTP_HOST="127.0.0.1", enforce_csrf_checks=True)
     client.force_login(user)

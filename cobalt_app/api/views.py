@@ -113,6 +113,9 @@ class DocsView(ExplainAuthentication, SpectacularSwaggerView):
     pass
 
 
+NOT_FOUND = "api-not-found"  # the name of the catch-all route below /api/
+
+
 @csrf_exempt  # it changes nothing: a POST gets this JSON 404, not the CSRF failure page
 def endpoint_not_found(request: HttpRequest) -> HttpResponse:
     """Any other path under /api/, whatever the method. A GET of an endpoint without its
@@ -128,9 +131,6 @@ def endpoint_not_found(request: HttpRequest) -> HttpResponse:
         {"detail": f"no API endpoint at {path}{hint}; the endpoints are listed at /api/docs/"},
         status=404,
     )
-
-
-NOT_FOUND = "api-not-found"
 
 
 class Pagination(PageNumberPagination):
