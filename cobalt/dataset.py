@@ -266,6 +266,7 @@ class Dataset:
                     f'object. Make every item an object like {{"input": "..."}}.',
                     path=path,
                 )
+        _check_unique_ids(raw_items, path=path, lines=lambda: _json_item_lines(text, len(raw_items)))
         return cls._loaded(raw_items, path, name)
 
     @classmethod
@@ -555,12 +556,18 @@ def _read_text(path: StrPath) -> str:
         ) from None
 
 
-def _check_unique_ids(items: list[Item], *, path: StrPath | None, lines: list[int] | None) -> None:
+def _check_unique_ids(
+    items: list[Item],
+    *,
+    path: StrPath | None,
+    lines: list[int] | Callable[[], list[int] | None] | None,
+) -> None:
     """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
     `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
 
     Items without an id are keyed by their content: two identical ones are the same test
-    case, and stay allowed.
+    case, and stay allowed. `lines` (each item's line in its file, or a function finding
+    them, called only for the message) point the error at both items.
     """
     first_of: dict[str, int] = {}
     for index, item in enumerate(items):
@@ -570,6 +577,8 @@ def _check_unique_ids(items: list[Item], *, path: StrPath | None, lines: list[in
         first = first_of.setdefault(item_key(item), index)
         if first == index:
             continue
+        if callable(lines):
+            lines = lines()
         earlier = items[first]["id"]
         alike = "" if repr(earlier) == repr(item_id) else f", as {earlier!r}: ids compare as text"
         raise DatasetError(
@@ -580,6 +589,38 @@ def _check_unique_ids(items: list[Item], *, path: StrPath | None, lines: list[in
             path=path,
             line=lines[index] if lines else None,
         )
+
+
+def _json_item_lines(text: str, count: int) -> list[int] | None:
+    """The line each of the `count` items starts on in a JSON array, or in the `"items"`
+    array of an object; None when the text is not laid out that way."""
+    decoder = json.JSONDecoder()
+    blank = re.compile(r"\s*")
+    pos = blank.match(text).end()
+    if text.startswith("{", pos):  # {"description": ..., "items": [...]}: find "items"
+        pos = blank.match(text, pos + 1).end()
+        while not text.startswith("[", pos):
+            if text.startswith("}", pos):
+                return None
+            key, pos = decoder.raw_decode(text, pos)
+            pos = blank.match(text, blank.match(text, pos).end() + 1).end()  # past the ":"
+            if key == "items" and text.startswith("[", pos):
+                break
+            _, pos = decoder.raw_decode(text, pos)
+            pos = blank.match(text, pos).end()
+            pos = blank.match(text, pos + text.startswith(",", pos)).end()
+    if not text.startswith("[", pos):
+        return None
+    lines: list[int] = []
+    line, counted = 1, 0
+    pos = blank.match(text, pos + 1).end()
+    while len(lines) < count and not text.startswith("]", pos):
+        line, counted = line + text.count("\n", counted, pos), pos
+        lines.append(line)
+        _, pos = decoder.raw_decode(text, pos)
+        pos = blank.match(text, pos).end()
+        pos = blank.match(text, pos + text.startswith(",", pos)).end()
+    return lines if len(lines) == count else None
 
 
 class _NonFinite(Exception):

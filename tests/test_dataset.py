@@ -706,14 +706,28 @@ def test_a_duplicate_id_in_a_csv_file_names_the_lines_of_both_records(tmp_path):
     )
 
 
-def test_a_duplicate_id_in_a_json_file_or_inline_or_after_map_names_both_indexes(tmp_path):
-    path = write(tmp_path / "qa.json", '{"items": [{"id": "a"}, {"id": "b"}, {"id": "a"}]}')
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[\n  {"id": "a"},\n  {"id": "b", "x": [1, 2]}, {"id": "c"},\n  {"id": "a"}\n]',
+        '{"description": "x", "n": {"a": [1]},\n "items": [{"id": "a"},\n{"id": "b"}, '
+        '{"id": "c"}, \n\n {"id": "a"}]}',
+    ],
+)
+def test_a_duplicate_id_in_a_json_file_names_both_items_and_lines(tmp_path, text):
+    path = write(tmp_path / "qa.json", text)
+
     with pytest.raises(DatasetError) as info:
         Dataset.from_file(path)
+
+    second = 4 if text.startswith("[") else 5
     assert str(info.value).startswith(
-        f"{path}: item at index 2 has the id 'a', already used by the item at index 0."
+        f"{path}, line {second}: item at index 3 has the id 'a', already used by the item at "
+        "index 0 (line 2)."
     )
 
+
+def test_a_duplicate_id_inline_or_after_map_names_both_indexes():
     with pytest.raises(DatasetError, match="^item at index 1 has the id '7', already used"):
         Dataset([{"id": 7}, {"id": "7"}])
 
