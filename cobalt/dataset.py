@@ -266,7 +266,8 @@ class Dataset:
                     f'object. Make every item an object like {{"input": "..."}}.',
                     path=path,
                 )
-        _check_unique_ids(raw_items, path=path, lines=lambda: _json_item_lines(text, len(raw_items)))
+        count = len(raw_items)
+        _check_unique_ids(raw_items, path=path, lines=lambda: _json_item_lines(text, count))
         return cls._loaded(raw_items, path, name)
 
     @classmethod
