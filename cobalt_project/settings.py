@@ -205,6 +205,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
+DEFAULT_EXCEPTION_REPORTER_FILTER = "cobalt_app.security.RedactingExceptionReporterFilter"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

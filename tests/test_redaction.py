@@ -191,3 +191,24 @@ def test_team_commands_name_an_unreachable_broker_without_its_password(
         output
     )
     assert SECRETS[0] not in output
+
+
+def test_the_debug_error_page_shows_settings_without_url_passwords(settings):
+    """With COBALT_DEBUG=1 Django's error page lists the settings; Django hides `*_KEY`,
+    `PASSWORD`…, not a password inside `BROKER_URL`."""
+    import sys
+
+    from django.test import RequestFactory
+    from django.views.debug import technical_500_response
+
+    settings.DEBUG = True
+    settings.BROKER_URL = f"redis://:{SECRETS[0]}@redis.internal:6379/0"
+    settings.CELERY_BROKER_URL = settings.BROKER_URL
+    request = RequestFactory().get("/runs/", HTTP_HOST="127.0.0.1")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        page = technical_500_response(request, *sys.exc_info()).content.decode()
+
+    assert "redis://:***@redis.internal:6379/0" in page
+    assert SECRETS[0] not in page
