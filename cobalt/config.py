@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt_app.redaction import redact  # the one redaction (also imported from here)
+
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
 
 DEFAULTS: dict[str, Any] = {
@@ -61,7 +63,6 @@ ENV_OVERRIDES: dict[str, tuple[str, type]] = {
     "COBALT_BROKER_URL": ("broker_url", str),
 }
 
-SECRET_KEY_PATTERN = re.compile(r"(api_?key|secret|token|password)", re.IGNORECASE)
 TTL_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -113,20 +114,6 @@ class Config:
     def redacted(self) -> dict[str, Any]:
         """The configuration with every secret-looking value replaced, safe to show."""
         return redact(self.data)
-
-
-def redact(value: Any, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {k: redact(v, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v, key) for v in value]
-    if value and SECRET_KEY_PATTERN.search(key) and not key.endswith("_env"):
-        return "***"
-    if isinstance(value, str) and key in ("database_url", "broker_url"):
-        return re.sub(r"//([^:/@]+):([^@]+)@", r"//\1:***@", value)
-    if isinstance(value, str) and key == "url":  # webhook paths often carry a token
-        return re.sub(r"^(https?://)(?:[^@/?#]*@)?([^/?#]+).*$", r"\1\2/***", value)
-    return value
 
 
 def define_config(config: dict[str, Any] | None = None, /, **kwargs: Any) -> dict[str, Any]:

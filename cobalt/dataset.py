@@ -34,8 +34,10 @@ import importlib
 import inspect
 import io
 import json
+import math
 import os
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,9 @@ class Dataset:
                     path=source if source not in (None, INLINE_SOURCE) else None,
                 )
             checked.append(dict(item))
+        file = source if source not in (None, INLINE_SOURCE) else None
+        _check_unique_ids(checked, path=file, lines=None)
+        _check_finite(checked, path=file)
         self._init(tuple(checked), name, source if source is not None else INLINE_SOURCE, None)
 
     def _init(
@@ -224,7 +229,7 @@ class Dataset:
         """Load a JSON file holding an array of objects, or an object with an ``"items"`` array."""
         text = _read_text(path)
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as exc:
             raise DatasetError(
                 f"invalid JSON ({exc.msg}). Fix the JSON syntax at that position.",
@@ -232,6 +237,8 @@ class Dataset:
                 line=exc.lineno,
                 column=exc.colno,
             ) from None
+        except _NonFinite:
+            raise _non_finite_error(text, path, first_line=1, items_key="items") from None
         if isinstance(data, dict) and isinstance(data.get("items"), list):
             raw_items = data["items"]
             where = 'the "items" array'
@@ -259,6 +266,8 @@ class Dataset:
                     f'object. Make every item an object like {{"input": "..."}}.',
                     path=path,
                 )
+        count = len(raw_items)
+        _check_unique_ids(raw_items, path=path, lines=lambda: _json_item_lines(text, count))
         return cls._loaded(raw_items, path, name)
 
     @classmethod
@@ -266,12 +275,13 @@ class Dataset:
         """Load a JSON Lines file: one JSON object per line; blank lines are skipped."""
         text = _read_text(path)
         items: list[Item] = []
+        lines: list[int] = []
         # Split on "\n" only: U+2028 and friends are legal inside JSON strings.
         for line_number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line, parse_constant=_refuse_constant)
             except json.JSONDecodeError as exc:
                 raise DatasetError(
                     f"invalid JSON ({exc.msg}). Fix that line or remove it.",
@@ -279,6 +289,8 @@ class Dataset:
                     line=line_number,
                     column=exc.colno,
                 ) from None
+            except _NonFinite:
+                raise _non_finite_error(line, path, first_line=line_number) from None
             if not isinstance(value, dict):
                 raise DatasetError(
                     f"expected a JSON object, found {_type_name(value)}. Each line must be one "
@@ -287,6 +299,8 @@ class Dataset:
                     line=line_number,
                 )
             items.append(value)
+            lines.append(line_number)
+        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
         return cls._loaded(items, path, name)
 
     @classmethod
@@ -301,6 +315,7 @@ class Dataset:
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
         header: list[str] | None = None
         items: list[Item] = []
+        lines: list[int] = []
         previous_line = 0
         while True:
             record_line = previous_line + 1
@@ -309,22 +324,27 @@ class Dataset:
             except StopIteration:
                 break
             except csv.Error as exc:
-                raise _csv_error(exc, path, record_line, reader.line_num) from None
+                raise _csv_error(
+                    exc, _Record(text, record_line, delimiter, header), path, reader.line_num
+                ) from None
             previous_line = reader.line_num
             if not row:
                 continue  # blank line
+            record = _Record(text, record_line, delimiter, header)
             if header is None:
-                header = _check_header(row, path, record_line)
+                header = _check_header(row, record, path)
                 continue
             if len(row) != len(header):
-                raise _field_count_error(header, row, path, record_line)
+                raise _field_count_error(header, row, record, path)
             items.append(dict(zip(header, row, strict=True)))
+            lines.append(record_line)
         if header is None:
             raise DatasetError(
                 "the file is empty; expected a header row naming the fields (for example "
                 "input,expected). Add a header row followed by one row per item.",
                 path=path,
             )
+        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
         return cls._loaded(items, path, name)
 
     # Remote loaders live in cobalt.remote (HTTP, pagination, credentials; standard library
@@ -432,6 +452,8 @@ class Dataset:
                     '{**item, "input": ...}.',
                 )
             mapped.append(dict(result))
+        _check_unique_ids(mapped, path=None, lines=None)
+        _check_finite(mapped, path=None)
         return self._derive(mapped)
 
     def filter(self, fn: Callable[[Item], object]) -> Dataset:
@@ -535,54 +557,322 @@ def _read_text(path: StrPath) -> str:
         ) from None
 
 
-def _check_header(row: list[str], path: StrPath, line: int) -> list[str]:
+def _check_unique_ids(
+    items: list[Item],
+    *,
+    path: StrPath | None,
+    lines: list[int] | Callable[[], list[int] | None] | None,
+) -> None:
+    """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
+    `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
+
+    Items without an id are keyed by their content: two identical ones are the same test
+    case, and stay allowed. `lines` (each item's line in its file, or a function finding
+    them, called only for the message) point the error at both items.
+    """
+    first_of: dict[str, int] = {}
+    for index, item in enumerate(items):
+        item_id = item.get("id")
+        if item_id is None:
+            continue
+        first = first_of.setdefault(item_key(item), index)
+        if first == index:
+            continue
+        if callable(lines):
+            lines = lines()
+        earlier = items[first]["id"]
+        alike = "" if repr(earlier) == repr(item_id) else f", as {earlier!r}: ids compare as text"
+        raise DatasetError(
+            f"item at index {index} has the id {item_id!r}, already used by the item at index "
+            f"{first}{f' (line {lines[first]})' if lines else ''}{alike}. Ids must be unique "
+            "within a dataset: runs, compare and --resume match items by id. Give each item "
+            "its own id, or remove the duplicate.",
+            path=path,
+            line=lines[index] if lines else None,
+        )
+
+
+def _json_item_lines(text: str, count: int) -> list[int] | None:
+    """The line each of the `count` items starts on in a JSON array, or in the `"items"`
+    array of an object; None when the text is not laid out that way."""
+    decoder = json.JSONDecoder()
+    blank = re.compile(r"\s*")
+    pos = blank.match(text).end()
+    if text.startswith("{", pos):  # {"description": ..., "items": [...]}: find "items"
+        pos = blank.match(text, pos + 1).end()
+        while not text.startswith("[", pos):
+            if text.startswith("}", pos):
+                return None
+            key, pos = decoder.raw_decode(text, pos)
+            pos = blank.match(text, blank.match(text, pos).end() + 1).end()  # past the ":"
+            if key == "items" and text.startswith("[", pos):
+                break
+            _, pos = decoder.raw_decode(text, pos)
+            pos = blank.match(text, pos).end()
+            pos = blank.match(text, pos + text.startswith(",", pos)).end()
+    if not text.startswith("[", pos):
+        return None
+    lines: list[int] = []
+    line, counted = 1, 0
+    pos = blank.match(text, pos + 1).end()
+    while len(lines) < count and not text.startswith("]", pos):
+        line, counted = line + text.count("\n", counted, pos), pos
+        lines.append(line)
+        _, pos = decoder.raw_decode(text, pos)
+        pos = blank.match(text, pos).end()
+        pos = blank.match(text, pos + text.startswith(",", pos)).end()
+    return lines if len(lines) == count else None
+
+
+class _NonFinite(Exception):
+    """A JSON dataset holds NaN, Infinity or -Infinity (Python's json reads them)."""
+
+
+class _Constant:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+BARE_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+
+
+def _non_finite_error(
+    text: str, path: StrPath, *, first_line: int, items_key: str | None = None
+) -> DatasetError:
+    """NaN or Infinity cannot be stored (standard JSON has neither): name its line, column
+    and field. The text has already been parsed once, up to the constant."""
+    token = next(m for m in BARE_CONSTANT.finditer(text) if m.group(1))
+    offset = token.start(1)
+    line_start = text.rfind("\n", 0, offset) + 1
+    try:
+        located = _find(json.loads(text, parse_constant=_Constant), _is_constant)
+        field = None if located is None else located[0]
+    except json.JSONDecodeError:
+        field = None  # the text is broken further on too: the line and column still hold
+    where = ""
+    if items_key is not None and field:  # a .json file: the array, or {"items": [...]}
+        if field[0] == items_key and len(field) > 1:
+            field = field[1:]
+        if isinstance(field[0], int):
+            where, field = f"item at index {field[0]}: ", field[1:]
+    if field is None:
+        subject = "a value"
+    else:
+        subject = f"field {_field_name(field)!r}" if field else "the value"
+    return DatasetError(
+        f"{where}{subject} is {token.group(1)}, which a dataset cannot hold (items are stored "
+        'as standard JSON). Write a number, null or a string such as "NaN" instead.',
+        path=path,
+        line=first_line + text.count("\n", 0, offset),
+        column=offset - line_start + 1,
+    )
+
+
+def _check_finite(items: list[Item], *, path: StrPath | None) -> None:
+    """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither."""
+    for index, item in enumerate(items):
+        found = _find(item, _is_non_finite)
+        if found is not None:
+            field, value = found
+            raise DatasetError(
+                f"item at index {index}: field {_field_name(field)!r} is {value!r}, which a "
+                "dataset cannot hold (items are stored as standard JSON). Use None, a number "
+                'or a string such as "NaN" instead.',
+                path=path,
+            )
+
+
+def _is_constant(value: Any) -> bool:
+    return isinstance(value, _Constant)
+
+
+def _is_non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _find(value: Any, wanted: Callable[[Any], bool]) -> tuple[list[str | int], Any] | None:
+    """The keys and indices leading to the first value that is `wanted` (in the order of the
+    text, for parsed JSON), and that value."""
+    if wanted(value):
+        return [], value
+    if isinstance(value, dict):
+        children: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        children = enumerate(value)
+    else:
+        return None
+    for key, child in children:
+        below = _find(child, wanted)
+        if below is not None:
+            return [key, *below[0]], below[1]
+    return None
+
+
+def _field_name(path: list[str | int]) -> str:
+    """`metadata.scores[2]`."""
+    name = ""
+    for part in path:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else part
+    return name
+
+
+class _Record:
+    """Where the fields of one CSV record start in the file, read again only for an error
+    message (the csv module gives lines, not columns)."""
+
+    def __init__(self, text: str, line: int, delimiter: str, header: list[str] | None) -> None:
+        self.text, self.line, self.delimiter, self.header = text, line, delimiter, header
+
+    def column_name(self, number: int) -> str:
+        """`field 2 ("expected")`: by number, and by the header's name when there is one."""
+        named = self.header and number <= len(self.header)
+        return f"field {number}" + (f" ({self.header[number - 1]!r})" if named else "")
+
+    def scan(self) -> tuple[list[tuple[int, int]], tuple[int, int], tuple[str, int, int] | None]:
+        """(line, column) of each field's start, of the record's end, and the first problem:
+        `("unterminated", ...)` at an opening quote never closed, `("after-quote", ...)` at
+        text that follows a closing quote."""
+        text, delimiter = self.text, self.delimiter
+        pos = _line_offset(text, self.line)
+        line, column = self.line, 1
+        fields: list[tuple[int, int]] = []
+        field_start, quoted, opened = True, False, (line, column)
+        while pos < len(text):
+            char = text[pos]
+            if field_start:
+                fields.append((line, column))
+                field_start = False
+                if char == '"':
+                    quoted, opened = True, (line, column)
+                    pos, column = pos + 1, column + 1
+                    continue
+            if quoted and char == '"':
+                if text.startswith('""', pos):
+                    pos, column = pos + 2, column + 2
+                    continue
+                quoted = False
+                pos, column = pos + 1, column + 1
+                if pos < len(text) and text[pos] not in (delimiter, "\r", "\n"):
+                    return fields, (line, column), ("after-quote", line, column)
+                continue
+            if char in "\r\n":
+                if not quoted:
+                    break
+                pos += 2 if text.startswith("\r\n", pos) else 1
+                line, column = line + 1, 1
+                continue
+            if char == delimiter and not quoted:
+                field_start = True
+            pos, column = pos + 1, column + 1
+        if quoted:
+            return fields, (line, column), ("unterminated", *opened)
+        if field_start:
+            fields.append((line, column))
+        return fields, (line, column), None
+
+
+def _line_offset(text: str, line: int) -> int:
+    """Where 1-based `line` starts, counting lines as the csv module does (\\n, \\r\\n, \\r)."""
+    if line <= 1:
+        return 0
+    for number, match in enumerate(re.finditer(r"\r\n|\r|\n", text), start=2):
+        if number == line:
+            return match.end()
+    return len(text)
+
+
+def _check_header(row: list[str], record: _Record, path: StrPath) -> list[str]:
+    starts, _, _ = record.scan()
     seen: dict[str, int] = {}
     for position, field in enumerate(row, start=1):
+        column = starts[position - 1][1] if position <= len(starts) else None
         if not field.strip():
             raise DatasetError(
                 f"header field {position} is empty. Give every column a name in the header row.",
                 path=path,
-                line=line,
+                line=record.line,
+                column=column,
             )
         if field in seen:
             raise DatasetError(
                 f"header name {field!r} appears more than once (fields {seen[field]} and "
                 f"{position}). Rename one of the columns so every name is unique.",
                 path=path,
-                line=line,
+                line=record.line,
+                column=column,
             )
         seen[field] = position
     return row
 
 
-def _field_count_error(header: list[str], row: list[str], path: StrPath, line: int) -> DatasetError:
+def _field_count_error(
+    header: list[str], row: list[str], record: _Record, path: StrPath
+) -> DatasetError:
     expected, found = len(header), len(row)
+    starts, end, _ = record.scan()
     if found > expected:
+        at = starts[expected] if len(starts) > expected else end
+        what = f"field {expected + 1} has no column in the header"
         advice = (
             'Quote values that contain the delimiter (for example "a, b") or remove the '
             "extra fields."
         )
     else:
+        at = end
+        missing = ", ".join(repr(name) for name in header[found:])
+        what = f"no value for {missing}"
         advice = "Add the missing values (an empty value is written as nothing between commas)."
+    on_line = at[0] == record.line
+    where = "" if on_line else f" (at line {at[0]}, column {at[1]})"
     return DatasetError(
-        f"expected {expected} fields ({', '.join(header)}), found {found}. {advice}",
+        f"expected {expected} fields ({', '.join(header)}), found {found}: {what}{where}. {advice}",
         path=path,
-        line=line,
+        line=record.line,
+        column=at[1] if on_line else None,
     )
 
 
-def _csv_error(exc: csv.Error, path: StrPath, record_line: int, current_line: int) -> DatasetError:
+def _csv_error(exc: csv.Error, record: _Record, path: StrPath, current_line: int) -> DatasetError:
     message = str(exc)
+    starts, _, problem = record.scan()
+    if problem is not None:
+        kind, line, column = problem
+        field = record.column_name(
+            sum(1 for start in starts if start <= (line, column)) if starts else 1
+        )
+        if kind == "unterminated":
+            return DatasetError(
+                f"unterminated quoted field: the quote that opens {field} is never closed. "
+                'Close the quote, and write any " inside a quoted value as "".',
+                path=path,
+                line=line,
+                column=column,
+            )
+        return DatasetError(
+            f"malformed CSV ({message}) in {field}: text follows its closing quote. Wrap values "
+            'containing the delimiter, quotes or newlines in double quotes, and write any " '
+            'inside them as "".',
+            path=path,
+            line=line,
+            column=column,
+        )
     if "unexpected end of data" in message:
         return DatasetError(
             "unterminated quoted field: a quote opened in the record starting on this line is "
             'never closed. Close the quote, and write any " inside a quoted value as "".',
             path=path,
-            line=record_line,
+            line=record.line,
         )
     return DatasetError(
         f"malformed CSV ({message}). Wrap values containing the delimiter, quotes or newlines "
         'in double quotes, and write any " inside them as "".',
         path=path,
-        line=max(current_line, record_line),
+        line=max(current_line, record.line),
     )

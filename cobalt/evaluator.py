@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt_app.redaction import redact
+
 DEFAULT_TYPE = "llm-judge"
 NAMED_OPTIONS = (
     "prompt",
@@ -115,7 +117,7 @@ class Evaluator:
         for key, value in self.options.items():
             if isinstance(value, str | int | float | bool | list | dict) or value is None:
                 description[key] = value
-        return description
+        return redact(description)  # a `base_url` may carry a password or `?api-key=`
 
     def __repr__(self) -> str:
         return f"Evaluator(name={self.name!r}, type={self.type!r})"

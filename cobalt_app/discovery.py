@@ -77,7 +77,10 @@ def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
             ):
                 continue
             if matches(candidate, patterns, root):
-                files.append(candidate.resolve())
+                try:
+                    files.append(confine(candidate, config.project_dir))
+                except PathOutsideProject:
+                    files.append(candidate)  # listed under its name; load_file refuses it
     return list(dict.fromkeys(files))
 
 
@@ -88,8 +91,17 @@ def module_name_for(path: Path) -> str:
 
 
 def load_file(path: Path, project_dir: Path) -> LoadedFile:
-    """Import an experiment file in registration mode; an import error is reported, not raised."""
+    """Import an experiment file in registration mode; an import error is reported, not raised.
+
+    A file that resolves outside the project folder (a symlink leading out) is never
+    imported, whoever asks (`cobalt run`, the API's listing, a worker): it is reported so.
+    """
     loaded = LoadedFile(path=path)
+    try:
+        confine(path, project_dir, what="experiment file")
+    except PathOutsideProject as exc:
+        loaded.error = f"{exc}; it was not imported"
+        return loaded
     for folder in (str(project_dir), str(path.parent)):
         if folder not in sys.path:
             sys.path.insert(0, folder)

@@ -8,7 +8,8 @@ and line of the evaluator and of its experiment, and what to do:
 * an option its type does not read (each type declares its options with `register()`);
 * a provider API key that an evaluator will need and that is not set (the same lookup the
   provider calls make, `providers.resolve_api_key`). In team mode the workers hold the keys,
-  so this part is left to them.
+  so this part is left to them;
+* a dataset with no items (a run of nothing would pass any gate).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from cobalt.config import Config
 from cobalt.evaluator import Evaluator
 from cobalt.experiment import Experiment
 from cobalt_app import evaluators, plugins
+from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 from cobalt_app.providers import ProviderError, resolve_api_key
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a run cannot start, pointing at the evaluator that has it."""
+    """One reason a run cannot start, pointing at the evaluator that has it (no evaluator:
+    the experiment itself, e.g. its dataset)."""
 
     experiment: str
     experiment_at: str  # "experiments/qa.cobalt.py:14"
@@ -37,6 +40,8 @@ class Problem:
 
     def line(self) -> str:
         """The problem on its own line (as `--ci` lists it)."""
+        if not self.evaluator:
+            return f"experiment {self.experiment!r} ({self.experiment_at}): {self.message}"
         return (
             f"{self.evaluator_at}: evaluator {self.evaluator!r} of experiment "
             f"{self.experiment!r} ({self.experiment_at}): {self.message}"
@@ -55,7 +60,10 @@ class PreflightError(Exception):
         for (name, where), found in blocks.items():
             lines.append(f"experiment {name!r} ({where}) cannot start:")
             lines.extend(
-                f"  {p.evaluator_at}: evaluator {p.evaluator!r}: {p.message}" for p in found
+                f"  {p.evaluator_at}: evaluator {p.evaluator!r}: {p.message}"
+                if p.evaluator
+                else f"  {p.message}"
+                for p in found
             )
         lines.append("Nothing ran and no agent was called; fix the above and run again.")
         super().__init__("\n".join(lines))
@@ -75,6 +83,8 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
     found: list[Problem] = []
     for experiment in experiments:
         experiment_at = location(config, experiment.file, experiment.line)
+        if len(experiment.dataset) == 0:
+            found.append(Problem(experiment.name, experiment_at, "", "", empty(experiment)))
         for evaluator in experiment.evaluators:
             messages = evaluator_problems(evaluator, judge_config, keys=not config.team_mode)
             evaluator_at = location(config, *evaluator.defined_at)
@@ -82,7 +92,18 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
                 Problem(experiment.name, experiment_at, evaluator.name, evaluator_at, message)
                 for message in messages
             )
+        found.extend(length_problems(experiment, experiment_at, config))
     return found
+
+
+def empty(experiment: Experiment) -> str:
+    dataset = experiment.dataset
+    named = f"the dataset {dataset.name!r}" if dataset.name else "the inline dataset"
+    source = f" ({dataset.source})" if dataset.source and dataset.source != dataset.name else ""
+    return (
+        f"{named}{source} has no items, so there is nothing to run; check the file, the query "
+        "or the filter/slice that produced it"
+    )
 
 
 def evaluator_problems(
@@ -152,3 +173,53 @@ def location(config: Config, file: str | None, line: int | None) -> str:
     except (ValueError, OSError):
         shown = str(path)
     return f"{shown}:{line}" if line else shown
+
+
+# What the database stores, from the models: PostgreSQL refuses a longer value and SQLite keeps
+# it, so a name, tag or id that fits one backend and not the other is refused here, on both.
+NAME_MAX = Run._meta.get_field("name").max_length
+TAG_MAX = RunTag._meta.get_field("name").max_length
+EVALUATOR_NAME_MAX = Evaluation._meta.get_field("evaluator").max_length
+ITEM_ID_MAX = ItemResult._meta.get_field("item_key").max_length
+
+
+def length_problems(experiment: Experiment, experiment_at: str, config: Config) -> list[Problem]:
+    """Names, tags, evaluator names and item ids longer than the database stores."""
+    found: list[Problem] = []
+
+    def add(message: str, evaluator: Evaluator | None = None) -> None:
+        if evaluator is None:
+            found.append(Problem(experiment.name, experiment_at, "", "", message))
+            return
+        evaluator_at = location(config, *evaluator.defined_at)
+        shown = shorten(evaluator.name)
+        found.append(Problem(experiment.name, experiment_at, shown, evaluator_at, message))
+
+    if len(experiment.name) > NAME_MAX:
+        add(too_long("the experiment name", experiment.name, NAME_MAX))
+    for tag in experiment.tags:
+        if len(str(tag)) > TAG_MAX:
+            add(too_long(f"the tag {shorten(str(tag))!r}", str(tag), TAG_MAX))
+    for evaluator in experiment.evaluators:
+        if len(evaluator.name) > EVALUATOR_NAME_MAX:
+            add(too_long("the evaluator name", evaluator.name, EVALUATOR_NAME_MAX), evaluator)
+    source = experiment.dataset.source
+    dataset = "the inline dataset" if source == "inline" else source
+    for index, item in enumerate(experiment.dataset):
+        item_id = item.get("id")
+        if item_id is not None and len(str(item_id)) > ITEM_ID_MAX:
+            what = f"the id of item at index {index} (in {dataset})"
+            add(too_long(what, str(item_id), ITEM_ID_MAX))
+            break  # one is enough to say what to do
+    return found
+
+
+def too_long(what: str, value: str, limit: int) -> str:
+    return (
+        f"{what} is {len(value)} characters long; Cobalt stores at most {limit} on every "
+        "database. Shorten it"
+    )
+
+
+def shorten(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -246,9 +246,15 @@ def run_results(run: Run) -> dict[str, Any]:
     return {**run_header(run), "items": list(iter_item_entries(run))}
 
 
+RESULTS_NAME_MAX = 100  # of the experiment name in a file name (file systems allow 255 bytes)
+
+
 def results_filename(run: Run) -> str:
+    """`<timestamp>_<name>_<id>.json`: the name in ASCII letters, digits, `.`, `_` and `-`, cut
+    to RESULTS_NAME_MAX characters (the run id keeps the file names of long names apart)."""
     stamp = run.created_at.strftime("%Y-%m-%dT%H-%M-%S")
-    safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-") or "experiment"
+    safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-")
+    safe_name = safe_name[:RESULTS_NAME_MAX].rstrip("-.") or "experiment"
     return f"{stamp}_{safe_name}_{run.id}.json"
 
 

@@ -19,11 +19,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.http import urlencode
+from django.views.debug import SafeExceptionReporterFilter
+
+from cobalt_app.redaction import redact
 
 SERVE_HOST_ENV = "COBALT_SERVE_HOST"
 DEFAULT_SERVE_HOST = "127.0.0.1"
@@ -173,3 +177,13 @@ def check_serve_exposure(host: str) -> None:
             "Or serve on 127.0.0.1 (the default) for this machine only."
         )
     mark_serving(host)
+
+
+class RedactingExceptionReporterFilter(SafeExceptionReporterFilter):
+    """Django's error reports (the debug page with COBALT_DEBUG=1, error e-mails) show the
+    settings: beyond the names Django hides, every URL's password and secret query values
+    (`BROKER_URL = redis://:***@…`) go through `redact` like any other door."""
+
+    def cleanse_setting(self, key: Any, value: Any) -> Any:
+        cleansed = super().cleanse_setting(key, value)
+        return redact(cleansed) if isinstance(cleansed, str) else cleansed

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from cobalt_app.stats import clip_to_score_range
+
 ALPHA = 0.05
 CONFIDENCE = 0.95
 REGRESSED = "regressed"
@@ -73,7 +75,8 @@ def mean_ci(values: Sequence[float], *, level: float = CONFIDENCE) -> dict[str, 
     """The `level` confidence interval of the mean of `values`; None with fewer than 2 values.
 
     0/1 values get Wilson's score interval (stays inside [0, 1] and keeps its coverage near
-    0 and 1, where the t-interval collapses); other scores get Student's t-interval.
+    0 and 1, where the t-interval collapses); other scores get Student's t-interval, clipped
+    to the score range 0..1 (a mean of scores cannot lie outside it).
     """
     data = np.asarray(values, dtype=float)
     n = int(data.size)
@@ -85,6 +88,7 @@ def mean_ci(values: Sequence[float], *, level: float = CONFIDENCE) -> dict[str, 
         method = "wilson"
     else:
         low, high = t_interval(mean, float(data.std(ddof=1)) / math.sqrt(n), n - 1, level)
+        low, high = clip_to_score_range(low), clip_to_score_range(high)
         method = "t"
     return {"low": low, "high": high, "mean": mean, "n": n, "level": level, "method": method}
 
@@ -294,6 +298,7 @@ def mean_difference_ci(
         method = "exact"
     elif n > BOOTSTRAP_MAX_PAIRS:
         low, high = t_interval(mean, float(data.std(ddof=1)) / math.sqrt(n), n - 1, level)
+        low, high = clip_to_score_range(low), clip_to_score_range(high)
         method = "t"
     else:
         from scipy import stats

@@ -6,6 +6,13 @@ import math
 from collections.abc import Sequence
 
 DEFAULT_PASS_SCORE = 0.5
+SCORE_RANGE = (0.0, 1.0)  # every score (a function's score outside it is an evaluation error)
+
+
+def clip_to_score_range(value: float) -> float:
+    """A bound of an interval over scores, kept to the values scores can take."""
+    low, high = SCORE_RANGE
+    return min(high, max(low, value))
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:

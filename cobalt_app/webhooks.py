@@ -19,12 +19,12 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 import cobalt
 from cobalt.config import Config
+from cobalt_app.redaction import redact
 
 logger = logging.getLogger("cobalt.webhooks")
 
@@ -45,12 +45,6 @@ def sign(secret: str, body: bytes) -> str:
 def verify(secret: str, body: bytes, header: str) -> bool:
     """What a receiver does: recompute and compare in constant time."""
     return hmac.compare_digest(sign(secret, body), header or "")
-
-
-def public_url(url: str) -> str:
-    """Scheme and host only: webhook paths often carry a token (Slack, Discord)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}/…"
 
 
 def subscribers(config: Config, event: str) -> list[dict[str, Any]]:
@@ -147,7 +141,7 @@ def retry_delay(attempt: int, response: httpx.Response | None) -> float:
 async def deliver(hook: Mapping[str, Any], event: str, payload: Mapping[str, Any]) -> bool:
     """POST one event to one webhook, with retries; True when a 2xx arrived. Never raises."""
     url = hook["url"]
-    shown = public_url(url)
+    shown = redact(url, "url")  # scheme and host: paths often carry a token (Slack)
     secret, problem = secret_of(hook)
     if problem:
         logger.error("webhook %s (%s) not sent: %s", shown, event, problem)

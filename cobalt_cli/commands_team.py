@@ -35,6 +35,12 @@ def _team_setup():
             "this command needs team mode: set COBALT_BROKER_URL=redis://… and "
             "COBALT_DATABASE_URL=postgresql://… (or broker_url / database_url in cobalt.toml)"
         )
+    from cobalt_app.team import TeamModeError, check_broker
+
+    try:
+        check_broker()  # a clear message (the URL's password hidden), not a traceback
+    except TeamModeError as exc:
+        raise fail(str(exc)) from None
     os.chdir(config.project_dir)
     return config
 
@@ -62,6 +68,7 @@ def worker(
     from celery.signals import worker_shutdown, worker_shutting_down
 
     from cobalt_app import team, worker_runtime
+    from cobalt_app.redaction import redact
     from cobalt_cli.main import console, fail
     from cobalt_project.celery import app as celery_app
 
@@ -74,7 +81,7 @@ def worker(
     try:
         team.ensure_schema()
     except Exception as exc:
-        raise fail(f"could not prepare the database: {exc}") from None
+        raise fail(f"could not prepare the database: {redact(str(exc))}") from None
     names = [q.strip() for q in (queues or team.queue_name()).split(",") if q.strip()]
     if count > 1:
         raise typer.Exit(supervise(count, concurrency, names, loglevel))

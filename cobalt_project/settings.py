@@ -175,6 +175,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "cobalt_app.api.views.document_server_limits",
+    ],
     "SERVE_PERMISSIONS": ["cobalt_app.api.permissions.CobaltAccess"],
     "SERVE_AUTHENTICATION": [
         "rest_framework.authentication.TokenAuthentication",
@@ -205,6 +209,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # its continuation to the queue as a new message.
 VISIBILITY_TIMEOUT = env.float("COBALT_VISIBILITY_TIMEOUT", default=3600.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": VISIBILITY_TIMEOUT}
+
+DEFAULT_EXCEPTION_REPORTER_FILTER = "cobalt_app.security.RedactingExceptionReporterFilter"
 
 LOGGING = {
     "version": 1,

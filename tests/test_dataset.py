@@ -371,7 +371,7 @@ def test_csv_duplicate_header_name_is_reported_on_line_1(tmp_path):
         Dataset.from_csv(path)
 
     assert str(info.value).startswith(
-        f"{path}, line 1: header name 'input' appears more than once (fields 1 and 3)."
+        f"{path}, line 1, column 16: header name 'input' appears more than once (fields 1 and 3)."
     )
 
 
@@ -381,8 +381,8 @@ def test_csv_empty_header_name_is_reported_with_its_position(tmp_path):
     with pytest.raises(DatasetError) as info:
         Dataset.from_csv(path)
 
-    assert info.value.line == 2
-    assert str(info.value).startswith(f"{path}, line 2: header field 2 is empty.")
+    assert (info.value.line, info.value.column) == (2, 7)
+    assert str(info.value).startswith(f"{path}, line 2, column 7: header field 2 is empty.")
 
 
 def test_csv_row_with_too_many_fields_names_the_line_where_the_record_starts(tmp_path):
@@ -392,9 +392,10 @@ def test_csv_row_with_too_many_fields_names_the_line_where_the_record_starts(tmp
     with pytest.raises(DatasetError) as info:
         Dataset.from_csv(path)
 
-    assert info.value.line == 5
+    assert (info.value.line, info.value.column) == (5, 8)
     assert str(info.value).startswith(
-        f"{path}, line 5: expected 2 fields (input, expected), found 3."
+        f"{path}, line 5, column 8: expected 2 fields (input, expected), found 3: "
+        "field 3 has no column in the header."
     )
     assert "Quote values that contain the delimiter" in str(info.value)
 
@@ -406,7 +407,8 @@ def test_csv_multiline_record_with_too_many_fields_names_its_first_line(tmp_path
     with pytest.raises(DatasetError) as info:
         Dataset.from_csv(path)
 
-    assert info.value.line == 3
+    assert (info.value.line, info.value.column) == (3, None)
+    assert "field 3 has no column in the header (at line 4, column 18)." in str(info.value)
 
 
 def test_csv_row_with_too_few_fields_is_an_error_naming_the_line(tmp_path):
@@ -416,7 +418,8 @@ def test_csv_row_with_too_few_fields_is_an_error_naming_the_line(tmp_path):
         Dataset.from_csv(path)
 
     assert str(info.value).startswith(
-        f"{path}, line 3: expected 3 fields (input, expected, tag), found 2."
+        f"{path}, line 3, column 9: expected 3 fields (input, expected, tag), found 2: "
+        "no value for 'tag'."
     )
     assert "Add the missing values" in str(info.value)
 
@@ -427,8 +430,11 @@ def test_csv_unterminated_quote_names_the_line_where_the_quote_opens(tmp_path):
     with pytest.raises(DatasetError) as info:
         Dataset.from_csv(path)
 
-    assert info.value.line == 3
-    assert str(info.value).startswith(f"{path}, line 3: unterminated quoted field")
+    assert (info.value.line, info.value.column) == (3, 1)
+    assert str(info.value).startswith(
+        f"{path}, line 3, column 1: unterminated quoted field: the quote that opens "
+        "field 1 ('input') is never closed."
+    )
     assert 'write any " inside a quoted value as ""' in str(info.value)
 
 
@@ -438,8 +444,19 @@ def test_csv_text_after_a_closing_quote_is_reported_as_malformed_on_its_line(tmp
     with pytest.raises(DatasetError) as info:
         Dataset.from_csv(path)
 
-    assert info.value.line == 3
-    assert str(info.value).startswith(f"{path}, line 3: malformed CSV (")
+    assert (info.value.line, info.value.column) == (3, 9)
+    assert str(info.value).startswith(f"{path}, line 3, column 9: malformed CSV (")
+    assert "in field 1 ('input'): text follows its closing quote." in str(info.value)
+
+
+def test_csv_errors_name_the_field_of_a_later_column(tmp_path):
+    path = write(tmp_path / "qa.csv", 'input,expected\na,b\nc,"x"y\n')
+
+    with pytest.raises(DatasetError) as info:
+        Dataset.from_csv(path)
+
+    assert (info.value.line, info.value.column) == (3, 6)
+    assert "in field 2 ('expected')" in str(info.value)
 
 
 text_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
@@ -447,7 +464,7 @@ header_names = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\ufeff"),
     min_size=1,
     max_size=10,
-).filter(lambda name: name.strip() != "")
+).filter(lambda name: name.strip() != "" and name != "id")  # equal ids are refused
 
 
 @st.composite
@@ -649,6 +666,133 @@ def test_dataset_keys_lists_one_key_per_item_in_order():
     assert ds.keys() == ["1", item_key({"input": "x"}), "b"]
 
 
+# ---------------------------------------------------------------------- unique ids
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"id": "same", "input": 1}\n\n{"id": "x"}\n{"id": "same", "input": 2}\n',
+            "line 4: item at index 2 has the id 'same', already used by the item at index 0 "
+            "(line 1). Ids must be unique within a dataset",
+        ),
+        (
+            '{"id": 1}\n{"id": "1"}\n',
+            "line 2: item at index 1 has the id '1', already used by the item at index 0 "
+            "(line 1), as 1: ids compare as text.",
+        ),
+    ],
+)
+def test_a_duplicate_id_in_a_jsonl_file_names_both_items_and_lines(tmp_path, text, message):
+    path = write(tmp_path / "qa.jsonl", text)
+
+    with pytest.raises(DatasetError) as info:
+        Dataset.from_file(path)
+
+    assert str(info.value).startswith(f"{path}, {message}")
+    assert "Give each item its own id, or remove the duplicate." in str(info.value)
+
+
+def test_a_duplicate_id_in_a_csv_file_names_the_lines_of_both_records(tmp_path):
+    path = write(tmp_path / "qa.csv", 'id,input\n1,a\n"2",b\n1,c\n')
+
+    with pytest.raises(DatasetError) as info:
+        Dataset.from_file(path)
+
+    assert info.value.line == 4
+    assert "item at index 2 has the id '1', already used by the item at index 0 (line 2)" in (
+        str(info.value)
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[\n  {"id": "a"},\n  {"id": "b", "x": [1, 2]}, {"id": "c"},\n  {"id": "a"}\n]',
+        '{"description": "x", "n": {"a": [1]},\n "items": [{"id": "a"},\n{"id": "b"}, '
+        '{"id": "c"}, \n\n {"id": "a"}]}',
+    ],
+)
+def test_a_duplicate_id_in_a_json_file_names_both_items_and_lines(tmp_path, text):
+    path = write(tmp_path / "qa.json", text)
+
+    with pytest.raises(DatasetError) as info:
+        Dataset.from_file(path)
+
+    second = 4 if text.startswith("[") else 5
+    assert str(info.value).startswith(
+        f"{path}, line {second}: item at index 3 has the id 'a', already used by the item at "
+        "index 0 (line 2)."
+    )
+
+
+def test_a_duplicate_id_inline_or_after_map_names_both_indexes():
+    with pytest.raises(DatasetError, match="^item at index 1 has the id '7', already used"):
+        Dataset([{"id": 7}, {"id": "7"}])
+
+    numbered = Dataset([{"id": 1, "n": 1}, {"id": 2, "n": 2}])
+    with pytest.raises(DatasetError, match="^item at index 1 has the id 'n', already used"):
+        numbered.map(lambda item: {**item, "id": "n"})
+
+
+def test_identical_items_without_ids_stay_allowed_as_the_same_test_case():
+    ds = Dataset([{"input": "hi"}, {"input": "hi"}, {"id": None, "input": "x"}, {"id": None}])
+
+    assert len(ds) == 4
+
+
+# ---------------------------------------------------------------------- NaN and Infinity
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "qa.jsonl",
+            '{"input": "ok"}\n{"input": "x", "metadata": {"scores": [1, NaN]}}\n',
+            "line 2, column 43: field 'metadata.scores[1]' is NaN",
+        ),
+        (
+            "qa.json",
+            '{"items": [\n {"input": "a"},\n {"input": "NaN", "x": -Infinity}\n]}',
+            "line 3, column 24: item at index 1: field 'x' is -Infinity",
+        ),
+        ("qa.json", '[{"a": 1}, {"b": Infinity}]', "line 1, column 18: item at index 1: field 'b'"),
+        ("qa.jsonl", "NaN\n", "line 1, column 1: the value is NaN"),
+        ("qa.jsonl", '{"a": NaN, oops}\n', "line 1, column 7: a value is NaN"),
+    ],
+)
+def test_nan_and_infinity_in_a_json_file_are_errors_naming_line_column_and_field(
+    tmp_path, name, text, message
+):
+    path = write(tmp_path / name, text)
+
+    with pytest.raises(DatasetError) as info:
+        Dataset.from_file(path)
+
+    assert str(info.value).startswith(f"{path}, {message}")
+    assert "which a dataset cannot hold (items are stored as standard JSON)" in str(info.value)
+    assert 'Write a number, null or a string such as "NaN" instead.' in str(info.value)
+
+
+def test_nan_or_infinity_in_an_inline_or_mapped_dataset_is_an_error_naming_item_and_field():
+    with pytest.raises(DatasetError) as info:
+        Dataset([{"id": 1, "x": 1.0}, {"id": 2, "scores": {"p": [0.5, float("nan")]}}])
+    assert str(info.value).startswith(
+        "item at index 1: field 'scores.p[1]' is nan, which a dataset cannot hold"
+    )
+
+    with pytest.raises(DatasetError, match="^item at index 0: field 'x' is inf, which"):
+        Dataset([{"x": 1.0}]).map(lambda item: {"x": item["x"] * float("inf")})
+
+
+def test_nan_as_a_string_or_in_a_key_is_data_not_an_error(tmp_path):
+    path = write(tmp_path / "qa.jsonl", '{"NaN": "Infinity", "input": "NaN \\" Infinity"}\n')
+
+    assert Dataset.from_file(path).items == [{"NaN": "Infinity", "input": 'NaN " Infinity'}]
+
+
 # ---------------------------------------------------------------------- the error type
 
 
@@ -688,3 +832,49 @@ def test_dataset_module_imports_only_the_standard_library():
 
     assert imported
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+# ---------------------------------------------------------------------- before any agent call
+
+EXPERIMENT = """
+from pathlib import Path
+
+from cobalt import Dataset, experiment
+
+
+def run(ctx):
+    with open(Path(__file__).parent / "agent-calls.txt", "a") as calls:
+        calls.write("called\\n")
+    return "ok"
+
+
+experiment("qa", Dataset.from_file("datasets/qa.jsonl"), run)
+"""
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (
+            '{"id": 1, "input": "a"}\n{"id": 2, "input": "b"}\n{"id": "1", "input": "c"}\n',
+            "datasets/qa.jsonl, line 3: item at index 2 has the id '1', already used by the "
+            "item at index 0 (line 1)",
+        ),
+        (
+            '{"id": 1, "input": "a"}\n{"id": 2, "input": "b", "metadata": {"p": NaN}}\n',
+            "datasets/qa.jsonl, line 2, column 43: field 'metadata.p' is NaN",
+        ),
+    ],
+)
+def test_cobalt_run_refuses_the_dataset_before_calling_the_agent(
+    project, cobalt_cli, lines, message
+):
+    project.write("datasets/qa.jsonl", lines)
+    project.write("experiments/qa.cobalt.py", EXPERIMENT)
+
+    done = cobalt_cli(project, "run")
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stdout + done.stderr
+    assert not (project.path / "experiments" / "agent-calls.txt").exists()
+    assert project.results_files() == []

@@ -33,3 +33,30 @@ def test_describe_without_scores_reports_no_average_instead_of_zero():
     assert stats["avg"] is None
     assert stats["count"] == 0
     assert stats["errors"] == 9
+
+
+SCORES = [1.0, 1.0, 1.0, 0.2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_95_percent_interval_stays_inside_the_score_range(project):
+    """The t-interval of [1, 1, 1, 0.2] is about [0.16, 1.44]: its top is cut to 1, the
+    mean, its bottom and the other statistics are as computed."""
+    from cobalt import Dataset, Evaluator
+    from cobalt.config import load_config
+    from cobalt.experiment import Experiment
+    from cobalt_app import launcher
+
+    dataset = Dataset(items=[{"id": str(i), "score": s} for i, s in enumerate(SCORES)])
+    scored = Evaluator(name="s", type="function", fn=lambda ctx: ctx.item["score"])
+    experiment = Experiment("ci", dataset, lambda ctx: "out", evaluators=[scored])
+
+    (run,) = launcher.execute([experiment], load_config(project.path))
+
+    summary = run.summary["scores"]["s"]
+    ci = summary["ci95"]
+    assert (ci["method"], ci["high"]) == ("t", 1.0)
+    half = 3.182446305284 * math.sqrt(sum((s - 0.8) ** 2 for s in SCORES) / 3) / 2
+    assert ci["low"] == pytest.approx(0.8 - half) and 0 < ci["low"] < 0.2
+    assert ci["mean"] == pytest.approx(0.8) and summary["avg"] == pytest.approx(0.8)
+    assert (summary["min"], summary["max"], summary["count"]) == (0.2, 1.0, 4)

@@ -83,10 +83,13 @@ def experiment_catalogue(config: Config) -> dict[str, Any]:
 
 
 def relative(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)
+    """Relative to the project, by the name it has there (a link leading out keeps its own)."""
+    for candidate in (path, path.resolve()):
+        try:
+            return candidate.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(path)
 
 
 def iso(value: datetime) -> str:

@@ -15,6 +15,7 @@ urlpatterns = [
     path("config/", views.ConfigView.as_view(), name="api-config"),
     path("schema/", views.SchemaView.as_view(), name="api-schema"),
     path("docs/", views.DocsView.as_view(url_name="api-schema"), name="api-docs"),
-    # Last: unknown endpoints answer in JSON too (paths without the slash still redirect).
-    re_path(r"^.*/$", views.endpoint_not_found),
+    # Last: unknown endpoints answer in JSON too, for any method (a GET of an endpoint
+    # without its slash is redirected).
+    re_path(r"^.*$", views.endpoint_not_found, name=views.NOT_FOUND),
 ]

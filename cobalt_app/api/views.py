@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import resolve
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions, generics, status
@@ -28,6 +30,9 @@ from cobalt_app.plugins import PluginError
 from cobalt_app.results import iter_item_entries, run_header
 from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_list
 
+# gunicorn's default `limit_request_line`, kept by `cobalt serve` and the compose `web` service.
+REQUEST_LINE_MAX = 4094
+
 ERRORS = {
     400: OpenApiResponse(description="Invalid input: field → messages."),
     401: OpenApiResponse(serializers.ErrorSerializer, description=HOW_TO_AUTHENTICATE),
@@ -38,6 +43,38 @@ ERRORS = {
 
 def errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {code: ERRORS[code] for code in (401, 403, *codes)}
+
+
+NO_NUL = "^[^\\u0000]*$"  # Django refuses text with a NUL character (a 400, never stored)
+
+
+def document_server_limits(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A schema hook (SPECTACULAR_SETTINGS) documenting what every operation refuses before
+    its view runs: a 414 for a request line the server (gunicorn) will not read, and text
+    with a NUL character in a query parameter or a request body (a 400)."""
+    too_long = {
+        "description": f"The request line (method, path and query) is longer than "
+        f"{REQUEST_LINE_MAX} bytes: the server (gunicorn) refuses it before the API reads it."
+    }
+    bodies: set[str] = set()
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            operation.setdefault("responses", {})["414"] = too_long
+            for parameter in operation.get("parameters", []):
+                _refuse_nul(parameter.get("schema", {}))
+            for content in operation.get("requestBody", {}).get("content", {}).values():
+                bodies.add(content.get("schema", {}).get("$ref", "").rsplit("/", 1)[-1])
+    components = result.get("components", {}).get("schemas", {})
+    for name in bodies & set(components):
+        for field in components[name].get("properties", {}).values():
+            _refuse_nul(field)
+            _refuse_nul(field.get("items", {}))
+    return result
+
+
+def _refuse_nul(schema: dict[str, Any]) -> None:
+    if schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema):
+        schema["pattern"] = NO_NUL
 
 
 class ProjectMisconfigured(exceptions.APIException):
@@ -76,17 +113,65 @@ class DocsView(ExplainAuthentication, SpectacularSwaggerView):
     pass
 
 
-def endpoint_not_found(request: HttpRequest) -> JsonResponse:
+NOT_FOUND = "api-not-found"  # the name of the catch-all route below /api/
+
+
+@csrf_exempt  # it changes nothing: a POST gets this JSON 404, not the CSRF failure page
+def endpoint_not_found(request: HttpRequest) -> HttpResponse:
+    """Any other path under /api/, whatever the method. A GET of an endpoint without its
+    trailing slash is redirected to it (as Django's APPEND_SLASH would)."""
+    path = request.path
+    hint = ""
+    if not path.endswith("/") and resolve(f"{path}/").url_name != NOT_FOUND:
+        if request.method in ("GET", "HEAD"):
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(f"{path}/" + (f"?{query}" if query else ""))
+        hint = f" (API paths end with a slash: {path}/)"
     return JsonResponse(
-        {"detail": f"no API endpoint at {request.path}; the endpoints are listed at /api/docs/"},
+        {"detail": f"no API endpoint at {path}{hint}; the endpoints are listed at /api/docs/"},
         status=404,
     )
 
 
 class Pagination(PageNumberPagination):
+    """`page_size` must be a whole number from 1 to 500: anything else is a 400, never a
+    silent default."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request: Request) -> int:
+        given = request.query_params.get(self.page_size_query_param)
+        if given is None:
+            return self.page_size
+        try:
+            size = int(given)
+        except ValueError:
+            size = 0
+        if not 1 <= size <= self.max_page_size:
+            raise exceptions.ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"must be a whole number from 1 to {self.max_page_size}, not {given!r}"
+                    ]
+                }
+            )
+        return size
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}  # page 0 is a 404
+        return parameters
 
 
 class KnownCount:

@@ -1,0 +1,214 @@
+"""One redaction function for every door that shows configuration (issue 14, finding 4).
+
+`/api/config/` through the real API views, the run configuration stored with a run by the
+real engine, and the team commands as real subprocesses that cannot reach their broker.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from cobalt.config import active_config, load_config, set_active_config
+from cobalt_app import launcher
+from cobalt_app.models import Run
+from cobalt_app.redaction import redact
+from tests.test_api import api, api_project, token, user  # noqa: F401 (fixtures)
+
+SECRETS = [f"PW{n}-s3cr3t" for n in range(11)]
+
+CONFIG = f"""
+test_dir = "experiments"
+broker_url = "redis://:{SECRETS[0]}@redis.internal:6379/0"
+database_url = "postgres://cobalt:{SECRETS[1]}@db.internal:5432/cobalt"
+
+[judge]
+base_url = "https://judge:{SECRETS[2]}@llm.internal/v1?api-key={SECRETS[3]}&deployment=gpt"
+
+[env]
+LANGFUSE_HOST = "https://pk-lf-1:{SECRETS[4]}@langfuse.internal"
+LANGFUSE_SECRET_KEY = "{SECRETS[5]}"
+
+[langfuse]
+host = "https://lf-user:{SECRETS[9]}@langfuse.internal"
+secret_key = "{SECRETS[10]}"
+
+[[webhooks]]
+url = "https://hooks.slack.com/services/T0/B0/{SECRETS[6]}"
+secret = "{SECRETS[7]}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://default:pw@host", "rediss://default:***@host"),
+        ("postgres://user:pw@db/cobalt", "postgres://user:***@db/cobalt"),
+        ("postgresql://user:p@ss@db:5432/x", "postgresql://user:***@db:5432/x"),
+        ("redis://:with/slash@host/0", "redis://:***@host/0"),
+        ("postgres://bob@db/cobalt", "postgres://bob@db/cobalt"),
+        ("https://ghp_token@github.com/o/r", "https://***@github.com/o/r"),
+        ("https://x-access-token:ghp_1@github.com/o", "https://x-access-token:***@github.com/o"),
+        ("https://h/v1?api-key=k&x=1", "https://h/v1?api-key=***&x=1"),
+        ("https://h/?api_key=k&apikey=k&key=k", "https://h/?api_key=***&apikey=***&key=***"),
+        (
+            "https://h/?token=t&access_token=t&sig=s",
+            "https://h/?token=***&access_token=***&sig=***",
+        ),
+        ("https://h/?signature=s&password=p", "https://h/?signature=***&password=***"),
+        (
+            "https://h/?client_secret=s&X-Amz-Credential=c",
+            "https://h/?client_secret=***&X-Amz-Credential=***",
+        ),
+        ("https://h/?page=2&keyword=paris", "https://h/?page=2&keyword=paris"),
+        ("https://h?api_key=k&b=1", "https://h?api_key=***&b=1"),
+        ("redis://h:6379?password=pw", "redis://h:6379?password=***"),
+        ("https://h#access_token=t", "https://h#access_token=***"),
+        ("https://host:8080/users/@me", "https://host:8080/users/@me"),
+        (
+            "cannot reach the broker at redis://:pw@h:1/0: refused",
+            "cannot reach the broker at redis://:***@h:1/0: refused",
+        ),
+    ],
+)
+def test_passwords_and_secret_query_values_are_hidden_in_any_url_form(given, shown):
+    assert redact(given) == shown
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        (
+            "openai: HTTP 401: Incorrect API key provided: sk-test-SECRET-0001. See docs",
+            "openai: HTTP 401: Incorrect API key provided: *** See docs",
+        ),
+        ("sent Authorization: Bearer abcdef123456", "sent Authorization: *** ***"),
+        ("api_key=abc123456 and X-Api-Key: zyx98765", "api_key=*** and X-Api-Key: ***"),
+        ("Password: hunter22, user bob", "Password: ***, user bob"),
+        ("the call used MY-KEY-1234 twice", "the call used *** twice"),
+        ("KeyError: missing_field at host:6379", "KeyError: missing_field at host:6379"),
+        ("Rate the token: {{output}}", "Rate the token: {{output}}"),
+    ],
+)
+def test_credentials_in_free_text_are_hidden_and_ordinary_text_is_not(given, shown):
+    assert redact(given, secrets=["MY-KEY-1234"]) == shown
+
+
+def test_keys_that_name_secrets_are_hidden_and_variable_names_and_counts_are_not():
+    shown = redact(
+        {
+            "judge": {"api_key": "sk-1", "apiKey": "sk-2", "api_key_env": "MY_KEY"},
+            "env": {"OPENAI_API_KEY": "sk-3", "X-Api-Key": "sk-4", "password": "pw"},
+            "auth": {"token": "t", "max_tokens": 5, "keyword": "paris", "author": "me"},
+            "empty_secret": "",
+        }
+    )
+    assert shown == {
+        "judge": {"api_key": "***", "apiKey": "***", "api_key_env": "MY_KEY"},
+        "env": {"OPENAI_API_KEY": "***", "X-Api-Key": "***", "password": "***"},
+        "auth": "***",
+        "empty_secret": "",
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_config_endpoint_shows_no_password_key_or_token(api_project, api):  # noqa: F811
+    api_project.write("cobalt.toml", CONFIG)
+    set_active_config(load_config(api_project.path))
+    response = api.get("/api/config/")
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert [s for s in SECRETS if s in text] == []
+    config = response.json()["config"]
+    assert config["broker_url"] == "redis://:***@redis.internal:6379/0"
+    assert config["database_url"] == "postgres://cobalt:***@db.internal:5432/cobalt"
+    assert config["judge"]["base_url"] == (
+        "https://judge:***@llm.internal/v1?api-key=***&deployment=gpt"
+    )
+    assert config["env"] == {
+        "LANGFUSE_HOST": "https://pk-lf-1:***@langfuse.internal",
+        "LANGFUSE_SECRET_KEY": "***",
+    }
+    assert config["langfuse"] == {
+        "host": "https://lf-user:***@langfuse.internal",
+        "secret_key": "***",
+    }
+    assert config["webhooks"] == [{"url": "https://hooks.slack.com/…", "secret": "***"}]
+
+
+JUDGED = """
+from cobalt import Dataset, Evaluator, experiment
+
+experiment(
+    "judged",
+    Dataset(items=[{"id": "a", "input": "2+2"}]),
+    lambda ctx: "4",
+    evaluators=[Evaluator(name="judge", prompt="Rate {{output}}", base_url="BASE_URL")],
+)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_stores_its_evaluators_without_the_password_of_their_base_url(
+    api_project,  # noqa: F811
+    fake_provider,
+):
+    base_url = fake_provider.openai_base_url.replace("http://", f"http://judge:{SECRETS[8]}@")
+    api_project.write("experiments/judged.cobalt.py", JUDGED.replace("BASE_URL", base_url))
+    config = active_config()
+    experiments, errors, _ = launcher.load_experiments(config, name_filter="judged")
+    assert not errors
+    (run,) = launcher.execute(experiments, config)
+    stored = Run.objects.get(id=run.id)
+    assert stored.status == "completed" and stored.summary["scores"]["judge"]["count"] == 1
+    assert SECRETS[8] not in json.dumps(stored.config)
+    assert stored.config["evaluators"][0]["base_url"].startswith("http://judge:***@127.0.0.1")
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["workers"], ["worker", "--processes", "1"], ["run"]])
+def test_team_commands_name_an_unreachable_broker_without_its_password(
+    project, cobalt_cli, command
+):
+    project.write(
+        "experiments/one.cobalt.py",
+        "from cobalt import Dataset, experiment\n"
+        'experiment("one", Dataset(items=[{"input": 1}]), lambda ctx: 1)\n',
+    )
+    broker = f"redis://:{SECRETS[0]}@127.0.0.1:{closed_port()}/0"
+    done = cobalt_cli(project, *command, env={"COBALT_BROKER_URL": broker}, timeout=60)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert f"cannot reach the broker at redis://:***@127.0.0.1:{broker.rsplit(':', 1)[1]}" in (
+        output
+    )
+    assert SECRETS[0] not in output
+
+
+def test_the_debug_error_page_shows_settings_without_url_passwords(settings):
+    """With COBALT_DEBUG=1 Django's error page lists the settings; Django hides `*_KEY`,
+    `PASSWORD`…, not a password inside `BROKER_URL`."""
+    import sys
+
+    from django.test import RequestFactory
+    from django.views.debug import technical_500_response
+
+    settings.DEBUG = True
+    settings.BROKER_URL = f"redis://:{SECRETS[0]}@redis.internal:6379/0"
+    settings.CELERY_BROKER_URL = settings.BROKER_URL
+    request = RequestFactory().get("/runs/", HTTP_HOST="127.0.0.1")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        page = technical_500_response(request, *sys.exc_info()).content.decode()
+
+    assert "redis://:***@redis.internal:6379/0" in page
+    assert SECRETS[0] not in page
