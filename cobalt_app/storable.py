@@ -15,7 +15,9 @@ other outcomes of that batch:
 * a token count or cost that is not a finite number ≥ 0 (a reported `cost` of NaN): counted
   as 0, the item an error naming the field.
 * text fields (the error, its traceback, an evaluator's reason) with lone surrogates or NUL
-  characters are stored with those characters escaped: they are messages, not data.
+  characters are stored with those characters escaped: they are messages, not data; errors
+  and tracebacks also pass `redaction.redact` (an SDK error quoting a key or a URL with its
+  password).
 
 Other objects JSON has no type for (a datetime, a Decimal, a model instance) are stored as
 their `str()`, as before.
@@ -27,6 +29,8 @@ import json
 import math
 from collections.abc import Iterator
 from typing import Any
+
+from cobalt_app.redaction import redact
 
 MAX_DEPTH = 200  # json.dumps would hit Python's recursion limit a little deeper
 MAX_TOKENS = 2**31 - 1  # the largest count the database column holds
@@ -165,6 +169,12 @@ def clean_text(text: str) -> str:
     return text
 
 
+def clean_message(text: Any) -> str:
+    """An error message or traceback as stored: credentials (a URL's password, a key quoted
+    by an SDK's error) hidden, then `clean_text`."""
+    return clean_text(redact(str(text))) if text else ""
+
+
 def count(value: Any, path: str, *, whole: bool) -> tuple[Any, str | None]:
     """A token count (`whole`) or a cost as stored, or 0 and the problem naming `path`."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
@@ -184,8 +194,8 @@ def prepare(outcome: Any) -> Any:
     outcome.tokens, tokens_problem = count(outcome.tokens, "the token count", whole=True)
     outcome.cost, cost_problem = count(outcome.cost, "the cost (metadata.cost)", whole=False)
     problems += [p for p in (tokens_problem, cost_problem) if p]
-    outcome.error = clean_text(outcome.error or "")
-    outcome.traceback = clean_text(outcome.traceback or "")
+    outcome.error = clean_message(outcome.error)
+    outcome.traceback = clean_message(outcome.traceback)
     for evaluation in outcome.evaluations:
         clean_evaluation(evaluation)
     if problems:
@@ -200,7 +210,7 @@ def prepare(outcome: Any) -> Any:
 def clean_evaluation(evaluation: Any) -> None:
     """An evaluation's texts made storable (its score was checked by `evaluate()`)."""
     evaluation.reason = clean_text(str(evaluation.reason or ""))
-    evaluation.error = clean_text(str(evaluation.error or ""))
+    evaluation.error = clean_message(evaluation.error)
     evaluation.tokens = count(evaluation.tokens, "tokens", whole=True)[0]
     evaluation.cost = count(evaluation.cost, "cost", whole=False)[0]
 

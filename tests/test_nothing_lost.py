@@ -482,3 +482,17 @@ def test_a_stopping_worker_claims_nothing_more_hands_back_its_items_and_exits(te
     team.start_worker("--concurrency", "2")
     assert run.wait(120) == 0, run.out() + run.err()
     assert team.item_statuses(run_id) == {"ok": 40}
+
+
+@pytestmark_db
+def test_credentials_quoted_in_an_error_are_not_stored(project):
+    def runner(ctx):
+        raise ConnectionError(
+            "could not reach postgres://agent:hunter2@db.internal/x with key sk-live-abcdef123456"
+        )
+
+    (run,) = execute(project, define("secret-error", Dataset(items=[{"n": 1}]), runner))
+    row = ItemResult.objects.get(run=run)
+    assert "hunter2" not in row.error and "sk-live-abcdef123456" not in row.error
+    assert "hunter2" not in row.traceback and "abcdef123456" not in row.traceback
+    assert row.error.startswith("ConnectionError: could not reach postgres://agent:***@db.internal")

@@ -12,7 +12,7 @@ from cobalt_cli.mcp.reports import run_overview
 
 def config_resource(project: Project) -> dict[str, Any]:
     """Seed 003's config shape, built from the redacted configuration only."""
-    from cobalt.config import parse_ttl, redact
+    from cobalt.config import parse_ttl
     from cobalt_app.providers import DEFAULT_KEY_VARS
 
     config = project.config()
@@ -37,7 +37,7 @@ def config_resource(project: Project) -> dict[str, Any]:
         "judge": {
             "provider": provider,
             "model": judge.get("model"),
-            "baseUrl": redact(judge.get("base_url"), "database_url"),
+            "baseUrl": judge.get("base_url"),  # redacted with the rest by config.redacted()
             "apiKey": "[REDACTED]" if key_source else None,
             "apiKeySource": key_source,
         },
