@@ -463,12 +463,15 @@ async def run_experiment(
     status = Run.Status.COMPLETED
     stopped_elsewhere = asyncio.Event()
     try:
-        await db(services.run_start, run.id)
+        started = await db(services.run_start, run.id)
         run = await db(Run.objects.get, id=run.id)
         if reporter is not None:
             reporter.run_started(run, experiment)
-        async with keep_alive(run.id, db) as stopped_elsewhere:
-            await execute_run(run, experiment, env, reporter=reporter)
+        if not started:  # cancelled from elsewhere between its creation and now
+            status = Run.Status.CANCELLED
+        else:
+            async with keep_alive(run.id, db) as stopped_elsewhere:
+                await execute_run(run, experiment, env, reporter=reporter)
     except asyncio.CancelledError:
         status = Run.Status.CANCELLED
         await asyncio.shield(db(services.run_cancel_pending, run.id))

@@ -108,10 +108,14 @@ def _insert_snapshots(rows: Iterable[tuple]) -> None:
             cursor.executemany(SNAPSHOT_INSERT_SQL, batch)
 
 
-def run_start(run_id: str) -> None:
+def run_start(run_id: str) -> bool:
+    """Mark the run as executing; False when it was cancelled before it could start."""
     now = timezone.now()
-    Run.objects.filter(id=run_id).update(
-        status=Run.Status.RUNNING, started_at=now, finished_at=None, heartbeat_at=now
+    return (
+        Run.objects.filter(id=run_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]).update(
+            status=Run.Status.RUNNING, started_at=now, finished_at=None, heartbeat_at=now
+        )
+        == 1
     )
 
 
