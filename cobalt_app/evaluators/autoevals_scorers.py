@@ -44,7 +44,12 @@ from cobalt_app.evaluators import (
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
 from cobalt_app.pricing import estimate_cost
-from cobalt_app.providers import ProviderError, describe_sdk_error, resolve_api_key
+from cobalt_app.providers import (
+    ProviderError,
+    chat_params,
+    describe_sdk_error,
+    resolve_api_key,
+)
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL_HINT = "pip install 'cobalt[autoevals]'"
@@ -145,6 +150,7 @@ class CobaltClient:
     async def complete(self, **request: Any) -> dict[str, Any]:
         request.pop("span_info", None)
         request["model"] = self.target["model"]
+        request = chat_params(self.target["provider"], request["model"], request)
         usage = _usage.get(Usage())
         usage.calls += 1
         key = cache_key(
@@ -179,7 +185,7 @@ class CobaltClient:
         except ProviderError:
             raise
         except Exception as exc:
-            raise ProviderError(describe_sdk_error(provider, exc)) from exc
+            raise ProviderError(describe_sdk_error(provider, exc, secrets=(api_key,))) from exc
         prompt_tokens = reply["usage"]["prompt_tokens"]
         completion_tokens = reply["usage"]["completion_tokens"]
         usage.tokens += prompt_tokens + completion_tokens

@@ -1,0 +1,165 @@
+"""The original's contract (issue 21): what users of the TypeScript Cobalt rely on, through the
+public surface (the `cobalt` command, `python file.cobalt.py`, the SDK and the results file)
+and the fake provider reached through the SDKs' base URL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import Project, cli_env
+
+
+def results(project: Project) -> dict:
+    (path,) = project.results_files()
+    return json.loads(path.read_text())
+
+
+def run_directly(project: Project, relative: str, fake_provider, **extra: str):
+    """`python experiments/x.cobalt.py` from the project folder, keys pointing at the fake."""
+    env = {
+        "OPENAI_BASE_URL": fake_provider.openai_base_url,
+        "ANTHROPIC_BASE_URL": fake_provider.anthropic_base_url,
+        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+        "ANTHROPIC_API_KEY": "sk-ant-test-SECRET-0002",
+        **extra,
+    }
+    return subprocess.run(
+        [sys.executable, relative],
+        cwd=project.path,
+        env=cli_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# ---------------------------------------------------------------- 1. plugins, run directly
+
+PLUGIN = """
+from cobalt_app.evaluators import EvalOutcome, register
+
+
+@register("my-plugin-type", options=["keyword"])
+async def keyword(evaluator, target, env):
+    hit = evaluator.options["keyword"] in str(target.output)
+    return EvalOutcome(evaluator.name, float(hit), reason="from the plugin")
+"""
+
+
+def test_plugins_of_the_config_work_when_the_file_is_run_directly(project, fake_provider):
+    project.write("plugins/mine.py", PLUGIN)
+    project.write("cobalt.toml", 'test_dir = "experiments"\nplugins = ["plugins/mine.py"]\n')
+    project.write(
+        "experiments/x.cobalt.py",
+        """
+        from cobalt import Dataset, Evaluator, experiment
+
+        experiment(
+            "plugged",
+            Dataset([{"id": "a", "input": "Paris"}]),
+            lambda ctx: ctx.item["input"],
+            evaluators=[Evaluator(name="kw", type="my-plugin-type", keyword="Paris")],
+        )
+        """,
+    )
+    result = run_directly(project, "experiments/x.cobalt.py", fake_provider)
+    assert result.returncode == 0, result.stderr
+    (item,) = results(project)["items"]
+    assert item["evaluations"]["kw"] == {"score": 1.0, "reason": "from the plugin"}
+
+
+# ---------------------------------------------------------------- 2. reasoning models
+
+JUDGES = """
+from cobalt import Dataset, Evaluator, experiment
+
+experiment(
+    "judged",
+    Dataset([{"id": "a", "input": "2+2?"}]),
+    lambda ctx: "4",
+    evaluators=[
+        Evaluator(name=model, prompt="{{output}} [[score:0.9]]", model=model)
+        for model in ("gpt-4o-mini", "gpt-5-mini", "o3", "o4-mini-2025-04-16")
+    ],
+)
+"""
+
+
+def test_no_temperature_is_sent_to_reasoning_models(project, cobalt_cli, fake_provider_server):
+    fake_provider_server.reset()
+    project.write("experiments/judged.cobalt.py", JUDGES)
+    result = cobalt_cli(project, "run", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    sent = {
+        r["json"]["model"]: r["json"]
+        for r in fake_provider_server.requests
+        if r["path"] == "/v1/chat/completions"
+    }
+    assert set(sent) == {"gpt-4o-mini", "gpt-5-mini", "o3", "o4-mini-2025-04-16"}
+    assert sent["gpt-4o-mini"]["temperature"] == 0
+    for model in ("gpt-5-mini", "o3", "o4-mini-2025-04-16"):
+        assert "temperature" not in sent[model], model
+    scores = results(project)["items"][0]["evaluations"]
+    assert {name: e["score"] for name, e in scores.items()} == dict.fromkeys(sent, 0.9)
+
+
+# ---------------------------------------------------------------- 3. provider messages
+
+
+def test_the_providers_message_is_kept_in_judge_and_similarity_errors(
+    project, cobalt_cli, fake_provider_server
+):
+    fake_provider_server.reset()
+    message = (
+        "The model `gpt-4o-minii` does not exist or you do not have access to it. "
+        "Key used: sk-test-openai-SECRET-0001"
+    )
+    fake_provider_server.fail_next(2, status=400, retry_after=None, message=message)
+    project.write(
+        "experiments/x.cobalt.py",
+        """
+        from cobalt import Dataset, Evaluator, experiment
+
+        experiment(
+            "errors",
+            Dataset([{"id": "a", "input": "q", "expected_output": "4"}]),
+            lambda ctx: "4",
+            evaluators=[Evaluator(name="judge", prompt="{{output}}", model="gpt-4o-minii")],
+            concurrency=1,
+        )
+        experiment(
+            "errors-sim",
+            Dataset([{"id": "a", "input": "q", "expected_output": "4"}]),
+            lambda ctx: "4",
+            evaluators=[Evaluator(name="sim", type="similarity")],
+        )
+        """,
+    )
+    result = cobalt_cli(project, "run", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    errors = {}
+    for path in project.results_files():
+        data = json.loads(path.read_text())
+        errors.update({n: e["error"] for n, e in data["items"][0]["evaluations"].items()})
+    expected = (
+        "openai: HTTP 400 (BadRequestError): The model `gpt-4o-minii` does not exist or you do "
+        "not have access to it. Key used: ***."
+    )
+    assert errors == {"judge": expected, "sim": expected}
+    assert "SECRET" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "reasoning"),
+    [("gpt-5", True), ("o1-preview", True), ("gpt-4o", False), ("omni-x", False)],
+)
+def test_reasoning_models_are_told_apart_by_name(model, reasoning):
+    from cobalt_app.providers import chat_params
+
+    sent = chat_params("openai", model, {"temperature": 0})
+    assert ("temperature" not in sent) is reasoning
+    assert chat_params("anthropic", model, {"temperature": 0}) == {"temperature": 0}
