@@ -101,17 +101,31 @@ def split_result(value: Any) -> tuple[Any, dict[str, Any]]:
     return value, {}
 
 
+class DeadlineExceeded(Exception):
+    """Cobalt's per-item deadline passed (a `TimeoutError` the runner raises is its own error)."""
+
+
+async def within(awaitable: Any, timeout: float) -> Any:
+    """Await within the deadline; `DeadlineExceeded` only when the deadline itself expired."""
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise DeadlineExceeded from None
+        raise
+
+
 async def call_runner(
     experiment: Experiment, context: RunContext, *, timeout: float, pool: ThreadPoolExecutor
 ) -> Any:
     if experiment.is_async:
-        async with asyncio.timeout(timeout):
-            return await experiment.runner(context)
+        return await within(experiment.runner(context), timeout)
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(pool, experiment.runner, context)
-    value = await asyncio.wait_for(future, timeout)
+    value = await within(future, timeout)
     if inspect.isawaitable(value):
-        value = await asyncio.wait_for(value, timeout)
+        value = await within(value, timeout)
     return value
 
 
@@ -141,7 +155,7 @@ async def execute_item(
     started = time.perf_counter()
     try:
         value = await call_runner(experiment, context, timeout=timeout, pool=pool)
-    except TimeoutError:
+    except DeadlineExceeded:
         outcome.status = ItemResult.Status.TIMEOUT
         outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
     except asyncio.CancelledError:

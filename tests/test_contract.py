@@ -163,3 +163,41 @@ def test_reasoning_models_are_told_apart_by_name(model, reasoning):
     sent = chat_params("openai", model, {"temperature": 0})
     assert ("temperature" not in sent) is reasoning
     assert chat_params("anthropic", model, {"temperature": 0}) == {"temperature": 0}
+
+
+# ---------------------------------------------------------------- 4. the runner's TimeoutError
+
+TIMEOUTS = """
+import asyncio
+
+from cobalt import Dataset, Evaluator, experiment
+
+
+async def runner(ctx):
+    if ctx.item["id"] == "own":
+        raise TimeoutError("the upstream API gave up")
+    await asyncio.sleep(60)
+
+
+experiment(
+    "timeouts",
+    Dataset([{"id": "own"}, {"id": "slow"}]),
+    runner,
+    evaluators=[Evaluator(name="any", type="function", fn=lambda ctx: 1.0)],
+    timeout=0.5,
+)
+"""
+
+
+def test_a_timeout_error_raised_by_the_agent_is_an_error_with_its_traceback(project, cobalt_cli):
+    project.write("experiments/t.cobalt.py", TIMEOUTS)
+    result = cobalt_cli(project, "run", "--ci", "--junit", "junit.xml")
+    assert result.returncode == 1, result.stderr
+    items = {i["key"]: i for i in results(project)["items"]}
+    assert items["own"]["status"] == "error"
+    assert items["own"]["error"] == "TimeoutError: the upstream API gave up"
+    assert items["slow"]["status"] == "timeout"
+    assert items["slow"]["error"] == "timed out after 0.5s (the runner was cancelled)"
+    junit = (project.path / "junit.xml").read_text()
+    assert "Traceback (most recent call last)" in junit
+    assert 'raise TimeoutError("the upstream API gave up")' in junit
