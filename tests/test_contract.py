@@ -201,3 +201,52 @@ def test_a_timeout_error_raised_by_the_agent_is_an_error_with_its_traceback(proj
     junit = (project.path / "junit.xml").read_text()
     assert "Traceback (most recent call last)" in junit
     assert 'raise TimeoutError("the upstream API gave up")' in junit
+
+
+# ---------------------------------------------------------------- 6. placeholders
+
+PLACEHOLDERS = """
+from cobalt import Dataset, Evaluator, experiment
+
+ITEM = {
+    "id": "a",
+    "input": "q",
+    "tags": ["geo", "easy"],
+    "items": [{"name": "Paris"}],
+    "ctx": {"docs": [{"title": "T0"}, {"title": "T1"}]},
+}
+experiment(
+    "placeholders",
+    Dataset([ITEM]),
+    lambda ctx: "answer",
+    evaluators=[
+        Evaluator(
+            name="rendered",
+            prompt="[{{tags[0]}}|{{ items[0].name }}|{{ctx.docs[1].title}}|{{tags.1}}]",
+        ),
+        Evaluator(name="unparsable", prompt="{{output}} {{tags[first]}}"),
+        Evaluator(name="missing", prompt="{{output}} {{items[3].name}}"),
+    ],
+)
+"""
+
+
+def test_bracket_paths_are_rendered_and_bad_placeholders_never_reach_the_judge(
+    project, cobalt_cli, fake_provider_server
+):
+    fake_provider_server.reset()
+    project.write("experiments/p.cobalt.py", PLACEHOLDERS)
+    result = cobalt_cli(project, "run", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    (request,) = fake_provider_server.requests  # only the judge whose prompt rendered
+    assert "[geo|Paris|T1|easy]" in request["json"]["messages"][-1]["content"]
+    evaluations = results(project)["items"][0]["evaluations"]
+    assert evaluations["rendered"]["score"] == 1.0
+    assert evaluations["unparsable"] == {
+        "score": None,
+        "error": "the prompt's placeholder {{tags[first]}} is not a field path; write "
+        "{{field}}, {{field.key}} or {{field[0]}} (e.g. {{items[0].name}})",
+    }
+    assert evaluations["missing"]["error"].startswith(
+        "the prompt uses {{items[3].name}} but the item has no such field"
+    )
