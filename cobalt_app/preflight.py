@@ -8,7 +8,8 @@ and line of the evaluator and of its experiment, and what to do:
 * an option its type does not read (each type declares its options with `register()`);
 * a provider API key that an evaluator will need and that is not set (the same lookup the
   provider calls make, `providers.resolve_api_key`). In team mode the workers hold the keys,
-  so this part is left to them.
+  so this part is left to them;
+* a dataset with no items (a run of nothing would pass any gate).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from cobalt_app.providers import ProviderError, resolve_api_key
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a run cannot start, pointing at the evaluator that has it."""
+    """One reason a run cannot start, pointing at the evaluator that has it (no evaluator:
+    the experiment itself, e.g. its dataset)."""
 
     experiment: str
     experiment_at: str  # "experiments/qa.cobalt.py:14"
@@ -37,6 +39,8 @@ class Problem:
 
     def line(self) -> str:
         """The problem on its own line (as `--ci` lists it)."""
+        if not self.evaluator:
+            return f"experiment {self.experiment!r} ({self.experiment_at}): {self.message}"
         return (
             f"{self.evaluator_at}: evaluator {self.evaluator!r} of experiment "
             f"{self.experiment!r} ({self.experiment_at}): {self.message}"
@@ -55,7 +59,10 @@ class PreflightError(Exception):
         for (name, where), found in blocks.items():
             lines.append(f"experiment {name!r} ({where}) cannot start:")
             lines.extend(
-                f"  {p.evaluator_at}: evaluator {p.evaluator!r}: {p.message}" for p in found
+                f"  {p.evaluator_at}: evaluator {p.evaluator!r}: {p.message}"
+                if p.evaluator
+                else f"  {p.message}"
+                for p in found
             )
         lines.append("Nothing ran and no agent was called; fix the above and run again.")
         super().__init__("\n".join(lines))
@@ -75,6 +82,8 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
     found: list[Problem] = []
     for experiment in experiments:
         experiment_at = location(config, experiment.file, experiment.line)
+        if len(experiment.dataset) == 0:
+            found.append(Problem(experiment.name, experiment_at, "", "", empty(experiment)))
         for evaluator in experiment.evaluators:
             messages = evaluator_problems(evaluator, judge_config, keys=not config.team_mode)
             evaluator_at = location(config, *evaluator.defined_at)
@@ -83,6 +92,16 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
                 for message in messages
             )
     return found
+
+
+def empty(experiment: Experiment) -> str:
+    dataset = experiment.dataset
+    named = f"the dataset {dataset.name!r}" if dataset.name else "the inline dataset"
+    source = f" ({dataset.source})" if dataset.source and dataset.source != dataset.name else ""
+    return (
+        f"{named}{source} has no items, so there is nothing to run; check the file, the query "
+        "or the filter/slice that produced it"
+    )
 
 
 def evaluator_problems(

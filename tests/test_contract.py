@@ -250,3 +250,36 @@ def test_bracket_paths_are_rendered_and_bad_placeholders_never_reach_the_judge(
     assert evaluations["missing"]["error"].startswith(
         "the prompt uses {{items[3].name}} but the item has no such field"
     )
+
+
+# ---------------------------------------------------------------- 7. empty datasets
+
+
+def test_a_run_with_no_items_is_refused_naming_the_dataset(project, cobalt_cli):
+    project.write("datasets/empty.jsonl", "")
+    project.write(
+        "experiments/e.cobalt.py",
+        """
+        from cobalt import Dataset, Evaluator, experiment
+
+        experiment(
+            "nothing",
+            Dataset.from_file("datasets/empty.jsonl"),
+            lambda ctx: "x",
+            evaluators=[Evaluator(name="any", type="function", fn=lambda ctx: 1.0)],
+        )
+        """,
+    )
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert (
+        "experiment 'nothing' (experiments/e.cobalt.py:3) cannot start:\n"
+        "  the dataset 'empty' (datasets/empty.jsonl) has no items, so there is nothing to run"
+    ) in result.stderr
+    ci = cobalt_cli(project, "run", "--ci")
+    assert ci.returncode == 2
+    assert (
+        "✗ experiment 'nothing' (experiments/e.cobalt.py:3): the dataset 'empty' "
+        "(datasets/empty.jsonl) has no items"
+    ) in ci.stdout
+    assert "Dataset:" not in result.stdout + ci.stdout and project.results_files() == []
