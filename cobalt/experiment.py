@@ -20,12 +20,14 @@ from cobalt.evaluator import Evaluator
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`."""
+    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`, and `ctx.dataset`,
+    the experiment's whole dataset."""
 
     item: dict[str, Any]
     index: int
     run_index: int
     item_key: str
+    dataset: Dataset | None = None
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Experiment:
     timeout: float | None = None
     tags: list[str] = field(default_factory=list)
     thresholds: dict[str, Any] | None = None
+    on_progress: Callable[[int, int], Any] | None = None  # (done, total), as items finish
     file: str | None = None
     line: int | None = None  # of the `experiment(...)` call, for messages that point at it
 
@@ -81,8 +84,12 @@ def experiment(
     timeout: float | None = None,
     tags: list[str] | None = None,
     thresholds: dict[str, Any] | None = None,
+    on_progress: Callable[[int, int], Any] | None = None,
 ) -> Any:
-    """Declare an experiment: as a call with a runner, or as a decorator without one."""
+    """Declare an experiment: as a call with a runner, or as a decorator without one.
+
+    `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
+    is logged once and never stops the run."""
     if runner is None:
 
         def decorator(fn: Callable[[RunContext], Any]) -> Any:
@@ -96,11 +103,17 @@ def experiment(
                 timeout=timeout,
                 tags=tags,
                 thresholds=thresholds,
+                on_progress=on_progress,
             )
 
         return decorator
 
     _check(name, dataset, runner, runs, concurrency, timeout)
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError(
+            f"experiment {name!r}: `on_progress` must be a function (done, total), "
+            f"not {type(on_progress).__name__}."
+        )
     file, line = _caller()
     definition = Experiment(
         name=name,
@@ -112,6 +125,7 @@ def experiment(
         timeout=timeout,
         tags=list(tags or []),
         thresholds=thresholds,
+        on_progress=on_progress,
         file=file,
         line=line,
     )

@@ -29,6 +29,7 @@ from cobalt_app.aio import DatabaseThread
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
+from cobalt_app.progress import Progress
 from cobalt_app.providers import ProviderHub
 from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
@@ -151,6 +152,7 @@ async def execute_item(
         index=snapshot.item_index,
         run_index=snapshot.run_index,
         item_key=snapshot.item_key,
+        dataset=experiment.dataset,
     )
     started = time.perf_counter()
     try:
@@ -254,6 +256,7 @@ async def execute_run(
     writer = OutcomeWriter(run.id, env.db)
     pending = iter(snapshots)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
+    progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
 
     async def work() -> None:
         nonlocal done
@@ -264,6 +267,8 @@ async def execute_run(
                 reporter.item_finished(outcome, done, total)
             if on_item is not None:
                 on_item(outcome)
+            if progress is not None:
+                await progress.notify(done, total)
             await writer.add(outcome)
 
     try:

@@ -283,3 +283,69 @@ def test_a_run_with_no_items_is_refused_naming_the_dataset(project, cobalt_cli):
         "(datasets/empty.jsonl) has no items"
     ) in ci.stdout
     assert "Dataset:" not in result.stdout + ci.stdout and project.results_files() == []
+
+
+# ---------------------------------------------------------------- 10. ctx.dataset, on_progress
+
+PROGRESS = """
+import asyncio
+import json
+
+from cobalt import Dataset, Evaluator, experiment
+
+DATASET = Dataset([{"id": str(i), "input": i} for i in range(4)])
+calls = {"sync": [], "async": [], "raising": 0}
+
+
+def sync_progress(done, total):
+    calls["sync"].append([done, total])
+
+
+async def async_progress(done, total):
+    await asyncio.sleep(0)
+    calls["async"].append([done, total])
+
+
+def raising_progress(done, total):
+    calls["raising"] += 1
+    raise RuntimeError("the progress bar broke")
+
+
+def runner(ctx):
+    assert ctx.dataset is DATASET
+    return f"{ctx.index + 1} of {len(ctx.dataset)}: first is {ctx.dataset.items[0]['id']}"
+
+
+for name, callback in [("sync", sync_progress), ("async", async_progress), ("raising", raising_progress)]:
+    report = experiment(
+        name,
+        DATASET,
+        runner,
+        evaluators=[Evaluator(name="any", type="function", fn=lambda ctx: 1.0)],
+        concurrency=2,
+        on_progress=callback,
+    )
+    assert report.to_dict()["items"][3]["output"]["output"] == "4 of 4: first is 0"
+print("CALLS=" + json.dumps(calls))
+"""
+
+
+def test_runners_see_the_dataset_and_on_progress_is_called_as_items_finish(project, fake_provider):
+    project.write("experiments/progress.cobalt.py", PROGRESS)
+    result = run_directly(project, "experiments/progress.cobalt.py", fake_provider)
+    assert result.returncode == 0, result.stderr
+    calls = json.loads(result.stdout.split("CALLS=")[1])
+    assert calls["sync"] == [[n, 4] for n in range(1, 5)]
+    assert calls["async"] == [[n, 4] for n in range(1, 5)]
+    assert calls["raising"] == 4  # called for every item although it raised
+    assert result.stderr.count("on_progress of experiment 'raising' raised") == 1
+    assert "RuntimeError: the progress bar broke" in result.stderr
+    assert len(project.results_files()) == 3  # the raising callback stopped nothing
+
+
+def test_on_progress_must_be_a_function():
+    from cobalt import Dataset, experiment
+    from cobalt.experiment import collecting
+
+    with collecting(), pytest.raises(TypeError, match="`on_progress` must be a function"):
+        experiment("p", Dataset([{"input": 1}]), lambda ctx: 1, on_progress="print")
