@@ -54,6 +54,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         judge_tokens += tokens or 0
         judge_cost += cost or 0.0
         cached += bool(was_cached)
+    unpriced = unpriced_models(run)
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     per_evaluator = {
         name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
@@ -84,6 +85,9 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "estimatedCost": agent_cost + judge_cost,
         "agentCost": agent_cost,
         "judgeCost": judge_cost,
+        # Models that spent tokens and have no price: counted as $0, so the cost is a floor.
+        "unpricedModels": unpriced,
+        "costComplete": not unpriced,
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
@@ -94,6 +98,28 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
+
+
+def unpriced_models(run: Run) -> list[str]:
+    """The models of the run (agent's and evaluators') that spent tokens without a price.
+
+    Only items with tokens and no cost are read: a priced run reads none."""
+    from cobalt_app.pricing import agent_unpriced
+
+    found: set[str] = set(
+        Evaluation.objects.filter(run=run)
+        .exclude(unpriced_model="")
+        .values_list("unpriced_model", flat=True)
+        .distinct()
+    )
+    free = ItemResult.objects.filter(run=run, tokens__gt=0, cost=0).values_list(
+        "metadata", flat=True
+    )
+    for metadata in free.iterator(chunk_size=EXPORT_CHUNK):
+        model = agent_unpriced(metadata if isinstance(metadata, dict) else {})
+        if model:
+            found.add(model)
+    return sorted(found)
 
 
 def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | None = None):
@@ -156,16 +182,32 @@ ITEM_FIELDS = (
     "tokens",
     "cost",
 )
-EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
+EVALUATION_FIELDS = (
+    "item_id",
+    "evaluator",
+    "score",
+    "reason",
+    "status",
+    "error",
+    "cached",
+    "chain_of_thought",
+    "unpriced_model",
+)
 
 
-def evaluation_entry(score, reason, status, error, cached) -> dict[str, Any]:
+def evaluation_entry(
+    score, reason, status, error, cached, chain_of_thought="", unpriced_model=""
+) -> dict[str, Any]:
     if status == Evaluation.Status.OK:
         entry: dict[str, Any] = {"score": score, "reason": reason}
+        if chain_of_thought:
+            entry["chainOfThought"] = chain_of_thought
     else:
         entry = {"score": None, "error": error}
     if cached:
         entry["cached"] = True
+    if unpriced_model:
+        entry["unpricedModel"] = unpriced_model
     return entry
 
 
@@ -173,7 +215,9 @@ def item_entry(item: ItemResult) -> dict[str, Any]:
     """The results-file entry of one ItemResult (evaluations prefetched or queried)."""
     row = {field: getattr(item, field) for field in ITEM_FIELDS}
     evaluations = {
-        e.evaluator: evaluation_entry(e.score, e.reason, e.status, e.error, e.cached)
+        e.evaluator: evaluation_entry(
+            e.score, e.reason, e.status, e.error, e.cached, e.chain_of_thought, e.unpriced_model
+        )
         for e in item.evaluations.all()
     }
     return row_entry(row, evaluations)

@@ -349,3 +349,79 @@ def test_on_progress_must_be_a_function():
 
     with collecting(), pytest.raises(TypeError, match="`on_progress` must be a function"):
         experiment("p", Dataset([{"input": 1}]), lambda ctx: 1, on_progress="print")
+
+
+# ---------------------------------------------------------------- 5. unpriced models
+
+UNPRICED = """
+from cobalt import Dataset, Evaluator, experiment
+
+experiment(
+    "priced",
+    Dataset([{"id": "a", "input": "q"}, {"id": "b", "input": "r"}]),
+    lambda ctx: {
+        "output": "answer",
+        "metadata": {"model": MODEL, "usage": {"prompt_tokens": 1000, "completion_tokens": 500}},
+    },
+    evaluators=[Evaluator(name="judge", prompt="{{output}} [[score:0.9]]", model=JUDGE)],
+    thresholds={"cost": {"total": 1.0}},
+)
+"""
+
+
+def unpriced_file(model: str, judge: str) -> str:
+    return f"MODEL, JUDGE = {model!r}, {judge!r}\n" + UNPRICED
+
+
+def test_gpt_4_is_priced(project, cobalt_cli):
+    project.write("experiments/u.cobalt.py", unpriced_file("gpt-4", "gpt-4o-mini"))
+    result = cobalt_cli(project, "run", "--ci", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = results(project)["summary"]
+    assert summary["agentCost"] == pytest.approx(2 * (1000 * 30 + 500 * 60) / 1e6)
+    assert (summary["unpricedModels"], summary["costComplete"]) == ([], True)
+
+
+def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_error(
+    project, cobalt_cli
+):
+    project.write("experiments/u.cobalt.py", unpriced_file("acme-llm-2", "judge-9000"))
+    result = cobalt_cli(project, "run", "--ci", "--no-cache")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "experiment 'priced' has a cost threshold, but acme-llm-2, judge-9000 spent tokens and "
+        "have no price, so the cost is unknown. Add prices (USD per million input and output "
+        'tokens) under [prices] in cobalt.toml, e.g. "acme-llm-2" = [2.5, 10]'
+    ) in result.stdout
+    document = results(project)
+    summary = document["summary"]
+    assert summary["unpricedModels"] == ["acme-llm-2", "judge-9000"]
+    assert summary["costComplete"] is False
+    assert document["items"][0]["evaluations"]["judge"]["unpricedModel"] == "judge-9000"
+
+    plain = cobalt_cli(project, "run", "--no-cache")
+    assert "⚠ unpriced: acme-llm-2, judge-9000 spent tokens and have no price" in plain.stdout
+
+    # Prices in the configuration make the run priced again.
+    project.write(
+        "cobalt.toml",
+        'test_dir = "experiments"\n[prices]\n"acme-llm-2" = [1.0, 2.0]\n'
+        '"judge-9000" = {input = 0.5, output = 1.5}\n',
+    )
+    for old in project.results_files():
+        old.unlink()
+    priced = cobalt_cli(project, "run", "--ci", "--no-cache")
+    assert priced.returncode == 0, priced.stdout + priced.stderr
+    summary = results(project)["summary"]
+    assert summary["agentCost"] == pytest.approx(2 * (1000 * 1.0 + 500 * 2.0) / 1e6)
+    assert summary["judgeCost"] > 0 and summary["unpricedModels"] == []
+
+
+def test_a_malformed_price_names_the_key(project, cobalt_cli):
+    project.write("cobalt.toml", 'test_dir = "experiments"\n[prices]\n"m" = [1.0]\n')
+    project.write("experiments/u.cobalt.py", unpriced_file("m", "gpt-4o-mini"))
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert "`prices.m` must be [input, output] or {input = ..., output = ...}" in (
+        result.stdout + result.stderr
+    )

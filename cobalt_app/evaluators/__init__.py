@@ -20,10 +20,13 @@ from cobalt.evaluator import EvalResult, Evaluator
 class EvaluationError(Exception):
     """Raised by an implementation for a clear, expected failure (missing field, bad reply)."""
 
-    def __init__(self, message: str, *, tokens: int = 0, cost: float = 0.0) -> None:
+    def __init__(
+        self, message: str, *, tokens: int = 0, cost: float = 0.0, unpriced_model: str = ""
+    ) -> None:
         super().__init__(message)
         self.tokens = tokens
         self.cost = cost
+        self.unpriced_model = unpriced_model
 
 
 @dataclass
@@ -36,10 +39,28 @@ class EvalOutcome:
     cached: bool = False
     tokens: int = 0
     cost: float = 0.0
+    chain_of_thought: str = ""  # a judge's reasoning, with `chain_of_thought=True`
+    unpriced_model: str = ""  # spent tokens of a model that has no price
 
     @classmethod
-    def failed(cls, evaluator: str, message: str, *, tokens: int = 0, cost: float = 0.0):
-        return cls(evaluator, None, status="error", error=message, tokens=tokens, cost=cost)
+    def failed(
+        cls,
+        evaluator: str,
+        message: str,
+        *,
+        tokens: int = 0,
+        cost: float = 0.0,
+        unpriced_model: str = "",
+    ):
+        return cls(
+            evaluator,
+            None,
+            status="error",
+            error=message,
+            tokens=tokens,
+            cost=cost,
+            unpriced_model=unpriced_model,
+        )
 
 
 @dataclass
@@ -147,14 +168,24 @@ async def evaluate(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
     try:
         outcome = await registered.implementation(evaluator, target, env)
     except EvaluationError as exc:
-        return EvalOutcome.failed(evaluator.name, str(exc), tokens=exc.tokens, cost=exc.cost)
+        return EvalOutcome.failed(
+            evaluator.name,
+            str(exc),
+            tokens=exc.tokens,
+            cost=exc.cost,
+            unpriced_model=exc.unpriced_model,
+        )
     except Exception as exc:
         return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
     if outcome.status == "ok":
         problem = score_problem(outcome.score)
         if problem:
             return EvalOutcome.failed(
-                evaluator.name, problem, tokens=outcome.tokens, cost=outcome.cost
+                evaluator.name,
+                problem,
+                tokens=outcome.tokens,
+                cost=outcome.cost,
+                unpriced_model=outcome.unpriced_model,
             )
     return outcome
 
