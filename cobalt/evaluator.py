@@ -9,6 +9,7 @@ types, are loaded. `defined_at` remembers where the evaluator was written, for t
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,12 +39,13 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class EvalContext:
-    """What a function evaluator receives."""
+    """What a function evaluator receives; `context` holds the variables of its `context=`."""
 
     item: dict[str, Any]
     output: Any
     metadata: dict[str, Any] = field(default_factory=dict)
     latency_ms: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input(self) -> Any:
@@ -92,6 +94,26 @@ class Evaluator:
                 f"Evaluator {name!r} at {self.where}: a function evaluator needs `fn=callable`."
             )
 
+    @classmethod
+    def from_dict(
+        cls, options: dict[str, Any], *, where: str = "evaluator", at: tuple[str, int] | None = None
+    ) -> Evaluator:
+        """The original's dict form: `{"name": "relevance", "type": "llm-judge", "prompt": ...}`.
+
+        Keys are `Evaluator(...)` keywords (camelCase ones of the original too: `apiKeyEnv`,
+        `baseUrl`, `chainOfThought`, `caseSensitive`...)."""
+        keywords = {_snake(str(k)): v for k, v in options.items()}
+        name = keywords.pop("name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(
+                f"{where}: a dict evaluator needs a non-empty 'name', e.g. "
+                '{"name": "exact", "type": "exact-match"}.'
+            )
+        evaluator = cls(name, **keywords)
+        if at is not None:
+            evaluator.defined_at = at
+        return evaluator
+
     @property
     def where(self) -> str:
         """`qa.cobalt.py:12`: the file name and line of the `Evaluator(...)` call."""
@@ -119,6 +141,11 @@ class Evaluator:
 
     def __repr__(self) -> str:
         return f"Evaluator(name={self.name!r}, type={self.type!r})"
+
+
+def _snake(key: str) -> str:
+    """`apiKeyEnv` → `api_key_env` (the original's option names are camelCase)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
 
 
 def _caller() -> tuple[str, int]:

@@ -119,7 +119,7 @@ def experiment(
         name=name,
         dataset=dataset,
         runner=runner,
-        evaluators=list(evaluators or []),
+        evaluators=as_evaluators(name, evaluators, (file or "<unknown>", line or 0)),
         runs=runs,
         concurrency=concurrency,
         timeout=timeout,
@@ -140,6 +140,30 @@ def experiment(
     from cobalt._direct import run_directly
 
     return run_directly(definition)
+
+
+def as_evaluators(experiment: str, given: Any, defined_at: tuple[str, int]) -> list[Evaluator]:
+    """`Evaluator`s, or the original's dict form (`{"name": ..., "type": ..., ...}`)."""
+    if given is None:
+        return []
+    if isinstance(given, Evaluator | dict) or not isinstance(given, list | tuple):
+        raise TypeError(
+            f"experiment {experiment!r}: `evaluators` must be a list of Evaluator(...) or of "
+            f"dicts of their options, not {type(given).__name__}."
+        )
+    found: list[Evaluator] = []
+    for index, value in enumerate(given):
+        if isinstance(value, Evaluator):
+            found.append(value)
+        elif isinstance(value, dict):
+            found.append(Evaluator.from_dict(value, where=f"evaluators[{index}]", at=defined_at))
+        else:
+            raise TypeError(
+                f"experiment {experiment!r}: evaluators[{index}] is a {type(value).__name__}; "
+                'pass Evaluator(name="...", ...) or a dict such as {"name": "exact", '
+                '"type": "exact-match"}.'
+            )
+    return found
 
 
 def _check(

@@ -26,9 +26,16 @@ class TemplateError(KeyError):
         return str(self.args[0])
 
 
-def template_context(item: dict[str, Any], output: Any, metadata: dict[str, Any]) -> dict:
-    """Item fields first, then the reserved names: an item field never overrides the output."""
+def template_context(
+    item: dict[str, Any],
+    output: Any,
+    metadata: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> dict:
+    """Item fields first, then the evaluator's `context=` variables (`extra`), then the reserved
+    names: neither an item field nor an extra variable overrides the output."""
     context = dict(item)
+    context.update(extra or {})
     context["input"] = item.get("input", item)
     context["output"] = output
     context["metadata"] = metadata or {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -425,3 +426,146 @@ def test_a_malformed_price_names_the_key(project, cobalt_cli):
     assert "`prices.m` must be [input, output] or {input = ..., output = ...}" in (
         result.stdout + result.stderr
     )
+
+
+# ---------------------------------------------------------------- 8. the original's evaluator forms
+
+DICTS = """
+from cobalt import Dataset, experiment
+
+
+def upper_topic(ctx):
+    return {"topic": ctx.item["meta"]["topic"].upper()}
+
+
+experiment(
+    "dicts",
+    Dataset([{"id": "a", "input": "2+2?", "expected_output": "4", "meta": {"topic": "math"}}]),
+    lambda ctx: "4",
+    evaluators=[
+        {"name": "exact", "type": "exact-match", "caseSensitive": False},
+        {
+            "name": "fn",
+            "type": "function",
+            "fn": lambda ctx: {"score": 1.0, "reason": f"topic {ctx.context['topic']}"},
+            "context": upper_topic,
+        },
+        {
+            "name": "judge",
+            "prompt": "Topic {{topic}}, question {{q}}: {{output}} [[score:0.7]]",
+            "context": {"q": "input", "topic": "meta.topic"},
+        },
+        {"name": "broken", "type": "function", "fn": lambda ctx: 1.0, "context": 42},
+    ],
+)
+"""
+
+
+def test_dict_evaluators_and_context_mappers_of_the_original_work(
+    project, cobalt_cli, fake_provider_server
+):
+    fake_provider_server.reset()
+    project.write("experiments/d.cobalt.py", DICTS)
+    result = cobalt_cli(project, "run", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    evaluations = results(project)["items"][0]["evaluations"]
+    assert evaluations["exact"]["score"] == 1.0
+    assert evaluations["fn"] == {"score": 1.0, "reason": "topic MATH"}
+    assert evaluations["judge"]["score"] == 0.7
+    (request,) = fake_provider_server.requests
+    assert "Topic math, question 2+2?: 4" in request["json"]["messages"][-1]["content"]
+    assert evaluations["broken"]["error"].startswith(
+        "`context` must be a function of the item, output and metadata (an EvalContext) that "
+        "returns a dict of extra variables, or a dict of variable → field path"
+    )
+
+
+@pytest.mark.parametrize(
+    ("evaluators", "message"),
+    [
+        ('["exact"]', 'evaluators[0] is a str; pass Evaluator(name="...", ...) or a dict'),
+        ('[{"type": "exact-match"}]', "evaluators[0]: a dict evaluator needs a non-empty 'name'"),
+        ('{"name": "x"}', "`evaluators` must be a list of Evaluator(...) or of dicts"),
+    ],
+)
+def test_evaluators_of_another_form_say_what_to_pass(project, cobalt_cli, evaluators, message):
+    project.write(
+        "experiments/bad.cobalt.py",
+        "from cobalt import Dataset, experiment\n"
+        f'experiment("bad", Dataset([{{"input": 1}}]), lambda ctx: 1, evaluators={evaluators})\n',
+    )
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+COT_REPLY = (
+    '[[reply:{"reasoning": "The answer is 4; 2+2 is 4.", "score": 0.8, "reason": "correct"}]]'
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_judges_chain_of_thought_is_kept_beside_the_reason(project, fake_provider, client):
+    from cobalt import Dataset, Evaluator, experiment, load_config
+    from cobalt.experiment import collecting
+    from cobalt_app import launcher
+    from cobalt_app.models import Evaluation
+
+    evaluator = Evaluator(name="cot", prompt="{{output}} " + COT_REPLY, chain_of_thought=True)
+    for attempt in range(2):  # the second run is answered from the judge cache
+        with collecting() as found:
+            experiment(
+                "cot",
+                Dataset([{"id": "a", "input": "2+2?"}]),
+                lambda ctx: "4",
+                evaluators=[evaluator],
+            )
+        (run,) = launcher.execute(found, load_config(project.path))
+        document = json.loads(Path(run.results_path).read_text())
+        entry = document["items"][0]["evaluations"]["cot"]
+        assert (entry["score"], entry["reason"]) == (0.8, "correct")
+        assert entry["chainOfThought"] == "The answer is 4; 2+2 is 4."
+        assert entry.get("cached", False) is (attempt == 1)
+    assert fake_provider.request_count() == 1
+    item = Evaluation.objects.filter(run=run).get().item
+    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    assert "Chain of thought" in page and "The answer is 4; 2+2 is 4." in page
+
+
+TWICE = """
+from cobalt_app.evaluators import EvalOutcome, register
+
+
+@register("twice")
+async def first(evaluator, target, env):
+    return EvalOutcome(evaluator.name, 0.0)
+
+
+@register("twice")
+async def second(evaluator, target, env):
+    return EvalOutcome(evaluator.name, 1.0, reason="the second")
+"""
+
+
+def test_a_type_registered_twice_is_a_warning_and_an_empty_type_name_an_error(project, cobalt_cli):
+    project.write("plugins/twice.py", TWICE)
+    project.write("cobalt.toml", 'test_dir = "experiments"\nplugins = ["plugins/twice.py"]\n')
+    project.write(
+        "experiments/t.cobalt.py",
+        "from cobalt import Dataset, Evaluator, experiment\n"
+        'experiment("t", Dataset([{"input": 1}]), lambda ctx: 1, '
+        'evaluators=[Evaluator(name="t", type="twice")])\n',
+    )
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("evaluator type 'twice' is registered twice") == 1
+    assert "first, then cobalt_plugins.twice_" in result.stderr
+    assert results(project)["items"][0]["evaluations"]["t"]["reason"] == "the second"
+
+    project.write("plugins/twice.py", TWICE.replace('register("twice")', 'register("")'))
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert (
+        "plugin 'plugins/twice.py' failed to load: ValueError: register() needs the type's name, "
+        "a non-empty string (got '')"
+    ) in result.stderr

@@ -9,19 +9,21 @@ from cobalt_app.evaluators import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,
+    context_variables,
     maybe_await,
     normalise_result,
     register,
 )
 
 
-@register("function", options=("fn",))
+@register("function", options=("fn", "context"))
 async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     context = EvalContext(
         item=target.item,
         output=target.output,
         metadata=target.metadata,
         latency_ms=target.latency_ms,
+        context=await context_variables(evaluator, target),
     )
     try:
         value = await maybe_await(evaluator.fn(context))

@@ -24,6 +24,7 @@ from cobalt_app.evaluators import (
     EvalTarget,
     EvaluationError,
     ProviderUse,
+    context_variables,
     register,
 )
 from cobalt_app.pricing import estimate_cost, unpriced
@@ -275,9 +276,10 @@ def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[P
     ]
 
 
-@register("llm-judge", options=("prompt", *JUDGE_OPTIONS), providers=judge_provider)
+@register("llm-judge", options=("prompt", "context", *JUDGE_OPTIONS), providers=judge_provider)
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
-    context = template_context(target.item, target.output, target.metadata)
+    extra = await context_variables(evaluator, target)
+    context = template_context(target.item, target.output, target.metadata, extra)
     try:
         prompt = render(evaluator.prompt or "", context)
     except TemplateError as exc:
