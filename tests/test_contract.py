@@ -569,3 +569,29 @@ def test_a_type_registered_twice_is_a_warning_and_an_empty_type_name_an_error(pr
         "plugin 'plugins/twice.py' failed to load: ValueError: register() needs the type's name, "
         "a non-empty string (got '')"
     ) in result.stderr
+
+
+def test_an_unpriced_embedding_model_is_named_too(project, cobalt_cli):
+    project.write(
+        "experiments/s.cobalt.py",
+        """
+        from cobalt import Dataset, Evaluator, experiment
+
+        experiment(
+            "embedded",
+            Dataset([{"id": "a", "input": "q", "expected_output": "Paris is big"}]),
+            lambda ctx: "Paris is big",
+            evaluators=[
+                Evaluator(name="sim", type="similarity", model="acme-embed"),
+                Evaluator(name="std", type="similarity"),
+            ],
+        )
+        """,
+    )
+    result = cobalt_cli(project, "run", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    document = results(project)
+    assert document["summary"]["unpricedModels"] == ["acme-embed"]
+    evaluations = document["items"][0]["evaluations"]
+    assert evaluations["sim"]["unpricedModel"] == "acme-embed"
+    assert "unpricedModel" not in evaluations["std"]

@@ -43,7 +43,7 @@ from cobalt_app.evaluators import (
 )
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.pricing import estimate_cost
+from cobalt_app.pricing import estimate_cost, unpriced
 from cobalt_app.providers import (
     ProviderError,
     chat_params,
@@ -125,6 +125,7 @@ class Usage:
     cost: float = 0.0
     calls: int = 0
     hits: int = 0
+    unpriced: str = ""  # a model that spent tokens and has no price
 
 
 # The usage of the evaluation running in this task (asyncio tasks copy the context, and share
@@ -190,6 +191,9 @@ class CobaltClient:
         completion_tokens = reply["usage"]["completion_tokens"]
         usage.tokens += prompt_tokens + completion_tokens
         usage.cost += estimate_cost(self.target["model"], prompt_tokens, completion_tokens)
+        usage.unpriced = usage.unpriced or unpriced(
+            self.target["model"], prompt_tokens + completion_tokens
+        )
         if env.cache_enabled:
             await env.db(
                 cache_put,
@@ -240,6 +244,7 @@ class CobaltClient:
             raise ProviderError(str(exc)) from exc
         usage.tokens += batch.tokens
         usage.cost += batch.cost
+        usage.unpriced = usage.unpriced or unpriced(batch.model, batch.tokens)
         usage.hits += batch.cached == len(texts)
         return {
             "data": [{"embedding": v, "index": i} for i, v in enumerate(batch.vectors)],
@@ -524,16 +529,24 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
         scorer = cls(**constructor_options(cls, evaluator, env, embedding_provider))
         result = await scorer.eval_async(**arguments)
     except (ProviderError, EvaluationError) as exc:
-        raise EvaluationError(f"{name}: {exc}", tokens=usage.tokens, cost=usage.cost) from exc
+        raise EvaluationError(
+            f"{name}: {exc}", tokens=usage.tokens, cost=usage.cost, unpriced_model=usage.unpriced
+        ) from exc
     except Exception as exc:
         raise EvaluationError(
-            f"{name} failed: {type(exc).__name__}: {exc}", tokens=usage.tokens, cost=usage.cost
+            f"{name} failed: {type(exc).__name__}: {exc}",
+            tokens=usage.tokens,
+            cost=usage.cost,
+            unpriced_model=usage.unpriced,
         ) from exc
     finally:
         _usage.reset(token)
     if result.score is None:
         raise EvaluationError(
-            f"{name} returned no score (it skipped this item)", tokens=usage.tokens, cost=usage.cost
+            f"{name} returned no score (it skipped this item)",
+            tokens=usage.tokens,
+            cost=usage.cost,
+            unpriced_model=usage.unpriced,
         )
     return EvalOutcome(
         evaluator.name,
@@ -542,4 +555,5 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
         cached=usage.calls > 0 and usage.hits == usage.calls,
         tokens=usage.tokens,
         cost=usage.cost,
+        unpriced_model=usage.unpriced,
     )
