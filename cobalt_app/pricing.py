@@ -179,14 +179,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def agent_unpriced(metadata: dict[str, Any]) -> str:
-    """The agent's unpriced model ('' when priced, free of tokens or costed by the runner)."""
-    reported = metadata.get("cost")
-    if isinstance(reported, int | float) and not isinstance(reported, bool):
+def agent_unpriced(model: Any, reported_cost: Any, tokens: int) -> str:
+    """The agent's unpriced model, from its metadata's `model` and `cost` and its token count
+    ('' when priced, free of tokens or costed by the runner itself)."""
+    if isinstance(reported_cost, int | float) and not isinstance(reported_cost, bool):
         return ""
-    _, _, total = agent_usage(metadata)
-    model = metadata.get("model")
-    return unpriced(model if isinstance(model, str) else None, total)
+    return unpriced(model if isinstance(model, str) else None, tokens)
 
 
 def agent_cost(metadata: dict[str, Any]) -> float:

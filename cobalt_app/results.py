@@ -103,7 +103,8 @@ def compute_summary(run: Run) -> dict[str, Any]:
 def unpriced_models(run: Run) -> list[str]:
     """The models of the run (agent's and evaluators') that spent tokens without a price.
 
-    Only items with tokens and no cost are read: a priced run reads none."""
+    Only the distinct (model, cost) of items with tokens and no cost are read, in SQL: a
+    priced run reads none, an unpriced one a row per model."""
     from cobalt_app.pricing import agent_unpriced
 
     found: set[str] = set(
@@ -112,13 +113,15 @@ def unpriced_models(run: Run) -> list[str]:
         .values_list("unpriced_model", flat=True)
         .distinct()
     )
-    free = ItemResult.objects.filter(run=run, tokens__gt=0, cost=0).values_list(
-        "metadata", flat=True
+    free = (
+        ItemResult.objects.filter(run=run, tokens__gt=0, cost=0)
+        .values_list("metadata__model", "metadata__cost")
+        .distinct()
     )
-    for metadata in free.iterator(chunk_size=EXPORT_CHUNK):
-        model = agent_unpriced(metadata if isinstance(metadata, dict) else {})
-        if model:
-            found.add(model)
+    for model, reported_cost in free:
+        name = agent_unpriced(model, reported_cost, tokens=1)  # tokens > 0: filtered above
+        if name:
+            found.add(name)
     return sorted(found)
 
 

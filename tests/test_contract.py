@@ -401,7 +401,10 @@ def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_er
     assert document["items"][0]["evaluations"]["judge"]["unpricedModel"] == "judge-9000"
 
     plain = cobalt_cli(project, "run", "--no-cache")
-    assert "⚠ unpriced: acme-llm-2, judge-9000 spent tokens and have no price" in plain.stdout
+    assert (
+        "⚠ unpriced: acme-llm-2, judge-9000 spent tokens and have no price, counted as $0 "
+        "(add prices under [prices] in cobalt.toml)"
+    ) in plain.stdout
 
     # Prices in the configuration make the run priced again.
     project.write(
@@ -595,3 +598,21 @@ def test_an_unpriced_embedding_model_is_named_too(project, cobalt_cli):
     evaluations = document["items"][0]["evaluations"]
     assert evaluations["sim"]["unpricedModel"] == "acme-embed"
     assert "unpricedModel" not in evaluations["std"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_page_names_the_unpriced_models(project, client):
+    from cobalt import Dataset, Evaluator, experiment, load_config
+    from cobalt.experiment import collecting
+    from cobalt_app import launcher
+
+    with collecting() as found:
+        experiment(
+            "page",
+            Dataset([{"id": "a", "input": "q"}]),
+            lambda ctx: {"output": "x", "metadata": {"model": "acme-llm-2", "tokens": 30}},
+            evaluators=[Evaluator(name="f", type="function", fn=lambda ctx: 1.0)],
+        )
+    (run,) = launcher.execute(found, load_config(project.path))
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert "+ unpriced: acme-llm-2" in page
