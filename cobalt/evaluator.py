@@ -95,9 +95,7 @@ class Evaluator:
             )
 
     @classmethod
-    def from_dict(
-        cls, options: dict[str, Any], *, where: str = "evaluator", at: tuple[str, int] | None = None
-    ) -> Evaluator:
+    def from_dict(cls, options: dict[str, Any], *, where: str = "evaluator") -> Evaluator:
         """The original's dict form: `{"name": "relevance", "type": "llm-judge", "prompt": ...}`.
 
         Keys are `Evaluator(...)` keywords (camelCase ones of the original too: `apiKeyEnv`,
@@ -109,10 +107,7 @@ class Evaluator:
                 f"{where}: a dict evaluator needs a non-empty 'name', e.g. "
                 '{"name": "exact", "type": "exact-match"}.'
             )
-        evaluator = cls(name, **keywords)
-        if at is not None:
-            evaluator.defined_at = at
-        return evaluator
+        return cls(name, **keywords)
 
     @property
     def where(self) -> str:
@@ -148,9 +143,19 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
 
 
+SDK_FILES = ("evaluator.py", "experiment.py")
+
+
 def _caller() -> tuple[str, int]:
-    """The file and line of the `Evaluator(...)` call (two frames up: past `__init__`)."""
+    """The file and line of the `Evaluator(...)` call, past `__init__` and the SDK's own
+    frames (a dict evaluator points at its `experiment(...)` call)."""
     frame = sys._getframe(2)
+    here = Path(__file__).resolve().parent
+    while frame.f_back is not None and (
+        Path(frame.f_code.co_filename).name in SDK_FILES
+        and Path(frame.f_code.co_filename).resolve().parent == here
+    ):
+        frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 
 

@@ -119,7 +119,7 @@ def experiment(
         name=name,
         dataset=dataset,
         runner=runner,
-        evaluators=as_evaluators(name, evaluators, (file or "<unknown>", line or 0)),
+        evaluators=as_evaluators(name, evaluators),
         runs=runs,
         concurrency=concurrency,
         timeout=timeout,
@@ -142,7 +142,7 @@ def experiment(
     return run_directly(definition)
 
 
-def as_evaluators(experiment: str, given: Any, defined_at: tuple[str, int]) -> list[Evaluator]:
+def as_evaluators(experiment: str, given: Any) -> list[Evaluator]:
     """`Evaluator`s, or the original's dict form (`{"name": ..., "type": ..., ...}`)."""
     if given is None:
         return []
@@ -156,7 +156,7 @@ def as_evaluators(experiment: str, given: Any, defined_at: tuple[str, int]) -> l
         if isinstance(value, Evaluator):
             found.append(value)
         elif isinstance(value, dict):
-            found.append(Evaluator.from_dict(value, where=f"evaluators[{index}]", at=defined_at))
+            found.append(Evaluator.from_dict(value, where=f"evaluators[{index}]"))
         else:
             raise TypeError(
                 f"experiment {experiment!r}: evaluators[{index}] is a {type(value).__name__}; "

@@ -489,6 +489,11 @@ def test_dict_evaluators_and_context_mappers_of_the_original_work(
         ('["exact"]', 'evaluators[0] is a str; pass Evaluator(name="...", ...) or a dict'),
         ('[{"type": "exact-match"}]', "evaluators[0]: a dict evaluator needs a non-empty 'name'"),
         ('{"name": "x"}', "`evaluators` must be a list of Evaluator(...) or of dicts"),
+        (
+            '[{"name": "j", "type": "exact-match", "caseSensitve": True}]',
+            "experiments/bad.cobalt.py:2: evaluator 'j': the exact-match evaluator has no option "
+            "`case_sensitve=`. Did you mean `case_sensitive=`?",
+        ),
     ],
 )
 def test_evaluators_of_another_form_say_what_to_pass(project, cobalt_cli, evaluators, message):
