@@ -84,6 +84,3 @@ class ProgressReporter:
     def run_finished(self, run: Any) -> None:
         if self.inner is not None:
             self.inner.run_finished(run)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
