@@ -387,8 +387,11 @@ def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_er
     project, cobalt_cli
 ):
     project.write("experiments/u.cobalt.py", unpriced_file("acme-llm-2", "judge-9000"))
-    result = cobalt_cli(project, "run", "--ci", "--no-cache")
+    job_summary = project.path / "job-summary.md"
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(job_summary)}
+    result = cobalt_cli(project, "run", "--ci", "--no-cache", env=github)
     assert result.returncode == 2, result.stdout + result.stderr
+    assert "(+ unpriced: acme-llm-2, judge-9000)" in job_summary.read_text()
     assert (
         "experiment 'priced' has a cost threshold, but acme-llm-2, judge-9000 spent tokens and "
         "have no price, so the cost is unknown. Add prices (USD per million input and output "
