@@ -17,6 +17,8 @@ PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
     "chatgpt-4o-latest": (5.00, 15.00),
     "gpt-4": (30.00, 60.00),
     "gpt-4-32k": (60.00, 120.00),
+    "gpt-4-1106-preview": (10.00, 30.00),
+    "gpt-4-0125-preview": (10.00, 30.00),
     "gpt-5.1": (1.25, 10.00),
     "gpt-5-pro": (15.00, 120.00),
     "o1": (15.00, 60.00),
@@ -57,8 +59,11 @@ PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
 }
 
 
-# What may follow a listed name in a snapshot's name: a date or version, or `-latest`.
-SNAPSHOT_SUFFIX = re.compile(r"-(?:\d[\d-]*|latest)$")
+# What may follow a listed name in a snapshot's name: a date or version (`-2024-08-06`,
+# `@20241022`, `-v2@20241022`, `:0`), `-latest` or `-preview`.
+SNAPSHOT_SUFFIX = re.compile(r"[-@:](?:\d[\w.:@-]*|v\d[\w.:@-]*|latest|preview)$")
+# A platform's prefix before the model's own name: `openai/`, `anthropic.`, `us.anthropic.`.
+PLATFORM_PREFIX = re.compile(r"^(?:.*/)?(?:(?:[a-z]{2}\.)?(?:anthropic|openai)\.)?")
 
 
 def price_of(model: str | None) -> tuple[float, float] | None:
@@ -66,7 +71,7 @@ def price_of(model: str | None) -> tuple[float, float] | None:
     name (`gpt-4o-2024-08-06`); None when the model has no price."""
     if not model:
         return None
-    name = str(model).lower().split("/")[-1]
+    name = PLATFORM_PREFIX.sub("", str(model).lower(), count=1)
     table = {**PRICES_PER_MILLION, **configured_prices()}
     if name in table:
         return table[name]

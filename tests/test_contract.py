@@ -624,3 +624,27 @@ def test_the_run_page_names_the_unpriced_models(project, client):
     (run,) = launcher.execute(found, load_config(project.path))
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert "+ unpriced: acme-llm-2" in page
+
+
+@pytest.mark.parametrize(
+    ("model", "price"),
+    [
+        ("gpt-4", (30.0, 60.0)),
+        ("gpt-4-0613", (30.0, 60.0)),
+        ("gpt-4o-2024-08-06", (2.5, 10.0)),
+        ("claude-sonnet-4-5-20250929", (3.0, 15.0)),
+        ("claude-haiku-4-5-20251001", (1.0, 5.0)),
+        ("claude-opus-4-6", (5.0, 25.0)),
+        ("claude-3-5-haiku-20241022", (0.8, 4.0)),
+        ("claude-3-5-sonnet-v2@20241022", (3.0, 15.0)),
+        ("us.anthropic.claude-3-5-sonnet-20240620-v1:0", (3.0, 15.0)),
+        ("openai/gpt-4o-mini", (0.15, 0.6)),
+        ("gpt-4.7", None),  # not a snapshot of gpt-4: unpriced, never gpt-4's price
+        ("gpt-4o-audio-preview", None),
+        ("my.gpt-4o", None),
+    ],
+)
+def test_models_are_priced_by_name_and_snapshot_only(model, price):
+    from cobalt_app.pricing import price_of
+
+    assert price_of(model) == price
