@@ -648,3 +648,23 @@ def test_models_are_priced_by_name_and_snapshot_only(model, price):
     from cobalt_app.pricing import price_of
 
     assert price_of(model) == price
+
+
+def test_the_report_of_a_direct_run_names_its_unpriced_models(project, fake_provider):
+    project.write(
+        "experiments/r.cobalt.py",
+        """
+        from cobalt import Dataset, Evaluator, experiment
+
+        report = experiment(
+            "report",
+            Dataset([{"id": "a", "input": "q"}]),
+            lambda ctx: {"output": "x", "metadata": {"model": "acme-llm-2", "tokens": 30}},
+            evaluators=[Evaluator(name="f", type="function", fn=lambda ctx: 1.0)],
+        )
+        print("UNPRICED=" + ",".join(report.unpriced_models), report.estimated_cost)
+        """,
+    )
+    result = run_directly(project, "experiments/r.cobalt.py", fake_provider)
+    assert result.returncode == 0, result.stderr
+    assert "UNPRICED=acme-llm-2 0.0" in result.stdout
