@@ -299,6 +299,25 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         fail("plugins", 'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].')
+    prices = data.get("prices", {})
+    if not isinstance(prices, dict):
+        fail("prices", 'must be a table of model = [input, output], e.g. "my-model" = [2.5, 10].')
+    for model, price in prices.items():
+        if not _is_price(price):
+            fail(
+                f"prices.{model}",
+                "must be [input, output] or {input = ..., output = ...}: USD per million "
+                f"tokens, numbers of at least 0 (got {price!r}).",
+            )
+
+
+def _is_price(value: Any) -> bool:
+    if isinstance(value, dict):
+        keys_ok = set(value) <= {"input", "output"} and "input" in value
+        value = [value.get("input"), value.get("output", 0)] if keys_ok else None
+    return (
+        isinstance(value, list) and len(value) == 2 and all(_is_number(v) and v >= 0 for v in value)
+    )
 
 
 # CI gates (`[ci]`, `[ci.thresholds.<evaluator>]`, `experiment(..., thresholds=...)`).

@@ -372,6 +372,13 @@ class Dataset:
         return _remote().from_braintrust(project, dataset, **options)
 
     @classmethod
+    def from_basalt(
+        cls, dataset_id: str, *, api_key: str | None = None, base_url: str | None = None
+    ) -> Dataset:
+        """Every item of a Basalt dataset (``BASALT_API_KEY``, ``BASALT_API_URL``)."""
+        return _remote().from_basalt(dataset_id, api_key=api_key, base_url=base_url)
+
+    @classmethod
     def _loaded(cls, items: Iterable[Item], path: StrPath, name: str | None) -> Dataset:
         source = os.fspath(path)
         return cls(items, name=name if name is not None else Path(source).stem, source=source)

@@ -9,6 +9,7 @@ types, are loaded. `defined_at` remembers where the evaluator was written, for t
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,12 +41,13 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class EvalContext:
-    """What a function evaluator receives."""
+    """What a function evaluator receives; `context` holds the variables of its `context=`."""
 
     item: dict[str, Any]
     output: Any
     metadata: dict[str, Any] = field(default_factory=dict)
     latency_ms: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input(self) -> Any:
@@ -94,6 +96,21 @@ class Evaluator:
                 f"Evaluator {name!r} at {self.where}: a function evaluator needs `fn=callable`."
             )
 
+    @classmethod
+    def from_dict(cls, options: dict[str, Any], *, where: str = "evaluator") -> Evaluator:
+        """The original's dict form: `{"name": "relevance", "type": "llm-judge", "prompt": ...}`.
+
+        Keys are `Evaluator(...)` keywords (camelCase ones of the original too: `apiKeyEnv`,
+        `baseUrl`, `chainOfThought`, `caseSensitive`...)."""
+        keywords = {_snake(str(k)): v for k, v in options.items()}
+        name = keywords.pop("name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(
+                f"{where}: a dict evaluator needs a non-empty 'name', e.g. "
+                '{"name": "exact", "type": "exact-match"}.'
+            )
+        return cls(name, **keywords)
+
     @property
     def where(self) -> str:
         """`qa.cobalt.py:12`: the file name and line of the `Evaluator(...)` call."""
@@ -123,9 +140,24 @@ class Evaluator:
         return f"Evaluator(name={self.name!r}, type={self.type!r})"
 
 
+def _snake(key: str) -> str:
+    """`apiKeyEnv` → `api_key_env` (the original's option names are camelCase)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+
+
+SDK_FILES = ("evaluator.py", "experiment.py")
+
+
 def _caller() -> tuple[str, int]:
-    """The file and line of the `Evaluator(...)` call (two frames up: past `__init__`)."""
+    """The file and line of the `Evaluator(...)` call, past `__init__` and the SDK's own
+    frames (a dict evaluator points at its `experiment(...)` call)."""
     frame = sys._getframe(2)
+    here = Path(__file__).resolve().parent
+    while frame.f_back is not None and (
+        Path(frame.f_code.co_filename).name in SDK_FILES
+        and Path(frame.f_code.co_filename).resolve().parent == here
+    ):
+        frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 
 

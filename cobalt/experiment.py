@@ -20,13 +20,15 @@ from cobalt.evaluator import Evaluator
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`; in a conversation
-    also `ctx.messages` (so far, the user's latest last) and `ctx.turn` (1 for the first)."""
+    """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`, `ctx.dataset` (the
+    experiment's whole dataset); in a conversation also `ctx.messages` (so far, the user's
+    latest last) and `ctx.turn` (1 for the first)."""
 
     item: dict[str, Any]
     index: int
     run_index: int
     item_key: str
+    dataset: Dataset | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
     turn: int = 0
 
@@ -51,6 +53,7 @@ class Experiment:
     timeout: float | None = None
     tags: list[str] = field(default_factory=list)
     thresholds: dict[str, Any] | None = None
+    on_progress: Callable[[int, int], Any] | None = None  # (done, total), as items finish
     file: str | None = None
     line: int | None = None  # of the `experiment(...)` call, for messages that point at it
     conversation: Conversation | None = None
@@ -100,14 +103,17 @@ def experiment(
     timeout: float | None = None,
     tags: list[str] | None = None,
     thresholds: dict[str, Any] | None = None,
+    on_progress: Callable[[int, int], Any] | None = None,
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
 ) -> Any:
     """Declare an experiment: as a call with a runner, or as a decorator without one.
 
-    `conversation=True`: each item is a conversation (its `turns`, or a simulated `user`),
-    the runner is called once per turn with `ctx.messages` and returns the next reply."""
+    `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
+    is logged once and never stops the run. `conversation=True`: each item is a conversation
+    (its `turns`, or a simulated `user`), the runner is called once per turn with
+    `ctx.messages` and returns the next reply."""
     if runner is None:
 
         def decorator(fn: Callable[[RunContext], Any]) -> Any:
@@ -121,6 +127,7 @@ def experiment(
                 timeout=timeout,
                 tags=tags,
                 thresholds=thresholds,
+                on_progress=on_progress,
                 conversation=conversation,
                 max_turns=max_turns,
                 turn_timeout=turn_timeout,
@@ -129,6 +136,11 @@ def experiment(
         return decorator
 
     _check(name, dataset, runner, runs, concurrency, timeout)
+    if on_progress is not None and not callable(on_progress):
+        raise TypeError(
+            f"experiment {name!r}: `on_progress` must be a function (done, total), "
+            f"not {type(on_progress).__name__}."
+        )
     if conversation:
         _check_conversation(name, dataset, max_turns, turn_timeout)
     file, line = _caller()
@@ -136,12 +148,13 @@ def experiment(
         name=name,
         dataset=dataset,
         runner=runner,
-        evaluators=list(evaluators or []),
+        evaluators=as_evaluators(name, evaluators),
         runs=runs,
         concurrency=concurrency,
         timeout=timeout,
         tags=list(tags or []),
         thresholds=thresholds,
+        on_progress=on_progress,
         file=file,
         line=line,
         conversation=Conversation(max_turns, turn_timeout) if conversation else None,
@@ -157,6 +170,30 @@ def experiment(
     from cobalt._direct import run_directly
 
     return run_directly(definition)
+
+
+def as_evaluators(experiment: str, given: Any) -> list[Evaluator]:
+    """`Evaluator`s, or the original's dict form (`{"name": ..., "type": ..., ...}`)."""
+    if given is None:
+        return []
+    if isinstance(given, Evaluator | dict) or not isinstance(given, list | tuple):
+        raise TypeError(
+            f"experiment {experiment!r}: `evaluators` must be a list of Evaluator(...) or of "
+            f"dicts of their options, not {type(given).__name__}."
+        )
+    found: list[Evaluator] = []
+    for index, value in enumerate(given):
+        if isinstance(value, Evaluator):
+            found.append(value)
+        elif isinstance(value, dict):
+            found.append(Evaluator.from_dict(value, where=f"evaluators[{index}]"))
+        else:
+            raise TypeError(
+                f"experiment {experiment!r}: evaluators[{index}] is a {type(value).__name__}; "
+                'pass Evaluator(name="...", ...) or a dict such as {"name": "exact", '
+                '"type": "exact-match"}.'
+            )
+    return found
 
 
 def _check(

@@ -1,4 +1,4 @@
-"""Remote datasets: any URL, Langfuse, LangSmith and Braintrust (standard library only).
+"""Remote datasets: any URL, Langfuse, LangSmith, Braintrust and Basalt (standard library only).
 
 Each loader fetches every page, maps the platform's fields onto plain items and keeps the
 platform's id as the item's `id` (so it is the item key that runs are compared by):
@@ -16,11 +16,17 @@ platform's id as the item's `id` (so it is the item key that runs are compared b
   `POST /v1/dataset/{id}/fetch` with `{"limit", "cursor"}` until no cursor, Bearer key.
   Items: `id`, `input`, `expected_output` (from `expected`), `metadata`, `tags`.
   `BRAINTRUST_API_KEY`, `BRAINTRUST_API_URL` (default api.braintrust.dev).
+* Basalt — `GET /v1/datasets/{id}/items` with a Bearer key, following a `next` link or a
+  cursor (`nextCursor`, `next_cursor`, `cursor`; sent back as `?cursor=`). Items: `id`,
+  `input`, `expected_output` (from `output`, or `expected_output`), `metadata`, and every
+  other field as it is. The answer's `items` (or `data`, or a bare list).
+  `BASALT_API_KEY`, `BASALT_API_URL` (default api.basalt.ai).
 
 Credentials and hosts come from the arguments, else the environment, else the project
 configuration (`[langfuse]` public_key/secret_key/host, `[langsmith]` api_key/endpoint,
-`[braintrust]` api_key/api_url). Failures raise `DatasetError` naming the platform and the
-HTTP status; a missing credential names the variable to set.
+`[braintrust]` api_key/api_url, `[basalt]` api_key/api_url). Failures raise `DatasetError`
+naming the platform, the HTTP status and the answer's message; a missing credential names the
+variable to set.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ FORMATS = ("json", "jsonl", "csv")
 LANGFUSE_HOST = "https://cloud.langfuse.com"
 LANGSMITH_ENDPOINT = "https://api.smith.langchain.com"
 BRAINTRUST_API_URL = "https://api.braintrust.dev"
+BASALT_API_URL = "https://api.basalt.ai"
 
 
 # ---------------------------------------------------------------------- HTTP
@@ -388,3 +395,83 @@ def from_braintrust(
         if not cursor or not events:
             break
     return Dataset(items, name=dataset, source=f"braintrust:{project}/{dataset}")
+
+
+# ---------------------------------------------------------------------- Basalt
+
+
+def from_basalt(
+    dataset_id: str,
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+) -> Dataset:
+    """Every item of a Basalt dataset, by its id."""
+    platform = "Basalt"
+    if not isinstance(dataset_id, str) or not dataset_id.strip():
+        raise DatasetError(f"{platform}: from_basalt needs the dataset's id (got {dataset_id!r}).")
+    key = _required(
+        platform,
+        _setting(api_key, ("BASALT_API_KEY",), "basalt.api_key"),
+        "BASALT_API_KEY",
+        "basalt.api_key",
+    )
+    base = _base(
+        _setting(base_url, ("BASALT_API_URL",), "basalt.api_url", BASALT_API_URL) or BASALT_API_URL
+    )
+    headers = {"Authorization": f"Bearer {key}"}
+    first = f"{base}/v1/datasets/{urllib.parse.quote(dataset_id, safe='')}/items"
+    url: str | None = first
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for _ in range(MAX_PAGES):
+        if url is None or url in seen:
+            break
+        seen.add(url)
+        page = _json(platform, _request(platform, url, headers=headers)[0], url)
+        rows = _basalt_rows(page, url)
+        items.extend(_basalt_item(row, url) for row in rows)
+        url = _basalt_next(page, first, url) if rows else None
+    return Dataset(items, name=dataset_id, source=f"basalt:{dataset_id}")
+
+
+def _basalt_rows(page: Any, url: str) -> list[Any]:
+    if isinstance(page, list):
+        return page
+    if isinstance(page, dict):
+        for field in ("items", "data"):
+            if isinstance(page.get(field), list):
+                return page[field]
+    shown = list(page)[:5] if isinstance(page, dict) else type(page).__name__
+    raise DatasetError(
+        f"Basalt: unexpected answer from {_without_query_secrets(url)}: expected an `items` "
+        f"or `data` list, or a list of items (got {shown})."
+    )
+
+
+def _basalt_item(row: Any, url: str) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise DatasetError(
+            f"Basalt: an item from {_without_query_secrets(url)} is not an object: {row!r:.80}"
+        )
+    item = {k: v for k, v in row.items() if k not in ("output", "expected_output")}
+    item["id"] = row.get("id")
+    item["input"] = row.get("input")
+    item["expected_output"] = row.get("output", row.get("expected_output"))
+    item["metadata"] = row.get("metadata") or {}
+    return item
+
+
+def _basalt_next(page: Any, first: str, current: str) -> str | None:
+    """The next page: a `next` link (absolute or relative), else a cursor sent as `?cursor=`."""
+    if not isinstance(page, dict):
+        return None
+    sources = [page, page.get("pagination"), page.get("meta")]
+    for source in (s for s in sources if isinstance(s, dict)):
+        link = source.get("next") or source.get("nextUrl") or source.get("next_url")
+        if isinstance(link, str) and link:
+            return urllib.parse.urljoin(current, link)
+        cursor = source.get("nextCursor") or source.get("next_cursor") or source.get("cursor")
+        if isinstance(cursor, str | int) and not isinstance(cursor, bool) and cursor != "":
+            return f"{first}?{urllib.parse.urlencode({'cursor': cursor})}"
+    return None

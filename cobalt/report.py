@@ -78,6 +78,11 @@ class ExperimentReport:
         return self.summary.get("estimatedCost", 0.0)
 
     @property
+    def unpriced_models(self) -> list[str]:
+        """Models that spent tokens and have no price: `estimated_cost` leaves them out."""
+        return self.summary.get("unpricedModels", [])
+
+    @property
     def duration_ms(self) -> float:
         return self.summary.get("totalDurationMs", 0.0)
 

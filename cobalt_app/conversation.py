@@ -48,12 +48,22 @@ FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
 class ConversationError(Exception):
-    """The conversation stopped on an error; `conversation` holds what was said until then."""
+    """The conversation stopped on an error (`status` "error", or "timeout" when a turn went
+    past its deadline); `conversation` holds what was said until then."""
 
-    def __init__(self, message: str, conversation: Conversation, traceback_text: str = "") -> None:
+    def __init__(self, message: str, conversation: Conversation, *, status: str = "error") -> None:
         super().__init__(message)
         self.conversation = conversation
-        self.traceback_text = traceback_text
+        self.status = status
+        self.traceback_text = ""
+
+
+class TurnTimedOut(Exception):
+    """One turn went past its deadline (`turn_timeout`, else the item's `timeout`)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"timed out after {seconds:g}s")
+        self.seconds = seconds
 
 
 @dataclass
@@ -135,11 +145,15 @@ async def converse(
             item_key=context.item_key,
             messages=[dict(m) for m in conversation.transcript],
             turn=turn,
+            dataset=context.dataset,
         )
         try:
             reply, metadata = await call(turn_context)
-        except TimeoutError:
-            raise _stopped(conversation, f"turn {turn} timed out") from None
+        except TurnTimedOut as exc:
+            conversation.ended = "timeout"
+            raise ConversationError(
+                f"turn {turn} {exc} (the runner was cancelled)", conversation, status="timeout"
+            ) from None
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the runner's own error, kept with its turn

@@ -27,10 +27,17 @@ from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
 from cobalt_app import liveness, results, services, storable, webhooks
 from cobalt_app.aio import DatabaseThread
-from cobalt_app.conversation import Conversation, ConversationError, converse, is_transcript
+from cobalt_app.conversation import (
+    Conversation,
+    ConversationError,
+    TurnTimedOut,
+    converse,
+    is_transcript,
+)
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
+from cobalt_app.progress import Progress
 from cobalt_app.providers import ProviderHub
 from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
@@ -106,17 +113,31 @@ def split_result(value: Any) -> tuple[Any, dict[str, Any]]:
     return value, {}
 
 
+class DeadlineExceeded(Exception):
+    """Cobalt's per-item deadline passed (a `TimeoutError` the runner raises is its own error)."""
+
+
+async def within(awaitable: Any, timeout: float) -> Any:
+    """Await within the deadline; `DeadlineExceeded` only when the deadline itself expired."""
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            return await awaitable
+    except TimeoutError:
+        if deadline.expired():
+            raise DeadlineExceeded from None
+        raise
+
+
 async def call_runner(
     experiment: Experiment, context: RunContext, *, timeout: float, pool: ThreadPoolExecutor
 ) -> Any:
     if experiment.is_async:
-        async with asyncio.timeout(timeout):
-            return await experiment.runner(context)
+        return await within(experiment.runner(context), timeout)
     loop = asyncio.get_running_loop()
     future = loop.run_in_executor(pool, experiment.runner, context)
-    value = await asyncio.wait_for(future, timeout)
+    value = await within(future, timeout)
     if inspect.isawaitable(value):
-        value = await asyncio.wait_for(value, timeout)
+        value = await within(value, timeout)
     return value
 
 
@@ -142,6 +163,7 @@ async def execute_item(
         index=snapshot.item_index,
         run_index=snapshot.run_index,
         item_key=snapshot.item_key,
+        dataset=experiment.dataset,
     )
     started = time.perf_counter()
     if experiment.conversation is not None:
@@ -177,7 +199,7 @@ async def run_item(
     """Call the runner once; its output, or how it failed, goes on the outcome."""
     try:
         value = await call_runner(experiment, context, timeout=timeout, pool=pool)
-    except TimeoutError:
+    except DeadlineExceeded:
         outcome.status = ItemResult.Status.TIMEOUT
         outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
     except asyncio.CancelledError:
@@ -208,18 +230,20 @@ async def converse_item(
     turn_timeout = experiment.conversation.turn_timeout or timeout
 
     async def call(turn_context: RunContext) -> tuple[Any, dict[str, Any]]:
-        value = await call_runner(experiment, turn_context, timeout=turn_timeout, pool=pool)
+        try:
+            value = await call_runner(experiment, turn_context, timeout=turn_timeout, pool=pool)
+        except DeadlineExceeded:
+            raise TurnTimedOut(turn_timeout) from None
         return split_result(value)
 
     conversation = Conversation()
     try:
-        async with asyncio.timeout(timeout):
-            await converse(experiment, context, env, conversation, call=call)
+        await within(converse(experiment, context, env, conversation, call=call), timeout)
     except ConversationError as exc:
-        outcome.status = ItemResult.Status.ERROR
+        outcome.status = exc.status
         outcome.error = str(exc)
         outcome.traceback = exc.traceback_text
-    except TimeoutError:
+    except DeadlineExceeded:
         conversation.ended = "timeout"
         outcome.status = ItemResult.Status.TIMEOUT
         outcome.error = (
@@ -370,6 +394,7 @@ async def execute_run(
     writer = OutcomeWriter(run.id, env.db)
     pending = iter(snapshots)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
+    progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
 
     async def work() -> None:
         nonlocal done
@@ -380,6 +405,8 @@ async def execute_run(
                 reporter.item_finished(outcome, done, total)
             if on_item is not None:
                 on_item(outcome)
+            if progress is not None:
+                await progress.notify(done, total)
             await writer.add(outcome)
 
     try:

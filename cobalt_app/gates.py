@@ -24,6 +24,7 @@ from cobalt.config import (
     ConfigError,
     check_thresholds,
 )
+from cobalt_app.pricing import NO_MODEL
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 TOLERANCE = 1e-9
@@ -553,6 +554,10 @@ def gate_runs(
             f"--baseline {baseline.id} is a run of {baseline.name!r}, and no experiment of that "
             "name ran; pass a run of an experiment that ran, or `latest`"
         )
+    for report in outcome.reports:
+        unpriced = report.summary.get("unpricedModels") or []
+        if report.settings.cost and unpriced:
+            outcome.config_errors.append(unpriced_cost_error(report.name, unpriced))
     seen = {name for run in runs for name in run.evaluator_names}
     configured = (config.get("ci") or {}).get("thresholds") or {}
     for name, metrics in configured.items():
@@ -566,6 +571,23 @@ def gate_runs(
                 Check(name, metric, None, threshold, "missing", False, note=note)
             )
     return outcome
+
+
+def unpriced_cost_error(experiment: str, models: list[str]) -> str:
+    """A cost gate cannot be checked when part of the cost is unknown."""
+    named = [m for m in models if m != NO_MODEL]
+    example = f'"{named[0]}" = [2.5, 10]' if named else '"my-model" = [2.5, 10]'
+    anonymous = (
+        "; tokens reported without a `model` in metadata cannot be priced: report the model"
+        if NO_MODEL in models
+        else ""
+    )
+    return (
+        f"experiment {experiment!r} has a cost threshold, but {', '.join(models)} spent tokens "
+        f"and {'has' if len(models) == 1 else 'have'} no price, so the cost is unknown. Add "
+        f"prices (USD per million input and output tokens) under [prices] in cobalt.toml, "
+        f"e.g. {example}{anonymous}"
+    )
 
 
 def experiment_threshold_errors(experiments: Iterable[Any], config: Config) -> list[str]:

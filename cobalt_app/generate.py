@@ -504,9 +504,8 @@ def check_evaluator(evaluator: dict[str, Any], number: int, items: list[dict[str
             raise GenerateError(
                 f"{where}: the prompt must show the agent's answer as {{{{output}}}}"
             )
-        needed = [
-            p.split(".")[0] for p in placeholders if p.split(".")[0] not in RESERVED_PLACEHOLDERS
-        ]
+        roots = [re.split(r"[.\[]", p)[0] for p in placeholders]
+        needed = [root for root in roots if root not in RESERVED_PLACEHOLDERS]
     for name in needed:
         for index, item in enumerate(items):
             if name not in item:

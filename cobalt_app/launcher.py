@@ -119,11 +119,12 @@ def execute(
     preflight.check(experiments, config)
     if config.team_mode:
         from cobalt_app import team
+        from cobalt_app.progress import ProgressReporter
 
         return team.execute(
             experiments,
             config,
-            reporter=reporter,
+            reporter=ProgressReporter(reporter),  # each experiment's on_progress
             no_cache=no_cache,
             overrides=overrides,
             resume_run_id=resume_run_id,

@@ -175,6 +175,16 @@ class Evaluation(models.Model):
     cached = models.BooleanField(default=False)
     tokens = models.PositiveIntegerField(default=0)
     cost = models.FloatField(default=0.0)
+    chain_of_thought = models.TextField(
+        blank=True, default="", db_default="", help_text="The judge's step-by-step reasoning."
+    )
+    unpriced_model = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The model whose tokens it spent and that has no price (its cost counts 0).",
+    )
 
     class Meta:
         constraints = [

@@ -1,15 +1,31 @@
 """Estimated cost of tokens, per model (USD per million tokens: input, output).
 
-An estimate, not a bill: prices change; unknown models cost 0 and are reported as unpriced.
+An estimate, not a bill: prices change. A model is priced by its name, or by a dated or
+`-latest` snapshot of a listed name (`gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`); a
+project adds or overrides prices under `[prices]` in its configuration. A model with no price
+counts 0 and is reported as *unpriced* (summary, run page, results file), never silently free.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
     # OpenAI
     "gpt-4o": (2.50, 10.00),
+    "chatgpt-4o-latest": (5.00, 15.00),
+    "gpt-4": (30.00, 60.00),
+    "gpt-4-32k": (60.00, 120.00),
+    "gpt-4-1106-preview": (10.00, 30.00),
+    "gpt-4-0125-preview": (10.00, 30.00),
+    "gpt-5.1": (1.25, 10.00),
+    "gpt-5-pro": (15.00, 120.00),
+    "o1": (15.00, 60.00),
+    "o1-mini": (1.10, 4.40),
+    "o1-pro": (150.00, 600.00),
+    "o3-pro": (20.00, 80.00),
+    "text-embedding-ada-002": (0.10, 0.0),
     "gpt-4o-mini": (0.15, 0.60),
     "gpt-4.1": (2.00, 8.00),
     "gpt-4.1-mini": (0.40, 1.60),
@@ -26,7 +42,13 @@ PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
     "text-embedding-3-large": (0.13, 0.0),
     # Anthropic
     "claude-opus-4": (15.00, 75.00),
+    "claude-opus-4-0": (15.00, 75.00),
     "claude-opus-4-1": (15.00, 75.00),
+    "claude-opus-4-5": (5.00, 25.00),
+    "claude-opus-4-6": (5.00, 25.00),
+    "claude-sonnet-4-0": (3.00, 15.00),
+    "claude-3-opus": (15.00, 75.00),
+    "claude-3-sonnet": (3.00, 15.00),
     "claude-sonnet-4": (3.00, 15.00),
     "claude-sonnet-4-5": (3.00, 15.00),
     "claude-haiku-4-5": (1.00, 5.00),
@@ -37,15 +59,43 @@ PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
 }
 
 
+# What may follow a listed name in a snapshot's name: a date or version (`-2024-08-06`,
+# `@20241022`, `-v2@20241022`, `:0`), `-latest` or `-preview`.
+SNAPSHOT_SUFFIX = re.compile(r"[-@:](?:\d[\w.:@-]*|v\d[\w.:@-]*|latest|preview)$")
+# A platform's prefix before the model's own name: `openai/`, `anthropic.`, `us.anthropic.`.
+PLATFORM_PREFIX = re.compile(r"^(?:.*/)?(?:(?:[a-z]{2}\.)?(?:anthropic|openai)\.)?")
+
+
 def price_of(model: str | None) -> tuple[float, float] | None:
-    """Prices for a model name, matching dated snapshots (`gpt-4o-2024-08-06`) by prefix."""
+    """Prices for a model name (the project's `[prices]` first), matching snapshots of a listed
+    name (`gpt-4o-2024-08-06`); None when the model has no price."""
     if not model:
         return None
-    name = model.lower().split("/")[-1]
-    if name in PRICES_PER_MILLION:
-        return PRICES_PER_MILLION[name]
-    best = max((k for k in PRICES_PER_MILLION if name.startswith(k)), key=len, default=None)
-    return PRICES_PER_MILLION[best] if best else None
+    name = PLATFORM_PREFIX.sub("", str(model).lower(), count=1)
+    table = {**PRICES_PER_MILLION, **configured_prices()}
+    if name in table:
+        return table[name]
+    snapshots = [k for k in table if name.startswith(k) and SNAPSHOT_SUFFIX.match(name[len(k) :])]
+    best = max(snapshots, key=len, default=None)
+    return table[best] if best else None
+
+
+def configured_prices() -> dict[str, tuple[float, float]]:
+    """`[prices]` of the active configuration: model = [input, output] USD per million."""
+    try:
+        from cobalt.config import active_config
+
+        prices = active_config().get("prices") or {}
+    except Exception:  # noqa: BLE001 - a broken configuration is reported by the run itself
+        return {}
+    return {str(k).lower(): parse_price(v) for k, v in prices.items()}
+
+
+def parse_price(value: Any) -> tuple[float, float]:
+    """`[2.5, 10]` or `{input = 2.5, output = 10}` (USD per million tokens)."""
+    if isinstance(value, dict):
+        value = [value.get("input"), value.get("output", 0.0)]
+    return float(value[0]), float(value[1])
 
 
 def estimate_cost(model: str | None, input_tokens: int, output_tokens: int) -> float:
@@ -53,6 +103,17 @@ def estimate_cost(model: str | None, input_tokens: int, output_tokens: int) -> f
     if prices is None:
         return 0.0
     return (input_tokens * prices[0] + output_tokens * prices[1]) / 1_000_000
+
+
+def unpriced(model: str | None, tokens: int) -> str:
+    """The model's name when it spent tokens and has no price ('(no model named)' when the
+    tokens came without a model), else ''."""
+    if tokens <= 0 or price_of(model) is not None:
+        return ""
+    return str(model) if model else NO_MODEL
+
+
+NO_MODEL = "(no model named)"
 
 
 INPUT_KEYS = ("input_tokens", "prompt_tokens", "input")
@@ -121,6 +182,14 @@ def _count(value: Any) -> int | None:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def agent_unpriced(model: Any, reported_cost: Any, tokens: int) -> str:
+    """The agent's unpriced model, from its metadata's `model` and `cost` and its token count
+    ('' when priced, free of tokens or costed by the runner itself)."""
+    if isinstance(reported_cost, int | float) and not isinstance(reported_cost, bool):
+        return ""
+    return unpriced(model if isinstance(model, str) else None, tokens)
 
 
 def agent_cost(metadata: dict[str, Any]) -> float:

@@ -4,6 +4,11 @@ The OpenAI SDK honours `OPENAI_BASE_URL`, the Anthropic SDK `ANTHROPIC_BASE_URL`
 in the judge configuration or on an evaluator points at any OpenAI-compatible server
 (Ollama, vLLM, LM Studio). Keys come from the environment (or `judge.api_key`) and are never
 stored or printed.
+
+Parameters sent per model family (`chat_params`): the judge asks for `temperature: 0`, except
+of OpenAI's reasoning models (`gpt-5*`, `o1`, `o3`, `o4*`), which refuse any temperature but
+the default with HTTP 400, so none is sent to them; Anthropic calls also send `max_tokens`.
+A provider's error message is kept (with secrets removed) in every `ProviderError`.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,7 +134,7 @@ class ProviderHub:
             purpose=purpose,
         )
         client = self.client(provider, base_url=base_url, api_key=key)
-        params = dict(params or {})
+        params = chat_params(provider, model, params or {})
         try:
             if provider == "anthropic":
                 max_tokens = int(params.pop("max_tokens", 1024))
@@ -163,7 +169,7 @@ class ProviderHub:
                 },
             )
         except Exception as exc:
-            raise ProviderError(describe_sdk_error(provider, exc)) from exc
+            raise ProviderError(describe_sdk_error(provider, exc, secrets=(key,))) from exc
         return chat_reply(body, model)
 
     async def embed(
@@ -187,7 +193,7 @@ class ProviderHub:
                 "openai", key, client.embeddings.create, model=model, input=texts
             )
         except Exception as exc:
-            raise ProviderError(describe_sdk_error("openai", exc)) from exc
+            raise ProviderError(describe_sdk_error("openai", exc, secrets=(key,))) from exc
         vectors = [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
         tokens = response.usage.prompt_tokens if response.usage else 0
         return Embeddings(vectors, tokens or 0, model)
@@ -239,14 +245,70 @@ def supported_params(method: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k in accepted}
 
 
-def describe_sdk_error(provider: str, exc: Exception) -> str:
+REASONING_MODEL = re.compile(r"^(gpt-5|o[1-9])(?![a-z])")
+# Parameters OpenAI's reasoning models refuse unless they hold the default value.
+REASONING_UNSUPPORTED = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
+def is_reasoning_model(model: str | None) -> bool:
+    """OpenAI's reasoning models: `gpt-5*`, `o1`, `o3`, `o4-mini`… (dated snapshots too)."""
+    return bool(model) and bool(REASONING_MODEL.match(str(model).lower().split("/")[-1]))
+
+
+def chat_params(provider: str, model: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters this model accepts: none of REASONING_UNSUPPORTED for OpenAI's reasoning
+    models, which answer HTTP 400 to a non-default temperature."""
+    params = dict(params)
+    if provider == "openai" and is_reasoning_model(model):
+        for name in REASONING_UNSUPPORTED:
+            params.pop(name, None)
+    return params
+
+
+SECRET_PATTERNS = (
+    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*.]{6,}"),
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}"),
+    re.compile(r"(?i)\b(api[_-]?key|token|secret)(\s*[=:]\s*)[^\s,;'\"]{6,}"),
+)
+
+
+def redact_secrets(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """`text` without the given secrets nor anything shaped like an API key or token."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    text = SECRET_PATTERNS[0].sub("***", text)
+    text = SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)} ***", text)
+    return SECRET_PATTERNS[2].sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+
+
+def provider_message(exc: Exception) -> str:
+    """The message a provider put in its error body (OpenAI or Anthropic shape), else ''."""
+    body = getattr(exc, "body", None)
+    for _ in range(3):  # {"error": {"message": ...}} or {"message": ...}
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            return body["message"]
+        body = body.get("error") if isinstance(body, dict) else None
+    if isinstance(body, str):
+        return body
+    return ""
+
+
+def describe_sdk_error(provider: str, exc: Exception, *, secrets: tuple[str, ...] = ()) -> str:
+    """One line naming the provider, the status and the provider's own message (redacted)."""
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
+    message = " ".join(provider_message(exc).split())
+    if len(message) > 300:
+        message = message[:297] + "..."
+    said = f": {redact_secrets(message, secrets).rstrip('.')}" if message else ""
     if status == 401:
-        return f"{provider}: the API key was refused (401). Check {DEFAULT_KEY_VARS[provider]}."
+        return (
+            f"{provider}: the API key was refused (401){said}. Check {DEFAULT_KEY_VARS[provider]}."
+        )
     if status == 429:
-        return f"{provider}: rate limited (429) after the SDK's retries; lower concurrency."
+        return f"{provider}: rate limited (429) after the SDK's retries{said}; lower concurrency."
     if status is not None:
-        return f"{provider}: HTTP {status} ({name})."
+        return f"{provider}: HTTP {status} ({name}){said}."
     message = str(exc).splitlines()[0] if str(exc) else name
-    return f"{provider}: {name}: {message}"
+    return f"{provider}: {name}: {redact_secrets(message, secrets)}"

@@ -158,7 +158,14 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         )
         .exclude(evaluator__in=selected)
         .values_list(
-            "item__item_index", "item__run_index", "evaluator", "score", "reason", "status", "error"
+            "item__item_index",
+            "item__run_index",
+            "evaluator",
+            "score",
+            "reason",
+            "status",
+            "error",
+            "chain_of_thought",
         )
     )
     copies = [
@@ -170,9 +177,10 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
             reason=reason,
             status=status,
             error=error,
+            chain_of_thought=thought,
             cached=True,  # reused, not paid for again
         )
-        for index, repetition, evaluator, score, reason, status, error in kept
+        for index, repetition, evaluator, score, reason, status, error, thought in kept
         if (index, repetition) in new_ids
     ]
     Evaluation.objects.bulk_create(copies, batch_size=1000, ignore_conflicts=True)

@@ -58,6 +58,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         tokens, cost = simulator_usage(run)
         judge_tokens += tokens
         judge_cost += cost
+    unpriced = unpriced_models(run)
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     per_evaluator = {
         name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
@@ -89,6 +90,9 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "estimatedCost": agent_cost + judge_cost,
         "agentCost": agent_cost,
         "judgeCost": judge_cost,
+        # Models that spent tokens and have no price: counted as $0, so the cost is a floor.
+        "unpricedModels": unpriced,
+        "costComplete": not unpriced,
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
@@ -109,6 +113,31 @@ def simulator_usage(run: Run) -> tuple[int, float]:
         tokens += int(info.get("simulatorTokens") or 0)
         cost += float(info.get("simulatorCost") or 0.0)
     return tokens, cost
+
+
+def unpriced_models(run: Run) -> list[str]:
+    """The models of the run (agent's and evaluators') that spent tokens without a price.
+
+    Only the distinct (model, cost) of items with tokens and no cost are read, in SQL: a
+    priced run reads none, an unpriced one a row per model."""
+    from cobalt_app.pricing import agent_unpriced
+
+    found: set[str] = set(
+        Evaluation.objects.filter(run=run)
+        .exclude(unpriced_model="")
+        .values_list("unpriced_model", flat=True)
+        .distinct()
+    )
+    free = (
+        ItemResult.objects.filter(run=run, tokens__gt=0, cost=0)
+        .values_list("metadata__model", "metadata__cost")
+        .distinct()
+    )
+    for model, reported_cost in free:
+        name = agent_unpriced(model, reported_cost, tokens=1)  # tokens > 0: filtered above
+        if name:
+            found.add(name)
+    return sorted(found)
 
 
 def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | None = None):
@@ -171,16 +200,32 @@ ITEM_FIELDS = (
     "tokens",
     "cost",
 )
-EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
+EVALUATION_FIELDS = (
+    "item_id",
+    "evaluator",
+    "score",
+    "reason",
+    "status",
+    "error",
+    "cached",
+    "chain_of_thought",
+    "unpriced_model",
+)
 
 
-def evaluation_entry(score, reason, status, error, cached) -> dict[str, Any]:
+def evaluation_entry(
+    score, reason, status, error, cached, chain_of_thought="", unpriced_model=""
+) -> dict[str, Any]:
     if status == Evaluation.Status.OK:
         entry: dict[str, Any] = {"score": score, "reason": reason}
+        if chain_of_thought:
+            entry["chainOfThought"] = chain_of_thought
     else:
         entry = {"score": None, "error": error}
     if cached:
         entry["cached"] = True
+    if unpriced_model:
+        entry["unpricedModel"] = unpriced_model
     return entry
 
 
@@ -188,7 +233,9 @@ def item_entry(item: ItemResult) -> dict[str, Any]:
     """The results-file entry of one ItemResult (evaluations prefetched or queried)."""
     row = {field: getattr(item, field) for field in ITEM_FIELDS}
     evaluations = {
-        e.evaluator: evaluation_entry(e.score, e.reason, e.status, e.error, e.cached)
+        e.evaluator: evaluation_entry(
+            e.score, e.reason, e.status, e.error, e.cached, e.chain_of_thought, e.unpriced_model
+        )
         for e in item.evaluations.all()
     }
     return row_entry(row, evaluations)

@@ -214,10 +214,12 @@ ITEM_UPDATE_SQL = (
 
 EVALUATION_UPSERT_SQL = (
     "INSERT INTO cobalt_app_evaluation (item_id, run_id, evaluator, score, reason, status, "
-    "error, cached, tokens, cost) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "error, cached, tokens, cost, chain_of_thought, unpriced_model) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (item_id, evaluator) DO UPDATE SET score = excluded.score, "
     "reason = excluded.reason, status = excluded.status, error = excluded.error, "
-    "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost"
+    "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost, "
+    "chain_of_thought = excluded.chain_of_thought, unpriced_model = excluded.unpriced_model"
 )
 RUN_COUNT_SQL = "UPDATE cobalt_app_run SET finished_items = finished_items + %s WHERE id = %s"
 
@@ -275,6 +277,8 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
                 e.cached,
                 e.tokens,
                 e.cost,
+                e.chain_of_thought,
+                e.unpriced_model,
             )
             for o in outcomes
             for e in o.evaluations

@@ -1,4 +1,9 @@
-"""`{{field}}` templates of judge prompts: item fields, dotted paths, input/output/metadata."""
+"""`{{field}}` templates of judge prompts: item fields, dotted paths, bracket indexes
+(`{{tags[0]}}`, `{{items[0].name}}`, `{{metadata["a key"]}}`), input/output/metadata.
+
+Every `{{...}}` in a prompt must be such a path with a value: anything else is an error naming
+the placeholder, raised before the judge is called (never sent to it as literal text).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,14 @@ from typing import Any
 
 from cobalt_app.conversation import is_transcript, render_transcript
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\s*\}\}")
+_NAME = r"[A-Za-z_][\w\-]*"
+_STEP = r"\.[\w\-]+|\[\s*\d+\s*\]|\[\s*(?:\"[^\"]*\"|'[^']*')\s*\]"
+PATH = re.compile(rf"{_NAME}(?:{_STEP})*")
+# A well-formed placeholder; group 1 is its path.
+PLACEHOLDER = re.compile(rf"\{{\{{\s*({PATH.pattern})\s*\}}\}}")
+# Anything written as a placeholder, well-formed or not.
+ANY_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+STEPS = re.compile(r"\.([\w\-]+)|\[\s*(\d+)\s*\]|\[\s*(?:\"([^\"]*)\"|'([^']*)')\s*\]")
 
 
 class TemplateError(KeyError):
@@ -16,9 +28,16 @@ class TemplateError(KeyError):
         return str(self.args[0])
 
 
-def template_context(item: dict[str, Any], output: Any, metadata: dict[str, Any]) -> dict:
-    """Item fields first, then the reserved names: an item field never overrides the output."""
+def template_context(
+    item: dict[str, Any],
+    output: Any,
+    metadata: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> dict:
+    """Item fields first, then the evaluator's `context=` variables (`extra`), then the reserved
+    names: neither an item field nor an extra variable overrides the output."""
     context = dict(item)
+    context.update(extra or {})
     context["input"] = item.get("input", item)
     context["output"] = output
     context["metadata"] = metadata or {}
@@ -31,24 +50,48 @@ def template_context(item: dict[str, Any], output: Any, metadata: dict[str, Any]
 
 
 def render(template: str, context: dict[str, Any]) -> str:
-    """Replace every placeholder; a placeholder with no value is an error naming it."""
+    """Replace every placeholder; one that is not a path, or has no value, is an error naming
+    it."""
 
     def replace(match: re.Match[str]) -> str:
-        return _stringify(_lookup(context, match.group(1)))
+        inner = match.group(1).strip()
+        if not PATH.fullmatch(inner):
+            raise TemplateError(
+                f"the prompt's placeholder {{{{{inner}}}}} is not a field path; write "
+                "{{field}}, {{field.key}} or {{field[0]}} (e.g. {{items[0].name}})"
+            )
+        return _stringify(_lookup(context, inner))
 
-    return PLACEHOLDER.sub(replace, template)
+    return ANY_PLACEHOLDER.sub(replace, template)
 
 
-def _lookup(context: dict[str, Any], dotted: str) -> Any:
+def _steps(path: str) -> list[str | int]:
+    """`items[0].name` → ["items", 0, "name"]; a path of other characters splits on dots."""
+    if not PATH.fullmatch(path):
+        return list(path.split("."))
+    name = re.match(_NAME, path)
+    assert name is not None  # PATH matched
+    steps: list[str | int] = [name.group(0)]
+    for match in STEPS.finditer(path, name.end()):
+        dotted, index, double, single = match.groups()
+        if index is not None:
+            steps.append(int(index))
+        else:
+            steps.append(next(v for v in (dotted, double, single) if v is not None))
+    return steps
+
+
+def _lookup(context: dict[str, Any], path: str) -> Any:
     node: Any = context
-    for part in dotted.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+    for step in _steps(path):
+        key = str(step)
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
         else:
             raise TemplateError(
-                f"the prompt uses {{{{{dotted}}}}} but the item has no such field; "
+                f"the prompt uses {{{{{path}}}}} but the item has no such field; "
                 "add it to the dataset or change the prompt"
             )
     return node

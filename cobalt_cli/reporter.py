@@ -193,6 +193,14 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
         f"  Total tokens:   {tokens:,} (estimated cost: ${summary.get('estimatedCost', 0):.4f};"
         f" agent {summary.get('agentTokens', 0):,}, judge {summary.get('judgeTokens', 0):,})"
     )
+    unpriced = summary.get("unpricedModels") or []
+    if unpriced:
+        verb = "has" if len(unpriced) == 1 else "have"
+        line = (
+            f"⚠ unpriced: {', '.join(unpriced)} spent tokens and {verb} no price, counted as $0 "
+            "(add prices under [prices] in cobalt.toml)"
+        )
+        console.print(f"  [yellow]{escape(line)}[/]")
     if summary.get("cachedEvaluations"):
         console.print(f"  Cached judge replies: {summary['cachedEvaluations']}")
     for line in [*warnings(run), *(extra_warnings or [])]:

@@ -29,16 +29,18 @@ tool's JSON schema (first ``enum`` value, ``"fake"``, ``1``, ``true``, ``[]``).
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
 
-Scripts, consumed in arrival order: ``fail_next(n, status, retry_after)`` fails the next ``n``
-model requests; ``invalid_json_next(n)`` makes the next ``n`` chat/messages replies prose that
-is not JSON. ``latency`` (seconds) is slept in the handler thread of every model request.
-Every non-control request is recorded in ``.requests``.
+Scripts, consumed in arrival order: ``fail_next(n, status, retry_after, message)`` fails the
+next ``n`` model requests (``message``: the error body's message, as a real API explains a 400);
+``invalid_json_next(n)`` makes the next ``n`` chat/messages replies prose that is not JSON.
+``latency`` (seconds) is slept in the handler thread of every model request.
+Every non-control request is recorded in ``.requests``, its JSON body included.
 
 Cross-process control (for subprocesses and benchmarks):
 
 * ``GET /_stats`` -> ``{"requests", "by_path", "times", "wall_times", "latency"}``;
+* ``GET /_requests`` -> the recorded requests' ``path`` and ``json`` bodies, in arrival order;
 * ``POST /_control`` with ``{"reset"?, "latency"?, "fail_next"?: {"n", "status",
-  "retry_after"}, "invalid_json_next"?}`` (``reset`` is applied first).
+  "retry_after", "message"?}, "invalid_json_next"?}`` (``reset`` is applied first).
 
 Run standalone: ``python -m tests.fake_provider --port 0 --latency 0.1`` prints
 ``FAKE_PROVIDER_URL=http://127.0.0.1:PORT`` once listening and serves until SIGTERM/SIGINT.
@@ -221,6 +223,7 @@ class ScriptedFailure:
 
     status: int
     retry_after: float | None
+    message: str | None = None
 
 
 @dataclass
@@ -298,10 +301,17 @@ class FakeProvider:
 
     # ---- scripting
 
-    def fail_next(self, n: int, status: int = 429, retry_after: float | None = 1) -> None:
-        """Answer the next ``n`` model requests with ``status`` (and Retry-After if given)."""
+    def fail_next(
+        self,
+        n: int,
+        status: int = 429,
+        retry_after: float | None = 1,
+        message: str | None = None,
+    ) -> None:
+        """Answer the next ``n`` model requests with ``status`` (and Retry-After if given);
+        ``message`` is the error body's message (a scripted one by default)."""
         with self._lock:
-            self._failures.extend([ScriptedFailure(status, retry_after)] * n)
+            self._failures.extend([ScriptedFailure(status, retry_after, message)] * n)
 
     def invalid_json_next(self, n: int) -> None:
         """Make the next ``n`` chat/messages replies non-JSON prose."""
@@ -355,6 +365,7 @@ class FakeProvider:
                 int(fail.get("n", 1)),
                 status=int(fail.get("status", 429)),
                 retry_after=None if retry_after is None else float(retry_after),
+                message=fail.get("message"),
             )
         if command.get("invalid_json_next"):
             self.invalid_json_next(int(command["invalid_json_next"]))
@@ -421,7 +432,7 @@ class FakeProvider:
         if failure.retry_after is not None:
             headers["Retry-After"] = f"{failure.retry_after:g}"
             headers["retry-after-ms"] = str(round(failure.retry_after * 1000))
-        message = f"Fake provider scripted failure (HTTP {failure.status})."
+        message = failure.message or f"Fake provider scripted failure (HTTP {failure.status})."
         return Reply(failure.status, error_body(path, failure.status, message), headers)
 
     def _chat_completion(self, body: dict[str, Any], text: str) -> dict[str, Any]:
@@ -546,6 +557,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path_only == "/_stats":
             self._send(Reply(200, self.server.provider.stats()))
+        elif self.path_only == "/_requests":
+            records = self.server.provider.requests
+            self._send(
+                Reply(200, {"requests": [{"path": r["path"], "json": r["json"]} for r in records]})
+            )
         else:
             self._not_found()
 

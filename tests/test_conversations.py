@@ -244,3 +244,27 @@ def test_team_mode_plays_conversations_on_a_worker(team: Team):
     for output, count in rows:
         assert json.loads(output)[-1] == {"role": "assistant", "content": "answer 2 to more"}
         assert count == "2"
+
+
+def test_a_turn_past_its_timeout_is_a_timeout_naming_the_turn_and_keeps_the_transcript(project):
+    import asyncio
+
+    async def slow_third(ctx):
+        if ctx.turn == 3:
+            await asyncio.sleep(30)
+        return f"reply {ctx.turn}"
+
+    definition = define(
+        "slow-turn",
+        Dataset(items=[{"id": "a", "turns": ["1", "2", "3"]}]),
+        slow_third,
+        conversation=True,
+        turn_timeout=0.2,
+        timeout=20,
+    )
+    run = execute(project, definition)
+    row = items(run)["a"]
+    assert row.status == "timeout"
+    assert row.error == "turn 3 timed out after 0.2s (the runner was cancelled)"
+    assert [m["content"] for m in row.output] == ["1", "reply 1", "2", "reply 2", "3"]
+    assert row.metadata["conversation"]["ended"] == "timeout"

@@ -159,6 +159,20 @@ def test_scripted_failures_use_provider_specific_error_bodies(fp: FakeProvider) 
     assert chat(openai_client(fp), "ECHO: recovered") == "recovered"
 
 
+def test_a_scripted_400_carries_its_message_and_bodies_are_logged(fp: FakeProvider) -> None:
+    fp.fail_next(1, status=400, retry_after=None, message="The model `gpt-nope` does not exist")
+    with pytest.raises(openai.BadRequestError) as error:
+        chat(openai_client(fp), "hi")
+    assert error.value.body["message"] == "The model `gpt-nope` does not exist"  # type: ignore[index]
+    logged = httpx.get(fp.url + "/_requests").json()["requests"]
+    assert logged == [
+        {
+            "path": "/v1/chat/completions",
+            "json": {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]},
+        }
+    ]
+
+
 def test_invalid_json_next_returns_prose_instead_of_json(fp: FakeProvider) -> None:
     fp.invalid_json_next(1)
     client = openai_client(fp)

@@ -23,6 +23,7 @@ from cobalt.dataset import DatasetError, item_key
 LANGFUSE_AUTH = "Basic " + base64.b64encode(b"pk-lf-public:sk-lf-SECRET").decode()
 LANGSMITH_KEY = "lsv2-SECRET"
 BRAINTRUST_KEY = "bt-SECRET"
+BASALT_KEY = "bs-SECRET"
 
 LANGFUSE_PAGES = {
     1: [
@@ -61,6 +62,18 @@ BRAINTRUST_EVENTS = [
     {"id": "bt-2", "input": {"q": "x"}, "expected": {"a": "y"}, "metadata": None},
     {"id": "bt-3", "input": "Capital?", "expected": "Paris"},
 ]
+BASALT_ITEMS = [
+    {
+        "id": "bs-1",
+        "input": "2+2?",
+        "output": "4",
+        "metadata": {"topic": "math"},
+        "name": "sum",
+        "tags": ["math"],
+    },
+    {"id": "bs-2", "input": {"q": "x"}, "output": {"a": "y"}, "metadata": None},
+    {"id": "bs-3", "input": "Capital?", "output": "Paris"},
+]
 
 
 class Replay(BaseHTTPRequestHandler):
@@ -94,6 +107,8 @@ class Replay(BaseHTTPRequestHandler):
             return self.langfuse(path, query)
         if path.startswith("/api/v1/"):
             return self.langsmith(path, query)
+        if path.startswith("/v1/datasets/"):
+            return self.basalt(path, query)
         if path.startswith("/v1/"):
             return self.braintrust(path, query, body)
         return self.files(path)
@@ -135,6 +150,27 @@ class Replay(BaseHTTPRequestHandler):
             return self.send(200, {"events": events, "cursor": cursor})
         self.send(404, {"error": "not found"})
 
+    def basalt(self, path: str, query: dict[str, str]) -> None:
+        """Three shapes: `items` with a cursor (`qa`), `data` with a relative next link
+        (`linked`), a bare list (`bare`); `odd` answers something else."""
+        if self.headers.get("Authorization") != f"Bearer {BASALT_KEY}":
+            return self.send(401, {"message": "Invalid API key"})
+        if path == "/v1/datasets/qa/items":
+            start = int(query.get("cursor", "0"))
+            following = start + 2 if start + 2 < len(BASALT_ITEMS) else None
+            return self.send(
+                200, {"items": BASALT_ITEMS[start : start + 2], "nextCursor": following}
+            )
+        if path == "/v1/datasets/linked/items":
+            if query.get("page") == "2":
+                return self.send(200, {"data": BASALT_ITEMS[2:], "next": None})
+            return self.send(200, {"data": BASALT_ITEMS[:2], "next": "items?page=2"})
+        if path == "/v1/datasets/bare/items":
+            return self.send(200, BASALT_ITEMS[:1])
+        if path == "/v1/datasets/odd/items":
+            return self.send(200, {"results": []})
+        self.send(404, {"message": "Dataset missing not found"})
+
     def files(self, path: str) -> None:
         files = {
             "/qa.jsonl": (
@@ -169,12 +205,13 @@ def replay(monkeypatch) -> Iterator[Any]:
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     server.base = base
-    for name in ("LANGFUSE_HOST", "LANGSMITH_ENDPOINT", "BRAINTRUST_API_URL"):
+    for name in ("LANGFUSE_HOST", "LANGSMITH_ENDPOINT", "BRAINTRUST_API_URL", "BASALT_API_URL"):
         monkeypatch.setenv(name, base)
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-public")
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-SECRET")
     monkeypatch.setenv("LANGSMITH_API_KEY", LANGSMITH_KEY)
     monkeypatch.setenv("BRAINTRUST_API_KEY", BRAINTRUST_KEY)
+    monkeypatch.setenv("BASALT_API_KEY", BASALT_KEY)
     for name in ("LANGFUSE_BASE_URL", "LANGCHAIN_API_KEY", "LANGCHAIN_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     try:
@@ -321,6 +358,64 @@ def test_braintrust_errors(replay, monkeypatch):
     monkeypatch.delenv("BRAINTRUST_API_KEY")
     with pytest.raises(DatasetError, match="Braintrust: BRAINTRUST_API_KEY is not set"):
         Dataset.from_braintrust("proj", "golden")
+
+
+# ---------------------------------------------------------------------- Basalt
+
+
+def test_basalt_reads_every_page_with_a_bearer_key_and_keeps_every_field(replay):
+    dataset = Dataset.from_basalt("qa")
+    assert dataset.items[0] == {
+        "id": "bs-1",
+        "input": "2+2?",
+        "expected_output": "4",
+        "metadata": {"topic": "math"},
+        "name": "sum",
+        "tags": ["math"],
+    }
+    assert dataset.items[1]["expected_output"] == {"a": "y"}
+    assert dataset.items[1]["metadata"] == {}
+    assert dataset.keys() == ["bs-1", "bs-2", "bs-3"]  # the Basalt id is the item key
+    assert (dataset.name, dataset.source) == ("qa", "basalt:qa")
+    calls = [(r["method"], r["path"], r["query"]) for r in replay.log]
+    assert calls == [
+        ("GET", "/v1/datasets/qa/items", {}),
+        ("GET", "/v1/datasets/qa/items", {"cursor": "2"}),
+    ]
+    assert all(r["headers"]["authorization"] == f"Bearer {BASALT_KEY}" for r in replay.log)
+
+
+def test_basalt_follows_next_links_and_reads_data_or_a_bare_list(replay):
+    assert Dataset.from_basalt("linked").keys() == ["bs-1", "bs-2", "bs-3"]
+    assert replay.log[-1]["query"] == {"page": "2"}
+    assert Dataset.from_basalt("bare").keys() == ["bs-1"]
+
+
+def test_basalt_errors_name_the_platform_status_message_and_variable(replay, monkeypatch):
+    with pytest.raises(DatasetError, match=r"Basalt: HTTP 404 .*Dataset missing not found"):
+        Dataset.from_basalt("missing")
+    with pytest.raises(DatasetError, match=r"Basalt: unexpected answer .*`items` or `data`"):
+        Dataset.from_basalt("odd")
+    with pytest.raises(DatasetError, match=r"Basalt: HTTP 401 .*Invalid API key"):
+        Dataset.from_basalt("qa", api_key="wrong")
+    monkeypatch.delenv("BASALT_API_KEY")
+    calls = len(replay.log)
+    with pytest.raises(DatasetError, match="Basalt: BASALT_API_KEY is not set"):
+        Dataset.from_basalt("qa")
+    assert len(replay.log) == calls
+
+
+def test_basalt_key_and_url_can_come_from_the_config(replay, monkeypatch, project):
+    monkeypatch.delenv("BASALT_API_KEY")
+    monkeypatch.delenv("BASALT_API_URL")
+    from cobalt.config import load_config, set_active_config
+
+    project.write("cobalt.toml", f'[basalt]\napi_key = "{BASALT_KEY}"\napi_url = "{replay.base}"\n')
+    set_active_config(load_config(project.path))
+    try:
+        assert len(Dataset.from_basalt("qa")) == 3
+    finally:
+        set_active_config(None)
 
 
 # ---------------------------------------------------------------------- any URL

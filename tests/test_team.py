@@ -571,3 +571,37 @@ def test_a_bad_processes_value_is_refused_before_anything_starts(team: Team):
     result = team.cli("worker", "--processes=many")
     assert result.returncode == 2
     assert "--processes must be `auto` or a number from 1 to 64, not 'many'" in result.stderr
+
+
+PROGRESS_EXPERIMENT = """
+from pathlib import Path
+
+from cobalt import Dataset, Evaluator, experiment
+
+LOG = Path(__file__).resolve().parent.parent / "progress.log"
+
+
+async def progress(done, total):
+    with LOG.open("a") as log:
+        log.write(f"{done}/{total}\\n")
+
+
+experiment(
+    "progress",
+    Dataset([{"id": f"i{n}", "input": n} for n in range(5)]),
+    lambda ctx: f"{len(ctx.dataset)} items, first {ctx.dataset.items[0]['id']}",
+    evaluators=[Evaluator(name="any", type="function", fn=lambda ctx: 1.0)],
+    on_progress=progress,
+)
+"""
+
+
+def test_on_progress_reaches_the_waiting_client_and_workers_see_ctx_dataset(team: Team):
+    (team.folder / "experiments" / "progress.cobalt.py").write_text(PROGRESS_EXPERIMENT)
+    team.start_worker()
+    result = team.cli("run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (team.folder / "progress.log").read_text().splitlines()
+    assert lines == [f"{n}/5" for n in range(1, 6)]
+    document = results_document(team, team.latest_run())
+    assert {i["output"]["output"] for i in document["items"]} == {"5 items, first i0"}

@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from cobalt.evaluator import EvalResult, Evaluator
+from cobalt.evaluator import EvalContext, EvalResult, Evaluator
+
+logger = logging.getLogger("cobalt.evaluators")
 
 
 class EvaluationError(Exception):
     """Raised by an implementation for a clear, expected failure (missing field, bad reply)."""
 
-    def __init__(self, message: str, *, tokens: int = 0, cost: float = 0.0) -> None:
+    def __init__(
+        self, message: str, *, tokens: int = 0, cost: float = 0.0, unpriced_model: str = ""
+    ) -> None:
         super().__init__(message)
         self.tokens = tokens
         self.cost = cost
+        self.unpriced_model = unpriced_model
 
 
 @dataclass
@@ -38,10 +44,28 @@ class EvalOutcome:
     cached: bool = False
     tokens: int = 0
     cost: float = 0.0
+    chain_of_thought: str = ""  # a judge's reasoning, with `chain_of_thought=True`
+    unpriced_model: str = ""  # spent tokens of a model that has no price
 
     @classmethod
-    def failed(cls, evaluator: str, message: str, *, tokens: int = 0, cost: float = 0.0):
-        return cls(evaluator, None, status="error", error=message, tokens=tokens, cost=cost)
+    def failed(
+        cls,
+        evaluator: str,
+        message: str,
+        *,
+        tokens: int = 0,
+        cost: float = 0.0,
+        unpriced_model: str = "",
+    ):
+        return cls(
+            evaluator,
+            None,
+            status="error",
+            error=message,
+            tokens=tokens,
+            cost=cost,
+            unpriced_model=unpriced_model,
+        )
 
 
 @dataclass
@@ -107,9 +131,22 @@ def register(
     `providers(evaluator, judge_config)`: the provider APIs an evaluator of this type will
     call, so that a missing API key stops the run before the first item.
     """
+    if not isinstance(type_name, str) or not type_name.strip():
+        raise ValueError(
+            f"register() needs the type's name, a non-empty string (got {type_name!r}): "
+            '@register("my-type", options=[...])'
+        )
     names = frozenset((options,) if isinstance(options, str) else options)
 
     def decorator(fn: Implementation) -> Implementation:
+        previous = REGISTRY.get(type_name)
+        if previous is not None and previous.implementation is not fn:
+            logger.warning(
+                "evaluator type %r is registered twice (%s, then %s); the last one is used",
+                type_name,
+                _origin(previous.implementation),
+                _origin(fn),
+            )
         REGISTRY[type_name] = EvaluatorType(
             type_name,
             fn,
@@ -120,6 +157,11 @@ def register(
         return fn
 
     return decorator
+
+
+def _origin(fn: Any) -> str:
+    """`module.function`, the way a duplicate registration is named."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def evaluator_type(type_name: str) -> EvaluatorType | None:
@@ -161,7 +203,13 @@ async def evaluate(
         async with deadline:
             outcome = await registered.implementation(evaluator, target, env)
     except EvaluationError as exc:
-        return EvalOutcome.failed(evaluator.name, str(exc), tokens=exc.tokens, cost=exc.cost)
+        return EvalOutcome.failed(
+            evaluator.name,
+            str(exc),
+            tokens=exc.tokens,
+            cost=exc.cost,
+            unpriced_model=exc.unpriced_model,
+        )
     except TimeoutError as exc:
         if not deadline.expired():
             return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
@@ -180,7 +228,11 @@ async def evaluate(
         problem = score_problem(outcome.score)
         if problem:
             return EvalOutcome.failed(
-                evaluator.name, problem, tokens=outcome.tokens, cost=outcome.cost
+                evaluator.name,
+                problem,
+                tokens=outcome.tokens,
+                cost=outcome.cost,
+                unpriced_model=outcome.unpriced_model,
             )
     return outcome
 
@@ -193,6 +245,40 @@ def stopped_by_user_code(exc: BaseException, who: str) -> str:
         f"{raised}: {who} raised it (`sys.exit()`, `exit()` or a KeyboardInterrupt of its "
         "own); it cannot stop Cobalt, so this is an error. Raise an ordinary exception instead."
     )
+
+
+CONTEXT_HELP = (
+    "`context` must be a function of the item, output and metadata (an EvalContext) that "
+    'returns a dict of extra variables, or a dict of variable → field path ({"question": '
+    '"input.q"})'
+)
+
+
+async def context_variables(evaluator: Evaluator, target: EvalTarget) -> dict[str, Any]:
+    """The extra variables of an evaluator's `context=` (the original's context mapper)."""
+    from cobalt_app.templating import TemplateError, _lookup, template_context
+
+    mapper = evaluator.options.get("context")
+    if mapper is None:
+        return {}
+    if callable(mapper):
+        seen = EvalContext(target.item, target.output, target.metadata, target.latency_ms)
+        try:
+            value = await maybe_await(mapper(seen))
+        except Exception as exc:
+            raise EvaluationError(f"`context` raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise EvaluationError(f"{CONTEXT_HELP}; it returned {type(value).__name__}")
+        return value
+    if isinstance(mapper, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapper.items()
+    ):
+        fields = template_context(target.item, target.output, target.metadata)
+        try:
+            return {name: _lookup(fields, path) for name, path in mapper.items()}
+        except TemplateError as exc:
+            raise EvaluationError(f"`context`: {exc}") from None
+    raise EvaluationError(f"{CONTEXT_HELP}; got {type(mapper).__name__}")
 
 
 def score_problem(score: Any) -> str | None:

@@ -43,8 +43,13 @@ from cobalt_app.evaluators import (
 )
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.pricing import estimate_cost
-from cobalt_app.providers import ProviderError, describe_sdk_error, resolve_api_key
+from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.providers import (
+    ProviderError,
+    chat_params,
+    describe_sdk_error,
+    resolve_api_key,
+)
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL_HINT = "pip install 'cobalt[autoevals]'"
@@ -120,6 +125,7 @@ class Usage:
     cost: float = 0.0
     calls: int = 0
     hits: int = 0
+    unpriced: str = ""  # a model that spent tokens and has no price
 
 
 # The usage of the evaluation running in this task (asyncio tasks copy the context, and share
@@ -145,6 +151,7 @@ class CobaltClient:
     async def complete(self, **request: Any) -> dict[str, Any]:
         request.pop("span_info", None)
         request["model"] = self.target["model"]
+        request = chat_params(self.target["provider"], request["model"], request)
         usage = _usage.get(Usage())
         usage.calls += 1
         key = cache_key(
@@ -179,11 +186,14 @@ class CobaltClient:
         except ProviderError:
             raise
         except Exception as exc:
-            raise ProviderError(describe_sdk_error(provider, exc)) from exc
+            raise ProviderError(describe_sdk_error(provider, exc, secrets=(api_key,))) from exc
         prompt_tokens = reply["usage"]["prompt_tokens"]
         completion_tokens = reply["usage"]["completion_tokens"]
         usage.tokens += prompt_tokens + completion_tokens
         usage.cost += estimate_cost(self.target["model"], prompt_tokens, completion_tokens)
+        usage.unpriced = usage.unpriced or unpriced(
+            self.target["model"], prompt_tokens + completion_tokens
+        )
         if env.cache_enabled:
             await env.db(
                 cache_put,
@@ -234,6 +244,7 @@ class CobaltClient:
             raise ProviderError(str(exc)) from exc
         usage.tokens += batch.tokens
         usage.cost += batch.cost
+        usage.unpriced = usage.unpriced or unpriced(batch.model, batch.tokens)
         usage.hits += batch.cached == len(texts)
         return {
             "data": [{"embedding": v, "index": i} for i, v in enumerate(batch.vectors)],
@@ -518,16 +529,24 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
         scorer = cls(**constructor_options(cls, evaluator, env, embedding_provider))
         result = await scorer.eval_async(**arguments)
     except (ProviderError, EvaluationError) as exc:
-        raise EvaluationError(f"{name}: {exc}", tokens=usage.tokens, cost=usage.cost) from exc
+        raise EvaluationError(
+            f"{name}: {exc}", tokens=usage.tokens, cost=usage.cost, unpriced_model=usage.unpriced
+        ) from exc
     except Exception as exc:
         raise EvaluationError(
-            f"{name} failed: {type(exc).__name__}: {exc}", tokens=usage.tokens, cost=usage.cost
+            f"{name} failed: {type(exc).__name__}: {exc}",
+            tokens=usage.tokens,
+            cost=usage.cost,
+            unpriced_model=usage.unpriced,
         ) from exc
     finally:
         _usage.reset(token)
     if result.score is None:
         raise EvaluationError(
-            f"{name} returned no score (it skipped this item)", tokens=usage.tokens, cost=usage.cost
+            f"{name} returned no score (it skipped this item)",
+            tokens=usage.tokens,
+            cost=usage.cost,
+            unpriced_model=usage.unpriced,
         )
     return EvalOutcome(
         evaluator.name,
@@ -536,4 +555,5 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
         cached=usage.calls > 0 and usage.hits == usage.calls,
         tokens=usage.tokens,
         cost=usage.cost,
+        unpriced_model=usage.unpriced,
     )

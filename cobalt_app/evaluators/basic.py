@@ -10,18 +10,20 @@ from cobalt_app.evaluators import (
     EvalTarget,
     EvaluationError,
     call_user_function,
+    context_variables,
     normalise_result,
     register,
 )
 
 
-@register("function", options=("fn",))
+@register("function", options=("fn", "context"))
 async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     context = EvalContext(
         item=target.item,
         output=target.output,
         metadata=target.metadata,
         latency_ms=target.latency_ms,
+        context=await context_variables(evaluator, target),
     )
     try:
         value = await call_user_function(evaluator.fn, context)

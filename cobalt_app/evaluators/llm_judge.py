@@ -24,9 +24,10 @@ from cobalt_app.evaluators import (
     EvalTarget,
     EvaluationError,
     ProviderUse,
+    context_variables,
     register,
 )
-from cobalt_app.pricing import estimate_cost
+from cobalt_app.pricing import estimate_cost, unpriced
 from cobalt_app.providers import ProviderError
 from cobalt_app.templating import TemplateError, render, template_context
 
@@ -82,15 +83,30 @@ def judge_instructions(evaluator: Evaluator) -> tuple[str, str]:
     return fmt, strict
 
 
-def parse_judgement(text: str, scoring: str = "scale") -> tuple[float, str] | None:
-    """The (score, reason) in a judge reply, or None when it is not usable JSON."""
+def judgement_data(text: str) -> dict[str, Any] | None:
+    """The JSON object of a judge reply (code fences and surrounding prose tolerated)."""
     candidate = FENCE.sub("", text.strip()).strip()
     data = _loads(candidate)
     if data is None:
         start, end = candidate.find("{"), candidate.rfind("}")
         if start != -1 and end > start:
             data = _loads(candidate[start : end + 1])
-    if not isinstance(data, dict):
+    return data if isinstance(data, dict) else None
+
+
+def reasoning_of(text: str) -> str:
+    """The step-by-step `reasoning` of a chain-of-thought reply ('' when it has none)."""
+    data = judgement_data(text) or {}
+    reasoning = data.get("reasoning")
+    if reasoning is None or reasoning == "":
+        return ""
+    return reasoning if isinstance(reasoning, str) else json.dumps(reasoning, ensure_ascii=False)
+
+
+def parse_judgement(text: str, scoring: str = "scale") -> tuple[float, str] | None:
+    """The (score, reason) in a judge reply, or None when it is not usable JSON."""
+    data = judgement_data(text)
+    if data is None:
         return None
     reason = str(data.get("reason") or data.get("reasoning") or "")
     if scoring == "boolean":
@@ -180,7 +196,13 @@ async def ask_judge(
     if env.cache_enabled:
         hit = await env.db(cache_get, key)
         if hit is not None:
-            return EvalOutcome(evaluator.name, hit["score"], reason=hit["reason"], cached=True)
+            return EvalOutcome(
+                evaluator.name,
+                hit["score"],
+                reason=hit["reason"],
+                cached=True,
+                chain_of_thought=hit.get("chainOfThought", ""),
+            )
     tokens, cost = 0, 0.0
     replies: list[str] = []
     for attempt in range(2):
@@ -197,23 +219,40 @@ async def ask_judge(
                 purpose=f"the llm-judge {evaluator.name!r}",
             )
         except ProviderError as exc:
-            raise EvaluationError(str(exc), tokens=tokens, cost=cost) from exc
+            raise EvaluationError(
+                str(exc),
+                tokens=tokens,
+                cost=cost,
+                unpriced_model=unpriced(target["model"], tokens),
+            ) from exc
         tokens += reply.input_tokens + reply.output_tokens
         cost += estimate_cost(target["model"], reply.input_tokens, reply.output_tokens)
         replies.append(reply.text)
         parsed = parse_judgement(reply.text, scoring)
         if parsed is not None:
             score, reason = parsed
+            thought = reasoning_of(reply.text) if evaluator.options.get("chain_of_thought") else ""
             if env.cache_enabled:
+                value = {"score": score, "reason": reason}
+                if thought:
+                    value["chainOfThought"] = thought
                 await env.db(
                     cache_put,
                     key,
                     provider=target["provider"],
                     model=target["model"],
-                    value={"score": score, "reason": reason},
+                    value=value,
                     ttl=env.cache_ttl,
                 )
-            return EvalOutcome(evaluator.name, score, reason=reason, tokens=tokens, cost=cost)
+            return EvalOutcome(
+                evaluator.name,
+                score,
+                reason=reason,
+                tokens=tokens,
+                cost=cost,
+                chain_of_thought=thought,
+                unpriced_model=unpriced(target["model"], tokens),
+            )
     shown = replies[-1].strip().replace("\n", " ")
     shown = shown if len(shown) <= 200 else shown[:197] + "..."
     expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
@@ -221,6 +260,7 @@ async def ask_judge(
         f"the judge did not answer JSON {expected} twice; last reply: {shown!r}",
         tokens=tokens,
         cost=cost,
+        unpriced_model=unpriced(target["model"], tokens),
     )
 
 
@@ -236,9 +276,10 @@ def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[P
     ]
 
 
-@register("llm-judge", options=("prompt", *JUDGE_OPTIONS), providers=judge_provider)
+@register("llm-judge", options=("prompt", "context", *JUDGE_OPTIONS), providers=judge_provider)
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
-    context = template_context(target.item, target.output, target.metadata)
+    extra = await context_variables(evaluator, target)
+    context = template_context(target.item, target.output, target.metadata, extra)
     try:
         prompt = render(evaluator.prompt or "", context)
     except TemplateError as exc:

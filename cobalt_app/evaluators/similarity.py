@@ -22,6 +22,7 @@ from cobalt_app.evaluators import (
     register,
 )
 from cobalt_app.evaluators.basic import field_value, output_text
+from cobalt_app.pricing import unpriced
 
 DEFAULT_THRESHOLD = 0.8
 MODES = ("threshold", "raw")
@@ -117,4 +118,5 @@ async def similarity(evaluator: Evaluator, target: EvalTarget, env: Any) -> Eval
         cached=batch.cached == len(batch.vectors),
         tokens=batch.tokens,
         cost=batch.cost,
+        unpriced_model=unpriced(batch.model, batch.tokens),
     )
