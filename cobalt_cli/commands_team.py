@@ -251,7 +251,7 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
     or the process executing it (`cobalt run`, the API, MCP), stop within seconds."""
     from cobalt_cli.main import console, fail, setup
 
-    config = setup(migrate=False)
+    config = setup()
     os.chdir(config.project_dir)
     from cobalt_app import team
     from cobalt_app.selectors import RunNotFound, run_get
