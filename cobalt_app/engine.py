@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import time
@@ -24,7 +25,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import liveness, results, services, storable, webhooks
+from cobalt_app import liveness, results, services, storable, trace_spans, traces, webhooks
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
@@ -61,7 +62,9 @@ class ItemOutcome:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     evaluations: list[EvalOutcome] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
     stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
+    stored_trace: str | None = None  # the trace as JSON (None: no step), by `storable.prepare`
 
 
 @dataclass
@@ -73,6 +76,7 @@ class EvalEnv:
     cache_enabled: bool
     cache_ttl: float | None
     db: DatabaseThread
+    trace: traces.TraceSettings = field(default_factory=traces.TraceSettings)
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -83,6 +87,7 @@ def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> E
         cache_enabled=bool(config.get("cache.enabled", True)) and not no_cache,
         cache_ttl=parse_ttl(config.get("cache.ttl")),
         db=db,
+        trace=traces.TraceSettings.from_config(config),
     )
 
 
@@ -109,7 +114,8 @@ async def call_runner(
         async with asyncio.timeout(timeout):
             return await experiment.runner(context)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, experiment.runner, context)
+    # In a copy of this context: the thread sees the item's trace collector and OTel context.
+    future = loop.run_in_executor(pool, contextvars.copy_context().run, experiment.runner, context)
     value = await asyncio.wait_for(future, timeout)
     if inspect.isawaitable(value):
         value = await asyncio.wait_for(value, timeout)
@@ -141,7 +147,8 @@ async def execute_item(
     )
     started = time.perf_counter()
     try:
-        value = await call_runner(experiment, context, timeout=timeout, pool=pool)
+        with traces.capture_item(env.trace) as collector:
+            value = await call_runner(experiment, context, timeout=timeout, pool=pool)
     except TimeoutError:
         outcome.status = ItemResult.Status.TIMEOUT
         outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
@@ -159,8 +166,8 @@ async def execute_item(
         outcome.output, outcome.metadata = split_result(value)
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
-    _, _, outcome.tokens = agent_usage(outcome.metadata)
-    outcome.cost = agent_cost(outcome.metadata)
+    outcome.trace = traces.steps(collector, env.trace)
+    outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
     storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
         outcome.evaluations = await evaluate_item(
@@ -169,6 +176,18 @@ async def execute_item(
         for evaluation in outcome.evaluations:
             storable.clean_evaluation(evaluation)
     return outcome
+
+
+def agent_tokens_and_cost(
+    metadata: dict[str, Any], trace: list[dict[str, Any]]
+) -> tuple[int, float]:
+    """The agent's tokens and cost: what its metadata reports, each summed from the model
+    calls of its trace when the metadata says nothing of it."""
+    _, _, reported_tokens = agent_usage(metadata)
+    if reported_tokens or "cost" in metadata or not trace:
+        return reported_tokens, agent_cost(metadata)
+    input_tokens, output_tokens, cost = trace_spans.usage(trace)
+    return input_tokens + output_tokens, cost
 
 
 async def evaluate_item(
@@ -193,6 +212,7 @@ async def evaluate_item(
         metadata=outcome.metadata,
         latency_ms=outcome.latency_ms,
         cost=outcome.cost,
+        trace=outcome.trace,
     )
     if len(experiment.evaluators) == 1:
         return [await evaluate(experiment.evaluators[0], target, env, timeout=timeout)]
@@ -285,7 +305,8 @@ async def execute_run(
             await writer.add(outcome)
 
     try:
-        await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
+        with traces.enabled(env.trace):
+            await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
     finally:
         await asyncio.shield(writer.flush())
         pool.shutdown(wait=False, cancel_futures=True)

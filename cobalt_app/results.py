@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cobalt_app import stats
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 from cobalt_app.selectors import scores_by_item
 
 EXPORT_CHUNK = 2000
@@ -177,10 +177,13 @@ def item_entry(item: ItemResult) -> dict[str, Any]:
         e.evaluator: evaluation_entry(e.score, e.reason, e.status, e.error, e.cached)
         for e in item.evaluations.all()
     }
-    return row_entry(row, evaluations)
+    trace = ItemTrace.objects.filter(item_id=item.id).values_list("steps", flat=True).first()
+    return row_entry(row, evaluations, trace)
 
 
-def row_entry(row: dict[str, Any], evaluations: dict[str, Any]) -> dict[str, Any]:
+def row_entry(
+    row: dict[str, Any], evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "index": row["item_index"],
         "runIndex": row["run_index"],
@@ -193,6 +196,7 @@ def row_entry(row: dict[str, Any], evaluations: dict[str, Any]) -> dict[str, Any
         "tokens": row["tokens"],
         "cost": row["cost"],
         "evaluations": evaluations,
+        "trace": trace or [],
     }
 
 
@@ -223,8 +227,10 @@ def _entries(rows: list[dict[str, Any]]):
     )
     for item_id, evaluator, *rest in evaluations:
         by_item[item_id][evaluator] = evaluation_entry(*rest)
+    ids = [r["id"] for r in rows]
+    traces = dict(ItemTrace.objects.filter(item_id__in=ids).values_list("item_id", "steps"))
     for row in rows:
-        yield row_entry(row, by_item.get(row["id"], {}))
+        yield row_entry(row, by_item.get(row["id"], {}), traces.get(row["id"]))
 
 
 def run_results(run: Run) -> dict[str, Any]:

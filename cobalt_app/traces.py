@@ -1,0 +1,255 @@
+"""Capture the OpenTelemetry spans an agent produces while one item runs.
+
+`capture_item()` goes around the runner call of `engine.execute_item` (both modes). It sets
+a context variable naming the item's collector; `ItemSpanProcessor.on_start` reads it, so a
+span is attributed to the item whose code started it, with 40 items in flight on one event
+loop (asyncio tasks copy context) and in the threads of sync runners (the engine runs them in
+a copy of the context). A span started where the variable is not set (a thread the agent's
+framework made) still joins the item of its parent span.
+
+The processor goes on the global tracer provider, so every span is seen: the `openai` and
+`anthropic` SDKs' calls (OpenInference's instrumentations, enabled by `enabled()` for as long
+as a run executes), a framework that instruments itself (PydanticAI, the OpenAI Agents SDK
+through OpenInference's processor), the user's own tracer and `cobalt.span`. If the user set
+an SDK tracer provider, Cobalt adds its processor to it (their exporters keep receiving their
+spans); if not, Cobalt installs a provider with no exporter at all. Spans are only collected in
+memory and stored with the item: Cobalt sends nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+from cobalt_app import trace_spans
+
+logger = logging.getLogger("cobalt.traces")
+
+# (module to import, instrumentor class, the library it instruments)
+INSTRUMENTATIONS = (
+    ("openinference.instrumentation.openai", "OpenAIInstrumentor", "openai"),
+    ("openinference.instrumentation.anthropic", "AnthropicInstrumentor", "anthropic"),
+    ("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", "agents"),
+)
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    """`trace.enabled` (default on) and `trace.max_chars` (each input/output, default 2000)."""
+
+    enabled: bool = True
+    max_chars: int = trace_spans.DEFAULT_MAX_CHARS
+
+    @classmethod
+    def from_config(cls, config: Any) -> TraceSettings:
+        return cls(
+            enabled=bool(config.get("trace.enabled", True)),
+            max_chars=int(config.get("trace.max_chars", trace_spans.DEFAULT_MAX_CHARS)),
+        )
+
+
+@dataclass
+class Collector:
+    """The spans of one item, finished ones in `spans`."""
+
+    origin_ns: int = field(default_factory=time.time_ns)
+    spans: list[ReadableSpan] = field(default_factory=list)
+    open_ids: set[int] = field(default_factory=set)
+    closed: bool = False
+
+
+_current: contextvars.ContextVar[Collector | None] = contextvars.ContextVar(
+    "cobalt_trace_collector", default=None
+)
+
+
+class ItemSpanProcessor(SpanProcessor):
+    """Hands every span started inside an item to that item's collector; ignores the rest."""
+
+    def __init__(self) -> None:
+        self._owners: dict[int, Collector] = {}  # open span id -> its item's collector
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        collector = _current.get()
+        if collector is None:
+            parent = span.parent
+            if parent is None or not self._owners:
+                return
+            collector = self._owners.get(parent.span_id)
+            if collector is None:
+                return
+        if collector.closed:
+            return
+        span_id = span.context.span_id
+        self._owners[span_id] = collector
+        collector.open_ids.add(span_id)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        collector = self._owners.pop(span.context.span_id, None)
+        if collector is not None and not collector.closed:
+            collector.open_ids.discard(span.context.span_id)
+            collector.spans.append(span)
+
+    def release(self, collector: Collector) -> None:
+        """Forget the spans of a finished item that never ended."""
+        collector.closed = True
+        for span_id in list(collector.open_ids):
+            self._owners.pop(span_id, None)
+
+    def shutdown(self) -> None:
+        self._owners.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+PROCESSOR = ItemSpanProcessor()
+_lock = threading.Lock()
+_provider: TracerProvider | None = None
+_users = 0
+_instrumented: list[Any] = []
+
+
+def provider() -> TracerProvider:
+    """The SDK tracer provider Cobalt's processor is on (installing it on first use)."""
+    global _provider
+    with _lock:
+        if _provider is not None:
+            return _provider
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            current.add_span_processor(PROCESSOR)  # the user's own: their exporters stay
+            _provider = current
+        else:
+            own = TracerProvider()
+            own.add_span_processor(PROCESSOR)
+            if isinstance(current, trace.ProxyTracerProvider):
+                trace.set_tracer_provider(own)
+            else:
+                logger.info("a non-SDK tracer provider is set: Cobalt sees only its own spans")
+            _provider = own
+        return _provider
+
+
+@contextlib.contextmanager
+def enabled(settings: TraceSettings | None = None) -> Iterator[None]:
+    """Instrument the `openai`/`anthropic` SDKs and frameworks while a run executes.
+
+    Nested and concurrent uses share one instrumentation; the last to leave removes it.
+    Libraries the user instruments themselves are left as they are.
+    """
+    global _users
+    if settings is not None and not settings.enabled:
+        yield
+        return
+    tracer_provider = provider()
+    with _lock:
+        _users += 1
+        if _users == 1:
+            _instrument(tracer_provider)
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                _uninstrument()
+
+
+def enable_for_process(settings: TraceSettings) -> None:
+    """`enabled()` for the rest of this process's life (a team worker executes items of
+    many runs, one after another): the instrumentations are added once and stay."""
+    global _users
+    if not settings.enabled:
+        return
+    tracer_provider = provider()
+    with _lock:
+        _users += 1
+        if _users == 1:
+            _instrument(tracer_provider)
+
+
+def _instrument(tracer_provider: TracerProvider) -> None:
+    for module_name, class_name, library in INSTRUMENTATIONS:
+        if importlib.util.find_spec(library) is None:
+            continue
+        try:
+            instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        except ImportError:
+            continue
+        if instrumentor.is_instrumented_by_opentelemetry:
+            continue  # the user did it: theirs stays
+        options: dict[str, Any] = {"tracer_provider": tracer_provider}
+        if library == "agents":
+            options["exclusive_processor"] = False  # the SDK's own processors stay too
+        instrumentor.instrument(**options)
+        _instrumented.append(instrumentor)
+    _instrument_pydantic_ai(tracer_provider)
+
+
+_pydantic_default: list[Any] = []
+
+
+def _instrument_pydantic_ai(tracer_provider: TracerProvider) -> None:
+    """PydanticAI emits OpenTelemetry spans (model calls, tools) once instrumentation is on;
+    Cobalt turns it on for agents that did not choose for themselves."""
+    try:
+        from pydantic_ai import Agent
+        from pydantic_ai.models.instrumented import InstrumentationSettings
+    except ImportError:
+        return
+    if Agent._instrument_default is not False:  # the user turned it on (or off) globally
+        return
+    _pydantic_default.append(Agent._instrument_default)
+    Agent.instrument_all(InstrumentationSettings(tracer_provider=tracer_provider))
+
+
+def _uninstrument() -> None:
+    while _instrumented:
+        _instrumented.pop().uninstrument()
+    if _pydantic_default:
+        from pydantic_ai import Agent
+
+        Agent.instrument_all(_pydantic_default.pop())
+
+
+@contextlib.contextmanager
+def capture_item(settings: TraceSettings) -> Iterator[Collector | None]:
+    """Collect the spans started in this context (and its copies) until the block ends."""
+    if not settings.enabled:
+        yield None
+        return
+    if _provider is None:
+        provider()
+    collector = Collector()
+    token = _current.set(collector)
+    try:
+        yield collector
+    finally:
+        _current.reset(token)
+        PROCESSOR.release(collector)
+
+
+def steps(collector: Collector | None, settings: TraceSettings) -> list[dict[str, Any]]:
+    """The collected spans as stored steps (see `trace_spans`)."""
+    if collector is None or not collector.spans:
+        return []
+    return trace_spans.steps_of(
+        list(collector.spans), collector.origin_ns, max_chars=settings.max_chars
+    )
+
+
+def in_item() -> bool:
+    """Whether the calling code runs inside an item whose spans are captured."""
+    return _current.get() is not None
