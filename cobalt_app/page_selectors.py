@@ -19,7 +19,8 @@ from django.db import connection
 from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
-from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app import trace_spans
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
 
@@ -510,6 +511,9 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
+    steps = ItemTrace.objects.filter(item=item).values_list("steps", flat=True).first() or []
+    item.timeline = trace_spans.timeline(steps)
+    item.trace_summary = trace_spans.summary(steps) if steps else ""
     return item
 
 

@@ -401,3 +401,45 @@ def render(steps: Sequence[dict[str, Any]], *, max_chars: int = 200) -> str:
             parts.append(f"error={step.get('error')}")
         lines.append(" ".join(parts))
     return "\n".join(lines)
+
+
+def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the item panel's waterfall: each step with its depth and its bar's offset and
+    width in thousandths of the trace's span (an SVG draws them; no script needed)."""
+    if not steps:
+        return []
+    ends = [s["startMs"] + (s.get("durationMs") or 0) for s in steps]
+    origin = min(s["startMs"] for s in steps)
+    total = max(max(ends) - origin, 0.001)
+    rows = []
+    for step in steps:
+        depth, parent = 0, step.get("parent")
+        while parent is not None and depth < 20 and 0 <= parent < len(steps):
+            depth, parent = depth + 1, steps[parent].get("parent")
+        offset = round((step["startMs"] - origin) / total * 1000)
+        width = max(round((step.get("durationMs") or 0) / total * 1000), 2)
+        tokens = (step.get("inputTokens") or 0) + (step.get("outputTokens") or 0)
+        rows.append(
+            {
+                **step,
+                "depth": depth,
+                "indent": "\u00a0\u00a0" * depth,
+                "offset": min(offset, 998),
+                "width": min(width, 1000 - min(offset, 998)),
+                "tokens": tokens if step.get("inputTokens") is not None else None,
+            }
+        )
+    return rows
+
+
+def summary(steps: Sequence[dict[str, Any]]) -> str:
+    """`3 steps: 2 model calls, 1 tool call` (the terminal's and the panel's one-liner)."""
+    calls, tools = len(model_calls(steps)), len(tool_steps(steps))
+    failed = sum(1 for s in tool_steps(steps) if s.get("status") == "error")
+    text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
+    text += _plural(tools, "tool call")
+    return text + (f" ({failed} failed)" if failed else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
