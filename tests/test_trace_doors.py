@@ -1,0 +1,61 @@
+"""Traces through the real `cobalt` command: a user's own tracer provider keeps its spans,
+failing-item lines count the steps, `cobalt export` carries the trace."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.trace_agents import USER_TRACING_EXPERIMENT, WEATHER_EXPERIMENT
+
+
+def run_id_of(stdout: str) -> str:
+    return re.search(r"Run ID: (\w+)", stdout).group(1)
+
+
+def test_a_users_own_tracer_provider_still_receives_its_spans(project, cobalt_cli, tmp_path):
+    spans_file = tmp_path / "spans.txt"
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("experiments/mine.cobalt.py", USER_TRACING_EXPERIMENT)
+    done = cobalt_cli(
+        project, "run", "experiments/mine.cobalt.py", env={"SPANS_FILE": str(spans_file)}
+    )
+    assert "Run ID" in done.stdout, done.stdout + done.stderr
+    # The user's exporter got their own spans and the SDK calls, as before Cobalt was there.
+    names = spans_file.read_text().split()
+    assert names.count("my-agent") == 4
+    assert names.count("ChatCompletion") == 7  # 2 per city, 1 for Atlantis (it failed)
+    # And Cobalt captured the same steps per item, the user's span as the parent.
+    (results_file,) = project.results_files()
+    items = {i["key"]: i for i in json.loads(results_file.read_text())["items"]}
+    paris = items["paris"]["trace"]
+    assert [(s["kind"], s["name"], s["parent"]) for s in paris] == [
+        ("other", "my-agent", None),
+        ("llm", "ChatCompletion", 0),
+        ("tool", "get_weather", 0),
+        ("llm", "ChatCompletion", 0),
+    ]
+    assert items["paris"]["evaluations"]["tools"]["score"] == 1.0
+    assert items["paris"]["tokens"] > 0 and items["paris"]["cost"] > 0
+
+
+def test_failing_items_count_their_steps_and_export_carries_the_trace(project, cobalt_cli):
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("experiments/weather.cobalt.py", WEATHER_EXPERIMENT)
+    done = cobalt_cli(project, "run", "experiments/weather.cobalt.py")
+    failing = [line for line in done.stdout.splitlines() if "✗ Item" in line]
+    # The model call, and the tool call it asked for (which raised: it has no result).
+    assert len(failing) == 1 and failing[0].rstrip().endswith("· 2 steps"), done.stdout
+    assert "RuntimeError: no weather station in Atlantis" in failing[0]
+    run_id = run_id_of(done.stdout)
+
+    exported = cobalt_cli(project, "export", run_id, "--format", "json")
+    assert exported.returncode == 0, exported.stderr
+    items = {i["key"]: i for i in json.loads(exported.stdout)["items"]}
+    assert [s["kind"] for s in items["paris"]["trace"]] == ["llm", "tool", "llm"]
+    call, tool = items["atlantis"]["trace"]
+    assert (call["kind"], tool["kind"], tool["name"]) == ("llm", "tool", "get_weather")
+    assert tool["status"] is None and tool["output"] is None  # it never answered
+    markdown = cobalt_cli(project, "export", run_id, "--format", "md").stdout
+    assert "| Steps |" in markdown
+    assert "3 (llm, tool get_weather, llm)" in markdown
