@@ -170,9 +170,10 @@ async def execute_item(
     outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
     storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        outcome.evaluations = await evaluate_item(
-            experiment, snapshot, outcome, env, timeout=timeout
-        )
+        with traces.untraced():
+            outcome.evaluations = await evaluate_item(
+                experiment, snapshot, outcome, env, timeout=timeout
+            )
         for evaluation in outcome.evaluations:
             storable.clean_evaluation(evaluation)
     return outcome

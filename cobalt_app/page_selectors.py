@@ -20,8 +20,8 @@ from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, 
 from django.utils import timezone
 
 from cobalt_app import trace_spans
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
-from cobalt_app.selectors import compare_runs
+from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.selectors import compare_runs, item_trace
 from cobalt_app.significance import ALPHA
 
 HISTOGRAM_BINS = 10
@@ -511,7 +511,7 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
-    steps = ItemTrace.objects.filter(item=item).values_list("steps", flat=True).first() or []
+    steps = item_trace(item.id)
     item.timeline = trace_spans.timeline(steps)
     item.trace_summary = trace_spans.summary(steps) if steps else ""
     return item

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cobalt_app import stats
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
-from cobalt_app.selectors import scores_by_item
+from cobalt_app.selectors import item_trace, scores_by_item
 
 EXPORT_CHUNK = 2000
 
@@ -177,8 +177,7 @@ def item_entry(item: ItemResult) -> dict[str, Any]:
         e.evaluator: evaluation_entry(e.score, e.reason, e.status, e.error, e.cached)
         for e in item.evaluations.all()
     }
-    trace = ItemTrace.objects.filter(item_id=item.id).values_list("steps", flat=True).first()
-    return row_entry(row, evaluations, trace)
+    return row_entry(row, evaluations, item_trace(item.id))
 
 
 def row_entry(

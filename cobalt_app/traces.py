@@ -23,13 +23,16 @@ import contextvars
 import importlib
 import importlib.util
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import wrapt
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from cobalt_app import trace_spans
@@ -115,10 +118,12 @@ class ItemSpanProcessor(SpanProcessor):
 
 
 PROCESSOR = ItemSpanProcessor()
-_lock = threading.Lock()
+_lock = threading.RLock()  # instrumenting imports modules, which may run `_on_import`
 _provider: TracerProvider | None = None
 _users = 0
 _instrumented: list[Any] = []
+_done: set[str] = set()  # libraries instrumented (or left to the user) while enabled
+_hooked: set[str] = set()  # libraries with an import hook
 
 
 def provider() -> TracerProvider:
@@ -181,21 +186,41 @@ def enable_for_process(settings: TraceSettings) -> None:
 
 
 def _instrument(tracer_provider: TracerProvider) -> None:
-    for module_name, class_name, library in INSTRUMENTATIONS:
-        if importlib.util.find_spec(library) is None:
-            continue
-        try:
-            instrumentor = getattr(importlib.import_module(module_name), class_name)()
-        except ImportError:
-            continue
-        if instrumentor.is_instrumented_by_opentelemetry:
-            continue  # the user did it: theirs stays
-        options: dict[str, Any] = {"tracer_provider": tracer_provider}
-        if library == "agents":
-            options["exclusive_processor"] = False  # the SDK's own processors stay too
-        instrumentor.instrument(**options)
-        _instrumented.append(instrumentor)
-    _instrument_pydantic_ai(tracer_provider)
+    """Instrument the libraries already imported; the others when they are (an import hook):
+    importing a framework the agent does not use would cost seconds at every run's start."""
+    for library in (*(entry[2] for entry in INSTRUMENTATIONS), "pydantic_ai"):
+        if library in sys.modules:
+            _instrument_library(library, tracer_provider)
+        elif library not in _hooked and importlib.util.find_spec(library) is not None:
+            _hooked.add(library)
+            wrapt.register_post_import_hook(_on_import, library)
+
+
+def _on_import(module: Any) -> None:
+    with _lock:
+        if _users > 0 and _provider is not None:
+            _instrument_library(module.__name__, _provider)
+
+
+def _instrument_library(library: str, tracer_provider: TracerProvider) -> None:
+    if library in _done:
+        return
+    _done.add(library)
+    if library == "pydantic_ai":
+        _instrument_pydantic_ai(tracer_provider)
+        return
+    module_name, class_name = next((m, c) for m, c, lib in INSTRUMENTATIONS if lib == library)
+    try:
+        instrumentor = getattr(importlib.import_module(module_name), class_name)()
+    except ImportError:
+        return
+    if instrumentor.is_instrumented_by_opentelemetry:
+        return  # the user did it: theirs stays
+    options: dict[str, Any] = {"tracer_provider": tracer_provider}
+    if library == "agents":
+        options["exclusive_processor"] = False  # the SDK's own processors stay too
+    instrumentor.instrument(**options)
+    _instrumented.append(instrumentor)
 
 
 _pydantic_default: list[Any] = []
@@ -204,18 +229,18 @@ _pydantic_default: list[Any] = []
 def _instrument_pydantic_ai(tracer_provider: TracerProvider) -> None:
     """PydanticAI emits OpenTelemetry spans (model calls, tools) once instrumentation is on;
     Cobalt turns it on for agents that did not choose for themselves."""
-    try:
-        from pydantic_ai import Agent
-        from pydantic_ai.models.instrumented import InstrumentationSettings
-    except ImportError:
-        return
-    if Agent._instrument_default is not False:  # the user turned it on (or off) globally
+    from pydantic_ai import Agent
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    # No public getter: a default other than False means the user chose.
+    if Agent._instrument_default is not False:
         return
     _pydantic_default.append(Agent._instrument_default)
     Agent.instrument_all(InstrumentationSettings(tracer_provider=tracer_provider))
 
 
 def _uninstrument() -> None:
+    _done.clear()
     while _instrumented:
         _instrumented.pop().uninstrument()
     if _pydantic_default:
@@ -250,6 +275,7 @@ def steps(collector: Collector | None, settings: TraceSettings) -> list[dict[str
     )
 
 
-def in_item() -> bool:
-    """Whether the calling code runs inside an item whose spans are captured."""
-    return _current.get() is not None
+def untraced() -> contextlib.AbstractContextManager[None]:
+    """No instrumentation span inside (the judges' own model calls: they are not the agent's,
+    and a user's exporter should not receive them)."""
+    return suppress_instrumentation()

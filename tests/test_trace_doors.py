@@ -36,6 +36,7 @@ def test_a_users_own_tracer_provider_still_receives_its_spans(project, cobalt_cl
         ("llm", "ChatCompletion", 0),
     ]
     assert items["paris"]["evaluations"]["tools"]["score"] == 1.0
+    assert items["paris"]["evaluations"]["judge"]["score"] == 0.9  # its calls: not traced
     assert items["paris"]["tokens"] > 0 and items["paris"]["cost"] > 0
 
 
@@ -59,3 +60,45 @@ def test_failing_items_count_their_steps_and_export_carries_the_trace(project, c
     markdown = cobalt_cli(project, "export", run_id, "--format", "md").stdout
     assert "| Steps |" in markdown
     assert "3 (llm, tool get_weather, llm)" in markdown
+
+    # A re-judge scores the stored outputs again: tool-calls reads the stored trace.
+    rejudged = cobalt_cli(project, "rejudge", run_id)
+    assert rejudged.returncode == 0, rejudged.stdout + rejudged.stderr
+    new_id = run_id_of(rejudged.stdout)
+    again = json.loads(cobalt_cli(project, "export", new_id, "--format", "json").stdout)
+    scores = {i["key"]: i["evaluations"].get("tools") for i in again["items"]}
+    assert scores["paris"] == {
+        "score": 1.0,
+        "reason": "1 tool call(s) match the 1 expected (strict)",
+    }
+
+
+LAZY_IMPORT_EXPERIMENT = """
+import sys
+
+from cobalt import Dataset, experiment
+
+IMPORTED_AT_START = "anthropic" in sys.modules
+
+
+@experiment("lazy", Dataset(items=[{"input": "Oslo"}]))
+def run(ctx):
+    import anthropic  # first imported here, after the run started
+
+    client = anthropic.Anthropic()
+    reply = client.messages.create(
+        model="claude-3-5-haiku", max_tokens=20,
+        messages=[{"role": "user", "content": f"ECHO: {ctx.item['input']}"}],
+    )
+    return {"output": reply.content[0].text, "metadata": {"importedAtStart": IMPORTED_AT_START}}
+"""
+
+
+def test_a_library_first_imported_inside_the_runner_is_traced(project, cobalt_cli):
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("experiments/lazy.cobalt.py", LAZY_IMPORT_EXPERIMENT)
+    done = cobalt_cli(project, "run", "experiments/lazy.cobalt.py")
+    (results_file,) = project.results_files()
+    (item,) = json.loads(results_file.read_text())["items"]
+    assert item["output"] == {"output": "Oslo", "metadata": {"importedAtStart": False}}, done.stdout
+    assert [(s["kind"], s["model"]) for s in item["trace"]] == [("llm", "claude-3-5-haiku")]

@@ -56,7 +56,8 @@ def run(ctx):
 """
 
 # The same agent inside the user's own OpenTelemetry setup: a tracer provider set at import
-# with an exporter that appends span names to $SPANS_FILE, and a span of the user's own.
+# with an exporter that appends span names to $SPANS_FILE, and a span of the user's own; and a
+# judge, whose model calls are Cobalt's, not the agent's (they reach no exporter).
 USER_TRACING_PREFIX = """
 import os
 
@@ -79,9 +80,15 @@ trace.set_tracer_provider(provider)
 tracer = trace.get_tracer("my-app")
 """
 
-USER_TRACING_EXPERIMENT = USER_TRACING_PREFIX + WEATHER_EXPERIMENT.replace(
-    '@experiment("weather"', '@experiment("mine"'
-).replace(
-    '    return agent(ctx.item["input"])',
-    '    with tracer.start_as_current_span("my-agent"):\n        return agent(ctx.item["input"])',
+USER_TRACING_EXPERIMENT = USER_TRACING_PREFIX + (
+    WEATHER_EXPERIMENT.replace('@experiment("weather"', '@experiment("mine"')
+    .replace(
+        '    return agent(ctx.item["input"])',
+        '    with tracer.start_as_current_span("my-agent"):\n        return agent(ctx.item["input"])',
+    )
+    .replace(
+        'evaluators=[Evaluator(name="tools", type="tool-calls")]',
+        'evaluators=[Evaluator(name="tools", type="tool-calls"), '
+        'Evaluator(name="judge", prompt="Good? {{output}} [[score:0.9]]")]',
+    )
 )
