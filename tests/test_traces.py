@@ -289,3 +289,57 @@ def test_no_trace_is_kept_when_capture_is_off(project, fake_provider):
     assert ItemResult.objects.filter(run=run, status="ok").count() == 2
     assert not ItemTrace.objects.filter(item__run=run).exists()
     assert all(e["trace"] == [] for e in results.run_results(run)["items"])
+
+
+def test_run_pages_never_read_the_traces_only_the_item_panel_does(project, fake_provider):
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client_ = openai.OpenAI()
+    (run,) = execute(
+        project,
+        define("pages", cities(30), lambda ctx: openai_tool_loop(client_, ctx.item["input"])),
+    )
+    browser = Client(HTTP_HOST="127.0.0.1")
+    for url in ("/", f"/runs/{run.id}/", f"/runs/{run.id}/?page=2"):
+        with CaptureQueriesContext(connection) as queries:
+            assert browser.get(url).status_code == 200
+        assert not [q for q in queries if "itemtrace" in q["sql"]], url
+    item = ItemResult.objects.get(run=run, item_index=0)
+    with CaptureQueriesContext(connection) as queries:
+        panel = browser.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    assert len([q for q in queries if "itemtrace" in q["sql"]]) == 1
+    assert "3 steps: 2 model calls, 1 tool call" in panel
+
+
+def test_a_thread_that_carries_only_the_otel_context_still_joins_its_item(project):
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("framework")
+
+    def worker(parent_context, name):
+        token = otel_context.attach(parent_context)  # as frameworks hand spans to threads
+        try:
+            with tracer.start_as_current_span(f"work-{name}"):
+                pass
+        finally:
+            otel_context.detach(token)
+
+    async def runner(ctx):
+        with cobalt.span("outer", kind="agent"):
+            thread = threading.Thread(
+                target=worker, args=(otel_context.get_current(), ctx.item["input"])
+            )
+            thread.start()  # a plain thread: no copy of the item's context variables
+            await asyncio.to_thread(thread.join)
+        return "ok"
+
+    (run,) = execute(project, define("threads", cities(10), runner, concurrency=10))
+    for item in ItemResult.objects.filter(run=run):
+        trace_ = stored_trace(item)
+        assert [(s["name"], s["parent"]) for s in trace_] == [
+            ("outer", None),
+            (f"work-{item.input['input']}", 0),
+        ]
