@@ -21,6 +21,7 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
     team.start_worker("--concurrency", "4")
     done = team.cli("run", timeout=180)
     assert done.returncode == 0 and "3 ok, 1 error" in done.stdout, done.stdout + done.stderr
+    assert "no weather station in Atlantis  " in done.stdout and "· 2 steps" in done.stdout
     run_id = team.latest_run()
     assert team.run_row(run_id)["mode"] == "team"
     rows = team.services.query(
