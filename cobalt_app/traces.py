@@ -158,11 +158,7 @@ def enabled(settings: TraceSettings | None = None) -> Iterator[None]:
     if settings is not None and not settings.enabled:
         yield
         return
-    tracer_provider = provider()
-    with _lock:
-        _users += 1
-        if _users == 1:
-            _instrument(tracer_provider)
+    enable_for_process(settings or TraceSettings())
     try:
         yield
     finally:
@@ -173,8 +169,8 @@ def enabled(settings: TraceSettings | None = None) -> Iterator[None]:
 
 
 def enable_for_process(settings: TraceSettings) -> None:
-    """`enabled()` for the rest of this process's life (a team worker executes items of
-    many runs, one after another): the instrumentations are added once and stay."""
+    """Instrument for the rest of this process's life (a team worker executes items of many
+    runs, one after another): the instrumentations are added once and stay."""
     global _users
     if not settings.enabled:
         return

@@ -343,3 +343,18 @@ def test_a_thread_that_carries_only_the_otel_context_still_joins_its_item(projec
             ("outer", None),
             (f"work-{item.input['input']}", 0),
         ]
+
+
+def test_the_helpers_work_outside_a_run_and_refuse_an_unknown_kind():
+    @cobalt.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with cobalt.span("outside", input="x") as step:
+        step.output = add(2, b=3)
+    assert step.output == 5
+    with (
+        pytest.raises(ValueError, match="kind must be one of llm, tool, agent"),
+        cobalt.span("bad", kind="database"),
+    ):
+        pass
