@@ -39,12 +39,19 @@ from cobalt_app import trace_spans
 
 logger = logging.getLogger("cobalt.traces")
 
-# (module to import, instrumentor class, the library it instruments)
-INSTRUMENTATIONS = (
-    ("openinference.instrumentation.openai", "OpenAIInstrumentor", "openai"),
-    ("openinference.instrumentation.anthropic", "AnthropicInstrumentor", "anthropic"),
-    ("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor", "agents"),
-)
+# library -> (the instrumentation's module, its instrumentor class)
+INSTRUMENTATIONS = {
+    "openai": ("openinference.instrumentation.openai", "OpenAIInstrumentor"),
+    "anthropic": ("openinference.instrumentation.anthropic", "AnthropicInstrumentor"),
+    "agents": ("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor"),
+}
+# library -> a name only the real one has (a project may have its own `agents` package)
+LIBRARIES = {
+    "openai": "OpenAI",
+    "anthropic": "Anthropic",
+    "agents": "add_trace_processor",
+    "pydantic_ai": "Agent",
+}
 
 
 @dataclass(frozen=True)
@@ -184,9 +191,9 @@ def enable_for_process(settings: TraceSettings) -> None:
 def _instrument(tracer_provider: TracerProvider) -> None:
     """Instrument the libraries already imported; the others when they are (an import hook):
     importing a framework the agent does not use would cost seconds at every run's start."""
-    for library in (*(entry[2] for entry in INSTRUMENTATIONS), "pydantic_ai"):
+    for library in LIBRARIES:
         if library in sys.modules:
-            _instrument_library(library, tracer_provider)
+            _instrument_library(sys.modules[library], tracer_provider)
         elif library not in _hooked and importlib.util.find_spec(library) is not None:
             _hooked.add(library)
             wrapt.register_post_import_hook(_on_import, library)
@@ -195,28 +202,32 @@ def _instrument(tracer_provider: TracerProvider) -> None:
 def _on_import(module: Any) -> None:
     with _lock:
         if _users > 0 and _provider is not None:
-            _instrument_library(module.__name__, _provider)
+            _instrument_library(module, _provider)
 
 
-def _instrument_library(library: str, tracer_provider: TracerProvider) -> None:
-    if library in _done:
+def _instrument_library(module: Any, tracer_provider: TracerProvider) -> None:
+    """Instrument one library, unless the module of that name is another one (a project's
+    own `agents` package is not the OpenAI Agents SDK). Never fails the run or the import
+    that triggered it: a library that cannot be instrumented is left untraced, with a warning."""
+    library = module.__name__
+    if library in _done or not hasattr(module, LIBRARIES[library]):
         return
     _done.add(library)
-    if library == "pydantic_ai":
-        _instrument_pydantic_ai(tracer_provider)
-        return
-    module_name, class_name = next((m, c) for m, c, lib in INSTRUMENTATIONS if lib == library)
     try:
+        if library == "pydantic_ai":
+            _instrument_pydantic_ai(tracer_provider)
+            return
+        module_name, class_name = INSTRUMENTATIONS[library]
         instrumentor = getattr(importlib.import_module(module_name), class_name)()
-    except ImportError:
-        return
-    if instrumentor.is_instrumented_by_opentelemetry:
-        return  # the user did it: theirs stays
-    options: dict[str, Any] = {"tracer_provider": tracer_provider}
-    if library == "agents":
-        options["exclusive_processor"] = False  # the SDK's own processors stay too
-    instrumentor.instrument(**options)
-    _instrumented.append(instrumentor)
+        if instrumentor.is_instrumented_by_opentelemetry:
+            return  # the user did it: theirs stays
+        options: dict[str, Any] = {"tracer_provider": tracer_provider}
+        if library == "agents":
+            options["exclusive_processor"] = False  # the SDK's own processors stay too
+        instrumentor.instrument(**options)
+        _instrumented.append(instrumentor)
+    except Exception as exc:  # noqa: BLE001 - tracing must never break the agent
+        logger.warning("could not instrument %s, its calls are not traced: %s", library, exc)
 
 
 _pydantic_default: list[Any] = []

@@ -102,3 +102,32 @@ def test_a_library_first_imported_inside_the_runner_is_traced(project, cobalt_cl
     (item,) = json.loads(results_file.read_text())["items"]
     assert item["output"] == {"output": "Oslo", "metadata": {"importedAtStart": False}}, done.stdout
     assert [(s["kind"], s["model"]) for s in item["trace"]] == [("llm", "claude-3-5-haiku")]
+
+
+def test_a_project_package_named_like_a_traced_library_is_left_alone(project, cobalt_cli):
+    """`agents` is also the OpenAI Agents SDK's module name: a project's own `agents`
+    package must import and run as before, its model calls still traced."""
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("agents/__init__.py", "")
+    project.write(
+        "agents/echo.py",
+        "import openai\n\n"
+        "def answer(text):\n"
+        "    reply = openai.OpenAI().chat.completions.create(\n"
+        '        model="gpt-4o", messages=[{"role": "user", "content": f"ECHO: {text}"}])\n'
+        "    return reply.choices[0].message.content\n",
+    )
+    project.write(
+        "experiments/mine.cobalt.py",
+        "from agents.echo import answer\n"
+        "from cobalt import Dataset, experiment\n\n"
+        'experiment("mine", Dataset(items=[{"input": "hi"}, {"input": "ho"}]),\n'
+        '           lambda ctx: answer(ctx.item["input"]))\n',
+    )
+    done = cobalt_cli(project, "run", "experiments/mine.cobalt.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "could not instrument" not in done.stderr
+    (results_file,) = project.results_files()
+    items = json.loads(results_file.read_text())["items"]
+    assert sorted(i["output"]["output"] for i in items) == ["hi", "ho"]
+    assert [[s["model"] for s in i["trace"]] for i in items] == [["gpt-4o"], ["gpt-4o"]]
