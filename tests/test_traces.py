@@ -358,3 +358,52 @@ def test_the_helpers_work_outside_a_run_and_refuse_an_unknown_kind():
         cobalt.span("bad", kind="database"),
     ):
         pass
+
+
+def anthropic_tool_loop(client: anthropic.Anthropic, city: str, rounds: int) -> str:
+    """A plain Anthropic SDK tool loop (tool_use → tool_result) asking for `rounds` calls."""
+    tools = [{"name": "get_weather", "input_schema": WEATHER_TOOL["function"]["parameters"]}]
+    prompt = f'Weather? [[tool:{{"city": "{city}"}}]] [[tools:{rounds}]]'
+    messages = [{"role": "user", "content": prompt}]
+    while True:
+        reply = client.messages.create(
+            model="claude-3-5-haiku", max_tokens=100, messages=messages, tools=tools
+        )
+        uses = [block for block in reply.content if block.type == "tool_use"]
+        if not uses:
+            return reply.content[0].text
+        messages.append({"role": "assistant", "content": [u.model_dump() for u in uses]})
+        results = [
+            {"type": "tool_result", "tool_use_id": u.id, "content": weather(**u.input)}
+            for u in uses
+        ]
+        messages.append({"role": "user", "content": results})
+
+
+def test_an_anthropic_tool_loop_is_traced_and_its_repeats_caught(project, fake_provider):
+    client = anthropic.Anthropic()
+    evaluators = [
+        Evaluator("loops", "loops", max_repeats=2),
+        Evaluator("budget", "steps", max_llm_calls=3),
+        Evaluator("used", "tool-used", tool="get_weather"),
+    ]
+
+    def runner(ctx):
+        return anthropic_tool_loop(client, ctx.item["input"], rounds=int(ctx.item["id"][-1]) + 1)
+
+    (run,) = execute(project, define("claude", cities(3), runner, evaluators=evaluators))
+    verdicts = {
+        (key, name): score
+        for key, name, score in Evaluation.objects.filter(run=run).values_list(
+            "item__item_key", "evaluator", "score"
+        )
+    }
+    for n in range(3):  # city-n asked for n + 1 tool calls in a row
+        item = ItemResult.objects.get(run=run, item_key=f"city-{n}")
+        trace = stored_trace(item)
+        assert [s["kind"] for s in trace] == ["llm", "tool"] * (n + 1) + ["llm"]
+        assert all(s["output"] == f"sunny in city{n}" for s in trace if s["kind"] == "tool")
+        assert item.output == f"tool said: sunny in city{n}"
+        assert verdicts[(f"city-{n}", "loops")] == (0.0 if n + 1 > 2 else 1.0)
+        assert verdicts[(f"city-{n}", "budget")] == (0.0 if n + 2 > 3 else 1.0)
+        assert verdicts[(f"city-{n}", "used")] == 1.0
