@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "webhooks": [],
     "plugins": [],
     "env": {},
+    "trace": {"enabled": True, "max_chars": 2000},
 }
 
 # Environment variables that override configuration keys (dotted paths).
@@ -279,13 +280,29 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
             data["test_match"] = [value]
         elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             fail("test_match", "must be a glob or a list of globs.")
-    for section in ("judge", "simulator", "cache", "ci", "dashboard", "rate_limits", "env"):
+    for section in (
+        "judge",
+        "simulator",
+        "cache",
+        "ci",
+        "dashboard",
+        "rate_limits",
+        "env",
+        "trace",
+    ):
         if section in data and not isinstance(data[section], dict):
             fail(section, "must be a table (a dict).")
     for section in ("judge", "simulator"):
         provider = (data.get(section) or {}).get("provider")
         if provider not in (None, "openai", "anthropic"):
             fail(f"{section}.provider", f"must be 'openai' or 'anthropic' (got {provider!r}).")
+    trace = data.get("trace") or {}
+    if "enabled" in trace and not isinstance(trace["enabled"], bool):
+        fail("trace.enabled", f"must be true or false (got {trace['enabled']!r}).")
+    if "max_chars" in trace:
+        value = trace["max_chars"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            fail("trace.max_chars", f"must be a whole number of at least 1 (got {value!r}).")
     cache = data.get("cache") or {}
     if "ttl" in cache:
         try:

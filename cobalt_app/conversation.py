@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cobalt.experiment import Experiment, RunContext
+from cobalt.tracing import span
+from cobalt_app import traces
 from cobalt_app.cache import cache_get, cache_key, cache_put
 from cobalt_app.pricing import agent_cost, agent_usage, estimate_cost
 from cobalt_app.providers import ProviderError
@@ -148,7 +150,9 @@ async def converse(
             dataset=context.dataset,
         )
         try:
-            reply, metadata = await call(turn_context)
+            with span(f"turn {turn}", kind="agent", input=message) as step:  # the turn's steps
+                reply, metadata = await call(turn_context)
+                step.output = reply
         except TurnTimedOut as exc:
             conversation.ended = "timeout"
             raise ConversationError(
@@ -204,17 +208,18 @@ async def simulated_message(
     for attempt in range(2):
         instruction = SIMULATOR_FORMAT if attempt == 0 else SIMULATOR_STRICT
         try:
-            reply = await env.hub.chat(
-                provider=settings["provider"],
-                model=settings["model"],
-                system=f"{system}\n\n{instruction}",
-                user="",
-                messages=history,
-                base_url=settings["base_url"],
-                api_key_env=settings["api_key_env"],
-                params={"temperature": 0},
-                purpose="the simulated user",
-            )
+            with traces.untraced():  # the simulated user's calls are not the agent's steps
+                reply = await env.hub.chat(
+                    provider=settings["provider"],
+                    model=settings["model"],
+                    system=f"{system}\n\n{instruction}",
+                    user="",
+                    messages=history,
+                    base_url=settings["base_url"],
+                    api_key_env=settings["api_key_env"],
+                    params={"temperature": 0},
+                    purpose="the simulated user",
+                )
         except ProviderError as exc:
             raise _stopped(conversation, f"the simulated user's model failed: {exc}") from exc
         conversation.simulator_tokens += reply.input_tokens + reply.output_tokens

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import liveness, results, services, storable, webhooks
+from cobalt_app import liveness, results, services, storable, trace_spans, traces, webhooks
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.conversation import (
     Conversation,
@@ -70,7 +71,9 @@ class ItemOutcome:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     evaluations: list[EvalOutcome] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
     stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
+    stored_trace: str | None = None  # the trace as JSON (None: no step), by `storable.prepare`
 
 
 @dataclass
@@ -83,6 +86,7 @@ class EvalEnv:
     cache_ttl: float | None
     db: DatabaseThread
     simulator_config: dict[str, Any] = field(default_factory=dict)  # conversations
+    trace: traces.TraceSettings = field(default_factory=traces.TraceSettings)
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -94,6 +98,7 @@ def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> E
         cache_ttl=parse_ttl(config.get("cache.ttl")),
         db=db,
         simulator_config=dict(config.get("simulator") or {}),
+        trace=traces.TraceSettings.from_config(config),
     )
 
 
@@ -134,7 +139,8 @@ async def call_runner(
     if experiment.is_async:
         return await within(experiment.runner(context), timeout)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, experiment.runner, context)
+    # In a copy of this context: the thread sees the item's trace collector and OTel context.
+    future = loop.run_in_executor(pool, contextvars.copy_context().run, experiment.runner, context)
     value = await within(future, timeout)
     if inspect.isawaitable(value):
         value = await within(value, timeout)
@@ -166,20 +172,25 @@ async def execute_item(
         dataset=experiment.dataset,
     )
     started = time.perf_counter()
-    if experiment.conversation is not None:
-        await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
-    else:
-        await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
+    with traces.capture_item(env.trace) as collector:
+        if experiment.conversation is not None:
+            await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
+        else:
+            await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
+    outcome.trace = traces.steps(collector, env.trace)
     if experiment.conversation is None:
-        _, _, outcome.tokens = agent_usage(outcome.metadata)
-        outcome.cost = agent_cost(outcome.metadata)
+        outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
+    elif not outcome.tokens and outcome.trace:  # no turn reported usage: the model calls did
+        input_tokens, output_tokens, outcome.cost = trace_spans.usage(outcome.trace)
+        outcome.tokens = input_tokens + output_tokens
     storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        outcome.evaluations = await evaluate_item(
-            experiment, snapshot, outcome, env, timeout=timeout
-        )
+        with traces.untraced():
+            outcome.evaluations = await evaluate_item(
+                experiment, snapshot, outcome, env, timeout=timeout
+            )
         for evaluation in outcome.evaluations:
             storable.clean_evaluation(evaluation)
         if experiment.conversation is not None:  # per-turn scores were added to its metadata
@@ -255,6 +266,18 @@ async def converse_item(
     outcome.tokens, outcome.cost = conversation.agent_usage()
 
 
+def agent_tokens_and_cost(
+    metadata: dict[str, Any], trace: list[dict[str, Any]]
+) -> tuple[int, float]:
+    """The agent's tokens and cost: what its metadata reports, each summed from the model
+    calls of its trace when the metadata says nothing of it."""
+    _, _, reported_tokens = agent_usage(metadata)
+    if reported_tokens or "cost" in metadata or not trace:
+        return reported_tokens, agent_cost(metadata)
+    input_tokens, output_tokens, cost = trace_spans.usage(trace)
+    return input_tokens + output_tokens, cost
+
+
 async def evaluate_item(
     experiment: Experiment,
     snapshot: ItemSnapshot,
@@ -277,6 +300,7 @@ async def evaluate_item(
         metadata=outcome.metadata,
         latency_ms=outcome.latency_ms,
         cost=outcome.cost,
+        trace=outcome.trace,
     )
     if len(experiment.evaluators) == 1:
         return [await score(experiment.evaluators[0], target, env, timeout=timeout)]
@@ -410,7 +434,8 @@ async def execute_run(
             await writer.add(outcome)
 
     try:
-        await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
+        with traces.enabled(env.trace):
+            await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
     finally:
         await asyncio.shield(writer.flush())
         pool.shutdown(wait=False, cancel_futures=True)

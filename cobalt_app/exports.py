@@ -63,6 +63,7 @@ def export_csv(run: Run) -> Iterator[str]:
     header += ["latency_ms", "tokens", "cost", "error"]
     for name in names:
         header += [f"{name}_score", f"{name}_reason"]
+    header += ["steps", "trace"]
     writer.writerow(header)
     for count, entry in enumerate(results.iter_item_entries(run), start=1):
         output = entry["output"]
@@ -85,6 +86,8 @@ def export_csv(run: Run) -> Iterator[str]:
                 row += ["", safe_cell(f"error: {verdict['error']}")]
             else:
                 row += [_number(verdict.get("score")), safe_cell(verdict.get("reason") or "")]
+        trace = entry["trace"]
+        row += [len(trace), safe_cell(json.dumps(trace, ensure_ascii=False) if trace else "")]
         writer.writerow(row)
         if count % 500 == 0:
             yield _drain(buffer)
@@ -135,7 +138,7 @@ def export_markdown(run: Run) -> Iterator[str]:
         cells += [str(s.get("count", 0)), str(s.get("errors", 0))]
         lines.append(f"| {md_cell(name)} | " + " | ".join(c or "—" for c in cells) + " |")
     lines += ["", "## Items", ""]
-    head = ["#", "Key", "Status", "Input", "Output", *names, "Latency", "Tokens"]
+    head = ["#", "Key", "Status", "Input", "Output", *names, "Latency", "Tokens", "Steps"]
     lines.append("| " + " | ".join(md_cell(h) for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     yield "\n".join(lines) + "\n"
@@ -150,13 +153,21 @@ def export_markdown(run: Run) -> Iterator[str]:
         for name in names:
             verdict = entry["evaluations"].get(name) or {}
             cells.append("error" if "error" in verdict else _number(verdict.get("score"), 2))
-        cells += [_ms(entry["latencyMs"]), str(entry["tokens"])]
+        cells += [_ms(entry["latencyMs"]), str(entry["tokens"]), steps_cell(entry["trace"])]
         chunk.append("| " + " | ".join(md_cell(c or "—") for c in cells) + " |")
         if len(chunk) >= 500:
             yield "\n".join(chunk) + "\n"
             chunk = []
     if chunk:
         yield "\n".join(chunk) + "\n"
+
+
+def steps_cell(trace: list[dict[str, Any]]) -> str:
+    """`3 (llm, tool get_weather, llm)`: how many steps the agent took, and which."""
+    if not trace:
+        return "0"
+    names = [s["kind"] if s["kind"] == "llm" else f"{s['kind']} {s['name']}" for s in trace]
+    return f"{len(trace)} ({', '.join(names)})"
 
 
 def md_cell(text: str, limit: int = MARKDOWN_CELL) -> str:

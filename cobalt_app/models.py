@@ -196,6 +196,20 @@ class Evaluation(models.Model):
         return f"{self.evaluator}={self.score}"
 
 
+class ItemTrace(models.Model):
+    """The steps (model calls, tool calls, other spans) an item's agent took, as one JSON
+    list in the results-file shape (see `trace_spans`). A table of its own: the pages that
+    list items never read it; only items that produced spans have a row."""
+
+    item = models.OneToOneField(
+        ItemResult, primary_key=True, on_delete=models.CASCADE, related_name="trace"
+    )
+    steps = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return f"trace of item {self.item_id}"
+
+
 class JudgeCacheEntry(models.Model):
     """A judge (or embedding) reply, keyed by SHA-256 of the canonical request."""
 

@@ -19,6 +19,7 @@ from django.db import connection
 from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
+from cobalt_app import trace_spans
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
@@ -503,13 +504,17 @@ def pretty(value: Any) -> str:
 
 def item_detail(run: Run, item_id: int) -> ItemResult | None:
     """One item of a run with its evaluations (ordered by the run's evaluator order)."""
-    item = ItemResult.objects.filter(run=run, id=item_id).first()
+    item = ItemResult.objects.filter(run=run, id=item_id).select_related("trace").first()
     if item is None:
         return None
     order = {name: i for i, name in enumerate(run.evaluator_names)}
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
+    stored = getattr(item, "trace", None)  # none when no step was captured
+    steps = stored.steps if stored is not None else []
+    item.timeline = trace_spans.timeline(steps)
+    item.trace_summary = trace_spans.summary(steps) if steps else ""
     return item
 
 

@@ -24,7 +24,8 @@ from cobalt.experiment import Experiment
 from cobalt_app import aio, engine, preflight, results, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
+from cobalt_app.selectors import item_trace
 from cobalt_app.services import ItemSnapshot
 
 COPY_BATCH = 2000
@@ -184,6 +185,20 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         if (index, repetition) in new_ids
     ]
     Evaluation.objects.bulk_create(copies, batch_size=1000, ignore_conflicts=True)
+    traces = ItemTrace.objects.filter(
+        item__run=parent,
+        item__item_index__gte=created[0].item_index,
+        item__item_index__lte=created[-1].item_index,
+    ).values_list("item__item_index", "item__run_index", "steps")
+    ItemTrace.objects.bulk_create(
+        [
+            ItemTrace(item_id=new_ids[(index, repetition)], steps=steps)
+            for index, repetition, steps in traces
+            if (index, repetition) in new_ids
+        ],
+        batch_size=500,
+        ignore_conflicts=True,
+    )
 
 
 def pending_items(run_id: str) -> list[tuple[ItemSnapshot, dict[str, Any]]]:
@@ -237,10 +252,12 @@ async def rejudge_outcome(
         started_at=timezone.now(),
     )
     if chosen:
+        outcome.trace = await env.db(item_trace, snapshot.id)  # for the evaluators that read it
         scoped = dataclasses.replace(experiment, evaluators=chosen)
         outcome.evaluations = await engine.evaluate_item(
             scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
         )
+        outcome.trace = []  # stored already (copied with the item): not written again
     present = {e.name for e in chosen}
     outcome.evaluations += [
         EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")

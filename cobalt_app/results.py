@@ -19,8 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from cobalt_app import stats
-from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.selectors import scores_by_item
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
+from cobalt_app.selectors import item_trace, scores_by_item
 
 EXPORT_CHUNK = 2000
 
@@ -238,10 +238,12 @@ def item_entry(item: ItemResult) -> dict[str, Any]:
         )
         for e in item.evaluations.all()
     }
-    return row_entry(row, evaluations)
+    return row_entry(row, evaluations, item_trace(item.id))
 
 
-def row_entry(row: dict[str, Any], evaluations: dict[str, Any]) -> dict[str, Any]:
+def row_entry(
+    row: dict[str, Any], evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "index": row["item_index"],
         "runIndex": row["run_index"],
@@ -254,6 +256,7 @@ def row_entry(row: dict[str, Any], evaluations: dict[str, Any]) -> dict[str, Any
         "tokens": row["tokens"],
         "cost": row["cost"],
         "evaluations": evaluations,
+        "trace": trace or [],
     }
 
 
@@ -284,8 +287,10 @@ def _entries(rows: list[dict[str, Any]]):
     )
     for item_id, evaluator, *rest in evaluations:
         by_item[item_id][evaluator] = evaluation_entry(*rest)
+    ids = [r["id"] for r in rows]
+    traces = dict(ItemTrace.objects.filter(item_id__in=ids).values_list("item_id", "steps"))
     for row in rows:
-        yield row_entry(row, by_item.get(row["id"], {}))
+        yield row_entry(row, by_item.get(row["id"], {}), traces.get(row["id"]))
 
 
 def run_results(run: Run) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import QuerySet
 
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 
 AMBIGUOUS_SHOWN = 5
 
@@ -42,6 +42,11 @@ def run_get(run_id: str) -> Run:
                 f"run id {run_id!r} is ambiguous: it starts {listed}{more}. Give more characters"
             )
     raise RunNotFound(f"no run with id {run_id!r}; `cobalt history` lists runs")
+
+
+def item_trace(item_id: int) -> list[dict[str, Any]]:
+    """The stored steps of one item's trace (empty when none was captured)."""
+    return ItemTrace.objects.filter(item_id=item_id).values_list("steps", flat=True).first() or []
 
 
 def run_list(

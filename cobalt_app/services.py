@@ -22,7 +22,7 @@ from django.utils import timezone
 from cobalt.dataset import item_key
 from cobalt.experiment import Experiment
 from cobalt_app import flaky, storable
-from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 
 logger = logging.getLogger("cobalt.services")
 
@@ -189,6 +189,7 @@ def item_reset_for_retry(run_id: str, statuses: Sequence[str]) -> int:
     with transaction.atomic():
         items = ItemResult.objects.filter(run_id=run_id, status__in=statuses)
         Evaluation.objects.filter(item__in=items).delete()
+        ItemTrace.objects.filter(item__in=items).delete()
         count = items.update(
             status=ItemResult.Status.PENDING,
             output=None,
@@ -220,6 +221,10 @@ EVALUATION_UPSERT_SQL = (
     "reason = excluded.reason, status = excluded.status, error = excluded.error, "
     "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost, "
     "chain_of_thought = excluded.chain_of_thought, unpriced_model = excluded.unpriced_model"
+)
+TRACE_UPSERT_SQL = (
+    "INSERT INTO cobalt_app_itemtrace (item_id, steps) VALUES (%s, %s) "
+    "ON CONFLICT (item_id) DO UPDATE SET steps = excluded.steps"
 )
 RUN_COUNT_SQL = "UPDATE cobalt_app_run SET finished_items = finished_items + %s WHERE id = %s"
 
@@ -286,6 +291,10 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
         if evaluations:
             with connection.cursor() as cursor:
                 cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
+        trace_rows = [(o.id, o.stored_trace) for o in outcomes if o.stored_trace is not None]
+        if trace_rows:
+            with connection.cursor() as cursor:
+                cursor.executemany(TRACE_UPSERT_SQL, trace_rows)
         if recorded:
             # Raw: the ORM compiles this UPDATE anew each time, a worker's hottest query.
             with connection.cursor() as cursor:
@@ -329,6 +338,8 @@ def unstorable_outcome(outcome: Any, message: str) -> Any:
         cost=0.0,
         evaluations=[],
         stored=None,
+        trace=[],
+        stored_trace=None,
     )
 
 

@@ -19,6 +19,9 @@ other outcomes of that batch:
   and tracebacks also pass `redaction.redact` (an SDK error quoting a key or a URL with its
   password).
 
+* an item's trace (its steps) is stored as JSON too, salvaged the same way; it never makes
+  the item an error.
+
 Other objects JSON has no type for (a datetime, a Decimal, a model instance) are stored as
 their `str()`, as before.
 """
@@ -204,6 +207,9 @@ def prepare(outcome: Any) -> Any:
         outcome.error = message if not outcome.error else f"{outcome.error}\n{message}"
         outcome.evaluations = []
     outcome.stored = (stored_output, stored_metadata)
+    trace = getattr(outcome, "trace", None)
+    if trace:  # built by `trace_spans` (texts already cleaned); salvaged all the same
+        outcome.stored_trace = json.dumps(salvage(trace), ensure_ascii=False, allow_nan=False)
     return outcome
 
 

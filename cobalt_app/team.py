@@ -39,7 +39,7 @@ from cobalt.experiment import Experiment
 from cobalt_app import results, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 from cobalt_app.services import ItemSnapshot
 
 logger = logging.getLogger("cobalt.team")
@@ -893,4 +893,10 @@ def outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutc
             evaluations.get(outcome.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
         )
         found.append(outcome)
+    # The traces of failed items only: their lines give the step count.
+    failed = [o.id for o in found if o.status != ItemResult.Status.OK]
+    if failed:
+        traces = dict(ItemTrace.objects.filter(item_id__in=failed).values_list("item_id", "steps"))
+        for outcome in found:
+            outcome.trace = traces.get(outcome.id) or []
     return found

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, discovery, engine, team
+from cobalt_app import aio, discovery, engine, team, traces
 from cobalt_app.engine import EvalEnv, ItemOutcome
 from cobalt_app.models import ItemResult, Run
 
@@ -403,6 +403,7 @@ class Runtime:
         if self._beat is None:
             with self.lock:
                 if self._beat is None:
+                    traces.enable_for_process(self.env.trace)
                     self._beat = threading.Thread(
                         target=self._beat_loop, name="cobalt-heartbeat", daemon=True
                     )

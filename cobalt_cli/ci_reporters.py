@@ -21,6 +21,7 @@ from rich.markup import escape
 
 import cobalt
 from cobalt_app.gates import Check, CiOutcome, GateReport, fmt_number
+from cobalt_cli.reporter import steps_note
 
 # Characters XML 1.0 cannot carry (ANSI escapes in a traceback would make the file invalid).
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -147,7 +148,8 @@ class CiConsoleReporter:
             return
         first = (outcome.error or outcome.status).splitlines()[0]
         self.console.print(
-            f"  ✗ item #{outcome.item_index + 1} {outcome.status}: {escape(first)}",
+            f"  ✗ item #{outcome.item_index + 1} {outcome.status}: {escape(first)}"
+            + steps_note(outcome),
             soft_wrap=True,
         )
 

@@ -108,14 +108,18 @@ class ConsoleReporter:
             suffix = "  ⚠ low score" if any(scored) and not all(scored) else ""
             suffix += "  ⚠ evaluation error" if errors else ""
             mark, colour = ("✗", "red") if failed else ("✓", "green")
+            if failed or errors:
+                latency += steps_note(outcome)
             plain = f"  {mark} {label} — {scores}  {latency}{suffix}"
             markup = f"  [{colour}]{mark}[/] {label} — {escape(scores)}  [dim]{latency}[/]"
             markup += f"[yellow]{suffix}[/]" if suffix else ""
             return plain, markup
         if outcome.status == "timeout":
-            plain = f"  ⏱ {label} — timeout: {outcome.error}"
-            return plain, f"  [yellow]⏱[/] {label} — [yellow]{escape(outcome.error)}[/]"
+            steps = steps_note(outcome)
+            plain = f"  ⏱ {label} — timeout: {outcome.error}{steps}"
+            return plain, f"  [yellow]⏱[/] {label} — [yellow]{escape(outcome.error)}[/]{steps}"
         error = outcome.error.splitlines()[0] if outcome.error else outcome.status
+        latency += steps_note(outcome)
         plain = f"  ✗ {label} — error: {error}  {latency}"
         return plain, f"  [red]✗[/] {label} — [red]{escape(error)}[/]  [dim]{latency}[/]"
 
@@ -147,6 +151,12 @@ class ConsoleReporter:
         ]
         self.usage_problems = {}
         print_summary(self.console, run, extra_warnings=extra)
+
+
+def steps_note(outcome) -> str:
+    """` · 4 steps` after a failing item's line: how far the agent got (its trace)."""
+    steps = len(getattr(outcome, "trace", None) or [])
+    return f" · {plural(steps, 'step')}" if steps else ""
 
 
 def print_summary(console: Console, run, *, extra_warnings: list[str] | None = None) -> None:

@@ -24,7 +24,11 @@ Reply text (chat and messages) is chosen from the text of all messages (plus ``s
 A chat/messages request that offers ``tools`` is answered with one tool call instead: the
 tool named by ``tool_choice`` (else the first tool), with the arguments of a
 ``[[tool:{"json": "object"}]]`` marker anywhere in the prompt, or else arguments built from the
-tool's JSON schema (first ``enum`` value, ``"fake"``, ``1``, ``true``, ``[]``).
+tool's JSON schema (first ``enum`` value, ``"fake"``, ``1``, ``true``, ``[]``). A request
+whose last message carries tool results (a chat ``tool`` message, an Anthropic ``tool_result``
+block) ends the tool loop: it is answered with text, the ``[[reply:TEXT]]`` of the prompt or
+else ``"tool said: "`` and the text of those results. ``[[tools:N]]`` in the prompt asks for
+``N`` tool calls in a row before that answer (one per request).
 
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
@@ -76,6 +80,7 @@ MODEL_PATHS = (CHAT_PATH, EMBEDDINGS_PATH, MESSAGES_PATH)
 _TURNS_MARKER = "[[turns:"
 _REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
 _TOOL_RE = re.compile(r"\[\[tool:(\{.*?\})\]\]", re.DOTALL)
+_TOOLS_RE = re.compile(r"\[\[tools:(\d+)\]\]")
 _SCORE_RE = re.compile(r"\[\[score:\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*\]\]")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
@@ -203,6 +208,50 @@ def choose_tool_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     else:
         arguments = schema_default(schema) or {}
     return str(chosen.get("name") or name or "tool"), arguments
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """Texts of the tool results in the last message(s) of a request (empty if none)."""
+    messages = body.get("messages") or []
+    results: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") == "tool":  # chat completions: one message per result
+            results.insert(0, content_text(message.get("content")))
+            continue
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            blocks = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            results[:0] = [content_text(b.get("content")) for b in blocks]
+        break
+    return results
+
+
+def tool_rounds_done(body: dict[str, Any]) -> int:
+    """How many tool-result turns the conversation already holds."""
+    rounds = 0
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if message.get("role") == "tool" or any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks
+        ):
+            rounds += 1
+    return rounds
+
+
+def wants_tool_call(body: dict[str, Any]) -> bool:
+    """Whether a request that offers tools gets a tool call (else the loop's final answer)."""
+    if not tool_results(body):
+        return True
+    match = _TOOLS_RE.search(prompt_text(body))
+    return bool(match) and tool_rounds_done(body) < int(match.group(1))
+
+
+def after_tools_reply(body: dict[str, Any]) -> str:
+    """The text answer to a request whose last message carries tool results."""
+    if match := _REPLY_RE.search(prompt_text(body)):
+        return match.group(1)
+    return "tool said: " + " | ".join(tool_results(body))
 
 
 def error_body(path: str, status: int, message: str) -> dict[str, Any]:
@@ -416,12 +465,15 @@ class FakeProvider:
             )
         if path == EMBEDDINGS_PATH:
             return Reply(200, self._embeddings(body))
-        if body.get("tools"):
+        if body.get("tools") and wants_tool_call(body):
             name, arguments = choose_tool_call(body)
             if path == CHAT_PATH:
                 return Reply(200, self._chat_tool_call(body, name, arguments))
             return Reply(200, self._anthropic_tool_use(body, name, arguments))
-        text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
+        if tool_results(body):
+            text = after_tools_reply(body)
+        else:
+            text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
         if path == CHAT_PATH:
             return Reply(200, self._chat_completion(body, text))
         return Reply(200, self._anthropic_message(body, text))

@@ -268,3 +268,39 @@ def test_a_turn_past_its_timeout_is_a_timeout_naming_the_turn_and_keeps_the_tran
     assert row.error == "turn 3 timed out after 0.2s (the runner was cancelled)"
     assert [m["content"] for m in row.output] == ["1", "reply 1", "2", "reply 2", "3"]
     assert row.metadata["conversation"]["ended"] == "timeout"
+
+
+def test_each_turn_is_a_step_of_the_trace_holding_the_agents_model_calls(project, fake_provider):
+    import openai
+
+    client = openai.OpenAI(base_url=fake_provider.openai_base_url, api_key="agent-key")
+
+    def bot(ctx):
+        reply = client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": f"ECHO: bot turn {ctx.turn}"}],
+        )
+        return reply.choices[0].message.content
+
+    script = [
+        {"message": "hello", "done": False},
+        {"message": "more", "done": False},
+        {"done": True, "goal_reached": True},
+    ]
+    definition = define(
+        "traced-chat",
+        Dataset(items=[simulated("traced", script)]),
+        bot,
+        conversation=True,
+    )
+    run = execute(project, definition)
+    row = items(run)["traced"]
+    assert row.status == "ok", row.error
+    trace = row.trace.steps
+    turns = [(i, s) for i, s in enumerate(trace) if s["kind"] == "agent"]
+    assert [s["name"] for _, s in turns] == ["turn 1", "turn 2"]
+    assert [s["input"] for _, s in turns] == ["hello", "more"]
+    llm = [s for s in trace if s["kind"] == "llm"]
+    assert len(llm) == 2  # the bot's two calls; the simulated user's three are not its steps
+    assert [s["parent"] for s in llm] == [i for i, _ in turns]
+    assert row.tokens > 0  # counted from the trace: the bot reports no usage

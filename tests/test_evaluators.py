@@ -61,6 +61,11 @@ BUILTIN_TYPES = {
     "tool-calls",
     "trajectory",
     "autoevals",
+    "steps",
+    "tool-errors",
+    "loops",
+    "tool-used",
+    "tool-not-used",
 }
 
 
@@ -437,6 +442,7 @@ def test_an_experiment_with_every_evaluator_type_runs_offline(project, cobalt_cl
     assert fr["similar-local"]["reason"].endswith("(all-MiniLM-L6-v2)")
     assert fr["mentions"]["reason"] == "the output contains 'Paris'"
     assert fr["tools"]["reason"] == "1 tool call(s) match the 1 expected (strict)"
+    assert fr["searched"]["reason"] == "called: search"  # read from the trace
     assert fr["factuality"]["score"] == 1.0
     assert "agrees with the expert" in fr["factuality"]["reason"]
     assert fr["cheap"]["reason"].startswith("$0.000036 within")

@@ -85,7 +85,7 @@ def test_an_empty_run_exports_valid_documents(db):
     assert json.loads(text(empty, "json"))["items"] == []
     assert text(empty, "csv").splitlines() == [
         "index,run_index,key,status,input,output,metadata,latency_ms,tokens,cost,error,"
-        "judge_score,judge_reason"
+        "judge_score,judge_reason,steps,trace"
     ]
 
 

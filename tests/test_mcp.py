@@ -267,6 +267,7 @@ def test_an_edited_agent_is_reimported_and_compare_explains_the_change(
     project, fake_provider_server
 ):
     project.write("experiments/capitals.cobalt.py", CAPITALS_EXPERIMENT)
+    project.write("agents/__init__.py", "")  # a regular package: the Agents SDK is `agents` too
     agent = project.write("agents/capitals.py", CAPITALS_AGENT.format(japan="Tokyo [[score:0.8]]"))
     seen: dict[str, Any] = {}
 
@@ -401,6 +402,7 @@ def test_file_arguments_outside_the_project_are_refused(
 def test_generate_writes_an_experiment_that_cobalt_run_runs(
     initialised, fake_provider_server, cobalt_cli
 ):
+    initialised.write("agents/__init__.py", "")  # a regular package: the Agents SDK is `agents` too
     initialised.write("agents/support.py", SUPPORT_AGENT)
     fake_provider_server.reset()
     arguments = {

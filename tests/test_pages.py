@@ -279,7 +279,7 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
 def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_assert_num_queries):
     run = make_run(keys=keys(2), outputs={"k000": XSS}, errors={"k001": "RuntimeError: boom"})
     ok_item, failed_item = run.items.order_by("item_index")
-    with django_assert_num_queries(3):  # run, item, evaluations
+    with django_assert_num_queries(3):  # run, item (and its trace), evaluations
         panel = client.get(f"/runs/{run.id}/items/{ok_item.id}/", **HTMX).content.decode()
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel

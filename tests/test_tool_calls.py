@@ -183,7 +183,7 @@ def test_the_success_reason_counts_the_calls():
 @pytest.mark.parametrize(
     ("metadata", "item", "options", "message"),
     [
-        ({}, {"expected_tool_calls": EXPECTED}, {}, "the runner reported no tool calls"),
+        ({}, {"expected_tool_calls": EXPECTED}, {}, "no tool calls to read"),
         ({"tool_calls": []}, {}, {}, "the item has no 'expected_tool_calls'"),
         ({"tool_calls": []}, {"calls": EXPECTED}, {"field": "other"}, "no 'other'"),
         ({"tool_calls": "not json"}, {"expected_tool_calls": []}, {}, "not JSON"),
@@ -260,5 +260,5 @@ def test_a_trajectory_without_reported_calls_is_an_error_before_any_judge_call(
         )
     (run,) = launcher.execute(found, load_config(project.path))
     evaluation = Evaluation.objects.get(run=run)
-    assert evaluation.status == "error" and "reported no tool calls" in evaluation.error
+    assert evaluation.status == "error" and "no tool calls to read" in evaluation.error
     assert fake_provider.request_count() == 0

@@ -108,6 +108,24 @@ class ItemOutputSerializer(serializers.Serializer):
     metadata = serializers.JSONField()
 
 
+class TraceStepSerializer(serializers.Serializer):
+    """One step of an item's trace: a model call, a tool call or another span."""
+
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["llm", "tool", "agent", "retrieval", "other"])
+    parent = serializers.IntegerField(allow_null=True, help_text="Index of the parent step.")
+    startMs = serializers.FloatField(help_text="Since the item started.")
+    durationMs = serializers.FloatField(allow_null=True)
+    model = serializers.CharField(allow_null=True)
+    inputTokens = serializers.IntegerField(allow_null=True)
+    outputTokens = serializers.IntegerField(allow_null=True)
+    cost = serializers.FloatField(allow_null=True)
+    status = serializers.ChoiceField(choices=["ok", "error"], allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    input = serializers.CharField(allow_null=True, help_text="Truncated; secrets removed.")
+    output = serializers.CharField(allow_null=True, help_text="Truncated; secrets removed.")
+
+
 class ItemSerializer(serializers.Serializer):
     """One item result, as in the results file."""
 
@@ -122,6 +140,7 @@ class ItemSerializer(serializers.Serializer):
     tokens = serializers.IntegerField()
     cost = serializers.FloatField()
     evaluations = serializers.DictField(child=EvaluationSerializer())
+    trace = TraceStepSerializer(many=True)
 
 
 class RunRefSerializer(serializers.Serializer):

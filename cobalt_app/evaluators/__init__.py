@@ -77,6 +77,7 @@ class EvalTarget:
     metadata: dict[str, Any] = field(default_factory=dict)
     latency_ms: float | None = None
     cost: float = 0.0
+    trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
 
 
 Implementation = Callable[[Evaluator, EvalTarget, Any], Awaitable[EvalOutcome]]

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt_app import trace_spans
 from cobalt_app.cache import cache_get, cache_key, cache_put
 from cobalt_app.evaluators import (
     EvalOutcome,
@@ -280,6 +281,7 @@ def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[P
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     extra = await context_variables(evaluator, target)
     context = template_context(target.item, target.output, target.metadata, extra)
+    context["trace"] = trace_spans.render(target.trace) or "(no steps were captured)"
     try:
         prompt = render(evaluator.prompt or "", context)
     except TemplateError as exc:

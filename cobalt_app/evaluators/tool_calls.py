@@ -1,6 +1,8 @@
 """Agent checks: `tool-calls` compares the tools an agent called; `trajectory` grades them.
 
-The runner reports its calls in `metadata["tool_calls"]`: a list of `{"name", "arguments"}`,
+The calls are read from `metadata["tool_calls"]` when the runner reports them, else from the
+item's trace (its tool steps, see `trace_spans`). Reported calls are a list of
+`{"name", "arguments"}`,
 OpenAI-shaped calls (`{"type": "function", "function": {"name", "arguments": "<json>"}}`,
 Responses-API `function_call` items) or Anthropic `tool_use` blocks (text blocks in an Anthropic
 content list are skipped). The expected calls come from `item["expected_tool_calls"]` (`field=`
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt_app import trace_spans
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import JUDGE_OPTIONS, ask_judge, judge_provider
@@ -196,12 +199,16 @@ def options(evaluator: Evaluator) -> tuple[str, bool]:
 
 
 def reported_calls(target: EvalTarget) -> list[Call]:
-    if "tool_calls" not in target.metadata:
-        raise EvaluationError(
-            "the runner reported no tool calls: return "
-            '{"output": ..., "metadata": {"tool_calls": [{"name": ..., "arguments": {...}}]}}'
-        )
-    return normalise_calls(target.metadata["tool_calls"], 'metadata["tool_calls"]')
+    """The calls in `metadata["tool_calls"]`, else the tool steps of the trace."""
+    if "tool_calls" in target.metadata:
+        return normalise_calls(target.metadata["tool_calls"], 'metadata["tool_calls"]')
+    if target.trace:
+        return normalise_calls(trace_spans.tool_calls(target.trace), "the trace's tool calls")
+    raise EvaluationError(
+        "no tool calls to read: the trace holds no step (is `trace.enabled` off, or does the "
+        "agent call its model without an instrumented SDK?) and the runner reported none: "
+        'return {"output": ..., "metadata": {"tool_calls": [{"name": ..., "arguments": {...}}]}}'
+    )
 
 
 @register("tool-calls", options=("field", "mode", "match_arguments"))

@@ -1,0 +1,132 @@
+"""Steps no instrumentation sees, in an item's trace: `cobalt.span` and `@cobalt.tool`.
+
+    with cobalt.span("search", kind="retrieval", input=query) as s:
+        s.output = index.search(query)
+
+    @cobalt.tool
+    def get_weather(city: str) -> str: ...
+
+Both make ordinary OpenTelemetry spans on the global tracer provider, so a user's own
+exporter sees them too; outside a Cobalt run they cost next to nothing and record nothing
+unless the user set up tracing. An exception inside marks the step as failed (and is raised
+again); `kind` is one of `llm`, `tool`, `agent`, `retrieval`, `other`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+KINDS = ("llm", "tool", "agent", "retrieval", "other")
+F = TypeVar("F", bound=Callable[..., Any])
+_tracer = trace.get_tracer("cobalt")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class Step:
+    """The open span of `cobalt.span`: set `output`, `model` or token counts on it."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+        self._output: Any = None
+
+    @property
+    def output(self) -> Any:
+        return self._output
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self._output = value
+        self._span.set_attribute("cobalt.output", _text(value))
+
+    def set(
+        self,
+        *,
+        model: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
+        """Model and token counts of a model call made without an instrumented SDK."""
+        if model is not None:
+            self._span.set_attribute("llm.model_name", model)
+        if input_tokens is not None:
+            self._span.set_attribute("cobalt.input_tokens", int(input_tokens))
+        if output_tokens is not None:
+            self._span.set_attribute("cobalt.output_tokens", int(output_tokens))
+
+    def fail(self, error: str) -> None:
+        """Mark the step as failed without raising."""
+        self._span.set_status(Status(StatusCode.ERROR, error))
+
+
+@contextmanager
+def span(name: str, *, kind: str = "other", input: Any = None) -> Iterator[Step]:
+    """A step of the agent's trace around the block (`input` and `s.output` are stored)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    attributes = {"cobalt.kind": kind, "cobalt.name": name}
+    if input is not None:
+        attributes["cobalt.input"] = _text(input)
+    with _tracer.start_as_current_span(
+        name, attributes=attributes, record_exception=False, set_status_on_exception=False
+    ) as otel_span:
+        try:
+            yield Step(otel_span)
+        except BaseException as exc:
+            otel_span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+
+
+def tool(function: F | None = None, *, name: str | None = None) -> Any:
+    """Record every call of an agent's tool function as a `tool` step (sync or async):
+    its arguments as input, its return value as output, an exception as the step's error."""
+
+    def decorate(fn: F) -> F:
+        tool_name = name or fn.__name__
+        signature = inspect.signature(fn)
+
+        def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return {"args": list(args), **kwargs}
+            return dict(bound.arguments)
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with span(tool_name, kind="tool", input=arguments(args, kwargs)) as step:
+                    result = await fn(*args, **kwargs)
+                    step.output = result
+                    return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with span(tool_name, kind="tool", input=arguments(args, kwargs)) as step:
+                result = fn(*args, **kwargs)
+                step.output = result
+                return result
+
+        return wrapper  # type: ignore[return-value]
+
+    if function is not None:
+        return decorate(function)
+    return decorate

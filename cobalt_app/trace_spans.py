@@ -1,0 +1,445 @@
+"""An item's captured OpenTelemetry spans as stored steps, and what is read from them.
+
+A step is a small dict in the results-file shape (`name`, `kind`, `parent`, `startMs`,
+`durationMs`, `model`, `inputTokens`, `outputTokens`, `cost`, `status`, `error`, `input`,
+`output`; null where unknown), `parent` being the index of the parent step in the same list.
+Attributes are read in the vocabularies the instrumentations use: OpenInference
+(`openinference.span.kind`, `llm.*`, `input.value`), the OpenTelemetry GenAI conventions
+(`gen_ai.*`, PydanticAI) and Cobalt's own (`cobalt.kind`, `cobalt.input`, `cobalt.output`).
+
+Inputs and outputs are cut to `max_chars` and secrets are taken out before anything is kept:
+values under secret-looking keys, `Authorization`/`Bearer` credentials, API-key shapes and the
+values of secret environment variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cobalt_app.pricing import estimate_cost
+from cobalt_app.storable import clean_text
+
+KINDS = ("llm", "tool", "agent", "retrieval", "other")
+DEFAULT_MAX_CHARS = 2000
+OPENINFERENCE_KINDS = {
+    "LLM": "llm",
+    "EMBEDDING": "llm",
+    "TOOL": "tool",
+    "AGENT": "agent",
+    "RETRIEVER": "retrieval",
+    "RERANKER": "retrieval",
+}
+GENAI_OPERATIONS = {
+    "chat": "llm",
+    "text_completion": "llm",
+    "generate_content": "llm",
+    "embeddings": "llm",
+    "execute_tool": "tool",
+    "invoke_agent": "agent",
+    "create_agent": "agent",
+}
+SECRET_KEY = re.compile(
+    r"^(authorization|proxy-authorization|x-api-key|api[_-]?key|.*secret.*|.*password.*|"
+    r"access[_-]?token|refresh[_-]?token|bearer|cookie|set-cookie)$",
+    re.IGNORECASE,
+)
+SECRET_TEXT = re.compile(
+    r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's value
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"  # OpenAI/Anthropic-style keys (sk-..., sk-ant-...)
+    r"|\bAIza[0-9A-Za-z_-]{20,}"  # Google API keys
+)
+SECRET_ENV = re.compile(r"(api_?key|secret|token|password)", re.IGNORECASE)
+REDACTED = "***"
+
+
+def secret_values() -> list[str]:
+    """Values of secret-looking environment variables (long enough not to be words)."""
+    return sorted(
+        {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}, key=len
+    )[::-1]
+
+
+def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return SECRET_TEXT.sub(REDACTED, text)
+
+
+def redact_value(value: Any, secrets: Sequence[str] = ()) -> Any:
+    """A JSON value with secret-looking keys' values and credentials in text replaced."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if SECRET_KEY.match(str(k)) and v else redact_value(v, secrets)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_value(v, secrets) for v in value]
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    return value
+
+
+def shown(value: Any, max_chars: int, secrets: Sequence[str] = ()) -> str | None:
+    """Text to store for an input or output: redacted, then cut to `max_chars`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value) if value[:1] in ("{", "[") else None
+        except ValueError:
+            parsed = None
+        text = (
+            json.dumps(redact_value(parsed, secrets), ensure_ascii=False)
+            if parsed is not None
+            else redact_text(value, secrets)
+        )
+    else:
+        try:
+            text = json.dumps(redact_value(value, secrets), ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = redact_text(repr(value), secrets)
+    text = clean_text(text)
+    if len(text) > max_chars:
+        text = text[: max(max_chars - 1, 0)] + "…"
+    return text
+
+
+def kind_of(attributes: Any) -> str:
+    kind = attributes.get("cobalt.kind")
+    if kind in KINDS:
+        return kind
+    kind = OPENINFERENCE_KINDS.get(str(attributes.get("openinference.span.kind", "")).upper())
+    if kind:
+        return kind
+    return GENAI_OPERATIONS.get(str(attributes.get("gen_ai.operation.name", "")), "other")
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return max(int(value), 0)
+
+
+def _first(attributes: Any, *keys: str) -> Any:
+    for key in keys:
+        value = attributes.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def step_of(span: Any, origin_ns: int, max_chars: int, secrets: Sequence[str]) -> dict[str, Any]:
+    """One finished OpenTelemetry span (`ReadableSpan`) as a stored step (parent not set)."""
+    a = span.attributes or {}
+    kind = kind_of(a)
+    model = _first(a, "llm.model_name", "gen_ai.response.model", "gen_ai.request.model")
+    input_tokens = _int(
+        _first(a, "llm.token_count.prompt", "gen_ai.usage.input_tokens", "cobalt.input_tokens")
+    )
+    output_tokens = _int(
+        _first(
+            a, "llm.token_count.completion", "gen_ai.usage.output_tokens", "cobalt.output_tokens"
+        )
+    )
+    cost = None
+    if kind == "llm" and (input_tokens is not None or output_tokens is not None):
+        cost = estimate_cost(model, input_tokens or 0, output_tokens or 0)
+    status_code = getattr(span.status.status_code, "name", "UNSET")
+    error = span.status.description if status_code == "ERROR" else None
+    if status_code == "ERROR" and not error:
+        error = next(
+            (
+                f"{e.attributes.get('exception.type')}: {e.attributes.get('exception.message')}"
+                for e in span.events or ()
+                if e.name == "exception"
+            ),
+            "error",
+        )
+    name = span.name
+    if kind == "tool":
+        name = str(_first(a, "tool.name", "gen_ai.tool.name", "cobalt.name") or name)
+    tool_input = _first(
+        a, "cobalt.input", "input.value", "gen_ai.tool.call.arguments", "tool_arguments"
+    )
+    tool_output = _first(
+        a, "cobalt.output", "output.value", "gen_ai.tool.call.result", "tool_response"
+    )
+    if kind == "llm" and tool_input is None:
+        tool_input = _first(a, "gen_ai.input.messages", "gen_ai.prompt")
+    if kind == "llm" and tool_output is None:
+        tool_output = _first(a, "gen_ai.output.messages", "gen_ai.completion")
+    return {
+        "name": clean_text(str(name)),
+        "kind": kind,
+        "parent": None,
+        "startMs": round((span.start_time - origin_ns) / 1e6, 3),
+        "durationMs": round(((span.end_time or span.start_time) - span.start_time) / 1e6, 3),
+        "model": clean_text(str(model)) if model is not None else None,
+        "inputTokens": input_tokens,
+        "outputTokens": output_tokens,
+        "cost": cost,
+        "status": "error" if status_code == "ERROR" else "ok",
+        "error": redact_text(clean_text(str(error)), secrets)[:max_chars] if error else None,
+        "input": shown(tool_input, max_chars, secrets),
+        "output": shown(tool_output, max_chars, secrets),
+    }
+
+
+def steps_of(
+    spans: Iterable[Any], origin_ns: int, *, max_chars: int = DEFAULT_MAX_CHARS
+) -> list[dict[str, Any]]:
+    """An item's finished spans as steps in start order, each `parent` an index or null.
+
+    A model call whose tool calls no tool span shows (an agent that runs its tools in plain
+    Python) gets them as inferred tool steps: from the end of that call to the start of the
+    next call that carries their results, with the arguments as input and results as output.
+    """
+    spans = sorted(spans, key=lambda s: (s.start_time, s.end_time or 0))
+    if not spans:
+        return []
+    secrets = secret_values()
+    index_of = {s.context.span_id: i for i, s in enumerate(spans)}
+    steps = [step_of(s, origin_ns, max_chars, secrets) for s in spans]
+    for step, span in zip(steps, spans, strict=True):
+        parent = span.parent.span_id if span.parent is not None else None
+        step["parent"] = index_of.get(parent)
+    attributes = [dict(span.attributes or {}) for span in spans]
+    steps, attributes = _merge_nested_calls(steps, attributes)
+    if not any(s["kind"] == "tool" for s in steps):
+        steps = _with_inferred_tools(steps, attributes, max_chars, secrets)
+    return steps
+
+
+MERGED = ("model", "inputTokens", "outputTokens", "cost", "input", "output")
+
+
+def _merge_nested_calls(
+    steps: list[dict[str, Any]], attributes: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One model call seen by two spans (a framework's span around the SDK's, an
+    instrumentation's two spans for one async call) is one step: the outer keeps its place
+    and takes from the inner what it lacks."""
+    children: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
+        if step["parent"] is not None:
+            children.setdefault(step["parent"], []).append(i)
+    removed: set[int] = set()
+    for i, step in enumerate(steps):
+        kids = children.get(i, [])
+        if step["kind"] != "llm" or len(kids) != 1:
+            continue
+        inner = steps[kids[0]]
+        if inner["kind"] != "llm" or children.get(kids[0]):
+            continue
+        for key in MERGED:
+            if step[key] is None:
+                step[key] = inner[key]
+        if inner["status"] == "error":
+            step["status"], step["error"] = "error", step["error"] or inner["error"]
+        attributes[i] = {**attributes[kids[0]], **attributes[i]}
+        removed.add(kids[0])
+    if not removed:
+        return steps, attributes
+    keep = [i for i in range(len(steps)) if i not in removed]
+    new_index = {old: new for new, old in enumerate(keep)}
+    for i in keep:
+        parent = steps[i]["parent"]
+        while parent is not None and parent in removed:
+            parent = steps[parent]["parent"]
+        steps[i]["parent"] = new_index.get(parent) if parent is not None else None
+    return [steps[i] for i in keep], [attributes[i] for i in keep]
+
+
+def _with_inferred_tools(
+    steps: list[dict[str, Any]],
+    attributes: list[dict[str, Any]],
+    max_chars: int,
+    secrets: Sequence[str],
+) -> list[dict[str, Any]]:
+    calls = [(i, _requested_calls(a)) for i, a in enumerate(attributes)]
+    if not any(requested for _, requested in calls):
+        return steps
+    results: dict[str, tuple[int, Any]] = {}  # call id -> (step answering it, result text)
+    for i, a in enumerate(attributes):
+        for call_id, text in _tool_results(a):
+            results.setdefault(call_id, (i, text))
+    extra: list[dict[str, Any]] = []
+    for i, requested in calls:
+        caller = steps[i]
+        start = caller["startMs"] + caller["durationMs"]
+        for call_id, name, arguments in requested:
+            answered = results.get(call_id)
+            end = steps[answered[0]]["startMs"] if answered else None
+            extra.append(
+                {
+                    "name": clean_text(name),
+                    "kind": "tool",
+                    "parent": caller["parent"],
+                    "startMs": round(start, 3),
+                    "durationMs": round(end - start, 3) if end is not None else None,
+                    "model": None,
+                    "inputTokens": None,
+                    "outputTokens": None,
+                    "cost": None,
+                    "status": "ok" if answered else None,
+                    "error": None,
+                    "input": shown(arguments, max_chars, secrets),
+                    "output": shown(answered[1], max_chars, secrets) if answered else None,
+                }
+            )
+    merged = sorted(
+        [(s["startMs"], 0, i, s) for i, s in enumerate(steps)]
+        + [(s["startMs"], 1, i, s) for i, s in enumerate(extra)],
+        key=lambda t: (t[0], t[1], t[2]),
+    )
+    new_index = {i: n for n, (_, is_extra, i, _) in enumerate(merged) if not is_extra}
+    result = []
+    for _, _, _, step in merged:
+        parent = step["parent"]
+        result.append({**step, "parent": new_index.get(parent) if parent is not None else None})
+    return result
+
+
+def _requested_calls(attributes: Any) -> list[tuple[str, str, Any]]:
+    """(id, tool name, arguments) of the tool calls a model call's output asks for."""
+    prefix = "llm.output_messages.0.message.tool_calls."
+    calls = []
+    for j in range(64):
+        name = attributes.get(f"{prefix}{j}.tool_call.function.name")
+        if name is None:
+            break
+        call_id = str(attributes.get(f"{prefix}{j}.tool_call.id") or f"{name}#{j}")
+        arguments = attributes.get(f"{prefix}{j}.tool_call.function.arguments")
+        calls.append((call_id, str(name), arguments))
+    return calls
+
+
+def _tool_results(attributes: Any) -> list[tuple[str, Any]]:
+    """(call id, result) of the tool results a model call's request carries (chat `tool`
+    messages, Anthropic `tool_result` blocks), read from its JSON input."""
+    raw = attributes.get("input.value")
+    if not isinstance(raw, str) or "tool" not in raw:
+        return []
+    try:
+        request = json.loads(raw)
+    except ValueError:
+        return []
+    found = []
+    for message in request.get("messages") or [] if isinstance(request, dict) else []:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "tool" and message.get("tool_call_id"):
+            found.append((str(message["tool_call_id"]), message.get("content")))
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found.append((str(block.get("tool_use_id")), block.get("content")))
+    return found
+
+
+def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model calls of a trace, each counted once: an `llm` step that wraps another (a
+    framework's span around the SDK's) is not a call of its own."""
+    wrappers = set()
+    for step in steps:
+        parent = step.get("parent")
+        while parent is not None and 0 <= parent < len(steps):
+            if steps[parent].get("kind") == "llm":
+                wrappers.add(parent)
+            parent = steps[parent].get("parent")
+    return [s for i, s in enumerate(steps) if s.get("kind") == "llm" and i not in wrappers]
+
+
+def tool_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in steps if s.get("kind") == "tool"]
+
+
+def usage(steps: Sequence[dict[str, Any]]) -> tuple[int, int, float]:
+    """(input tokens, output tokens, cost) summed over the trace's model calls."""
+    calls = model_calls(steps)
+    return (
+        sum(c.get("inputTokens") or 0 for c in calls),
+        sum(c.get("outputTokens") or 0 for c in calls),
+        sum(c.get("cost") or 0.0 for c in calls),
+    )
+
+
+def tool_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace's tool calls as `{"name", "arguments"}` (arguments parsed when JSON)."""
+    calls = []
+    for step in tool_steps(steps):
+        arguments: Any = step.get("input")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        calls.append({"name": step.get("name"), "arguments": arguments})
+    return calls
+
+
+def render(steps: Sequence[dict[str, Any]], *, max_chars: int = 200) -> str:
+    """A compact text rendering for judge prompts, one line per step, indented by depth."""
+    lines = []
+    for step in steps:
+        depth, parent = 0, step.get("parent")
+        while parent is not None and depth < 20 and 0 <= parent < len(steps):
+            depth, parent = depth + 1, steps[parent].get("parent")
+        parts = [f"{'  ' * depth}[{step.get('kind')}] {step.get('name')}"]
+        if step.get("model"):
+            parts.append(f"model={step['model']}")
+        for key in ("input", "output"):
+            if step.get(key):
+                text = str(step[key])
+                parts.append(f"{key}={text[:max_chars]}{'…' if len(text) > max_chars else ''}")
+        if step.get("status") == "error":
+            parts.append(f"error={step.get('error')}")
+        lines.append(" ".join(parts))
+    return "\n".join(lines)
+
+
+def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the item panel's waterfall: each step with its depth and its bar's offset and
+    width in thousandths of the trace's span (an SVG draws them; no script needed)."""
+    if not steps:
+        return []
+    ends = [s["startMs"] + (s.get("durationMs") or 0) for s in steps]
+    origin = min(s["startMs"] for s in steps)
+    total = max(max(ends) - origin, 0.001)
+    rows = []
+    for step in steps:
+        depth, parent = 0, step.get("parent")
+        while parent is not None and depth < 20 and 0 <= parent < len(steps):
+            depth, parent = depth + 1, steps[parent].get("parent")
+        offset = round((step["startMs"] - origin) / total * 1000)
+        width = max(round((step.get("durationMs") or 0) / total * 1000), 2)
+        tokens = (step.get("inputTokens") or 0) + (step.get("outputTokens") or 0)
+        rows.append(
+            {
+                **step,
+                "depth": depth,
+                "indent": "\u00a0\u00a0" * depth,
+                "offset": min(offset, 998),
+                "width": min(width, 1000 - min(offset, 998)),
+                "tokens": tokens if step.get("inputTokens") is not None else None,
+            }
+        )
+    return rows
+
+
+def summary(steps: Sequence[dict[str, Any]]) -> str:
+    """`3 steps: 2 model calls, 1 tool call` (the terminal's and the panel's one-liner)."""
+    calls, tools = len(model_calls(steps)), len(tool_steps(steps))
+    failed = sum(1 for s in tool_steps(steps) if s.get("status") == "error")
+    text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
+    text += _plural(tools, "tool call")
+    return text + (f" ({failed} failed)" if failed else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"

@@ -1,0 +1,81 @@
+"""Team mode: the spans of items executed by a real worker process are recorded with their
+items (PostgreSQL) and shown on the run page served by `cobalt serve`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.team_harness import Team, free_port, wait_for
+from tests.trace_agents import WEATHER_EXPERIMENT
+
+
+@pytest.mark.timeout(240)
+def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
+    (team.folder / "experiments" / "weather.cobalt.py").write_text(WEATHER_EXPERIMENT)
+    team.start_worker("--concurrency", "4")
+    done = team.cli("run", timeout=180)
+    assert done.returncode == 0 and "3 ok, 1 error" in done.stdout, done.stdout + done.stderr
+    assert "no weather station in Atlantis  " in done.stdout and "· 2 steps" in done.stdout
+    run_id = team.latest_run()
+    assert team.run_row(run_id)["mode"] == "team"
+    rows = team.services.query(
+        "SELECT i.item_key, i.id, i.tokens, t.steps FROM cobalt_app_itemresult i "
+        "JOIN cobalt_app_itemtrace t ON t.item_id = i.id WHERE i.run_id = %s",
+        [run_id],
+    )
+    traces = {key: (item_id, tokens, steps) for key, item_id, tokens, steps in rows}
+    assert set(traces) == {"paris", "lima", "oslo", "atlantis"}
+    for city in ("paris", "lima", "oslo"):
+        _, tokens, steps = traces[city]
+        steps = steps if isinstance(steps, list) else json.loads(steps)
+        assert [(s["kind"], s["name"]) for s in steps] == [
+            ("llm", "ChatCompletion"),
+            ("tool", "get_weather"),
+            ("llm", "ChatCompletion"),
+        ]
+        assert steps[1]["output"] == f"sunny in {city.title()}"
+        assert tokens == sum(s["inputTokens"] + s["outputTokens"] for s in steps[::2])
+
+    created = subprocess.run(
+        [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
+        cwd=team.folder,
+        env=team.env,
+        input="team-pass-123\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+    port = free_port()
+    server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+
+    def answering() -> bool:
+        assert server.popen.poll() is None, server.err()
+        try:
+            return httpx.get(f"{base}/login/", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
+    with httpx.Client(base_url=base, timeout=30) as browser:
+        form = browser.get("/login/").text
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+        logged_in = browser.post(
+            "/login/",
+            data={"username": "ops", "password": "team-pass-123", "csrfmiddlewaretoken": token},
+            headers={"Referer": f"{base}/login/"},
+        )
+        assert logged_in.status_code == 302, logged_in.text
+        paris_id = traces["paris"][0]
+        page = browser.get(f"/runs/{run_id}/items/{paris_id}/")
+        assert page.status_code == 200
+        assert "3 steps: 2 model calls, 1 tool call" in page.text
+        assert page.text.count('<li class="step step-') == 3
+        assert "sunny in Paris" in page.text
