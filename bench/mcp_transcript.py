@@ -226,6 +226,7 @@ def main() -> None:
     (folder / "agents").mkdir()
     (folder / "experiments" / "tickets.cobalt.py").write_text(EXPERIMENT)
     (folder / "experiments" / "long.cobalt.py").write_text(LONG_EXPERIMENT)
+    (folder / "agents" / "__init__.py").write_text("")  # a regular package, like the SDK's
     (folder / "agents" / "router.py").write_text(AGENT)
     with FakeProvider() as provider:
         env = {

@@ -560,6 +560,7 @@ def test_the_rendered_file_keeps_llm_text_out_of_the_code(project):
 
 
 def test_generate_calls_its_llm_without_holding_up_runs(initialised, fake_provider, monkeypatch):
+    initialised.write("agents/__init__.py", "")  # a regular package: the Agents SDK is `agents`
     initialised.write("agents/support.py", SUPPORT_AGENT)
     monkeypatch.setattr(fake_provider, "latency", 6.0)  # the LLM takes its time
     order: list[str] = []
