@@ -127,7 +127,22 @@ class ExperimentRun:
         }
 
 
-class ItemTest(pytest.Item):
+class ExperimentTest(pytest.Item):
+    """A test of an experiment's run: failures read as Cobalt's reasons, not tracebacks."""
+
+    run: ExperimentRun
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
+        if isinstance(excinfo.value, ItemFailed):
+            run_id = self.run.run.id if self.run.run else "—"
+            return f"{self.name} (run {run_id}):\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.run.experiment.line, self.name
+
+
+class ItemTest(ExperimentTest):
     def __init__(self, *, run: ExperimentRun, key: str, repetition: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run = run
@@ -143,16 +158,8 @@ class ItemTest(pytest.Item):
         if problems:
             raise ItemFailed("\n".join(problems))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
-        if isinstance(excinfo.value, ItemFailed):
-            return f"{self.name} (run {self.run.run.id if self.run.run else '—'}):\n{excinfo.value}"
-        return super().repr_failure(excinfo)
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, self.run.experiment.line, self.name
-
-
-class ThresholdsTest(pytest.Item):
+class ThresholdsTest(ExperimentTest):
     def __init__(self, *, run: ExperimentRun, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.run = run
@@ -165,14 +172,6 @@ class ThresholdsTest(pytest.Item):
         failed = [check.line() for check in report.checks if not check.passed]
         if failed:
             raise ItemFailed("thresholds not met:\n" + "\n".join(failed))
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style=None) -> Any:
-        if isinstance(excinfo.value, ItemFailed):
-            return f"{self.name} (run {self.run.run.id}): {excinfo.value}"
-        return super().repr_failure(excinfo)
-
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, self.run.experiment.line, self.name
 
 
 def item_problems(entry: dict[str, Any], pass_marks: dict[str, float]) -> list[str]:
