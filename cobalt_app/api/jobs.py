@@ -28,7 +28,6 @@ logger = logging.getLogger("cobalt.api")
 START_TIMEOUT = 120.0
 CANCEL_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
-WATCH_INTERVAL = 0.5
 
 
 class StartFailed(RuntimeError):
@@ -72,7 +71,6 @@ class _StartSignal:
         if task is not None:
             with _running_lock:
                 _running[run.id] = _Running(loop, task)
-            _ensure_watcher()
         self.started.set()
 
     def item_finished(self, outcome: Any, done: int, total: int) -> None:
@@ -142,7 +140,7 @@ def cancel_run(run_id: str, *, timeout: float = CANCEL_TIMEOUT) -> Run:
         return _wait_finished(run.id, timeout)
     # Executed by workers or by another process: cancel in the database. Unfinished items
     # become `cancelled`; workers drop them, and the process executing an embedded run
-    # notices (see `_watch_cancellations`) and stops.
+    # notices at its next heartbeat (`engine.keep_alive`) and stops.
     from cobalt_app import team
 
     run, _ = team.run_cancel(run.id)
@@ -158,37 +156,3 @@ def _wait_finished(run_id: str, timeout: float) -> Run:
         if run.is_finished or time.monotonic() > deadline:
             return run
         time.sleep(POLL_INTERVAL)
-
-
-_watcher: threading.Thread | None = None
-
-
-def _ensure_watcher() -> None:
-    global _watcher
-    with _running_lock:
-        if _watcher is None:
-            _watcher = threading.Thread(
-                target=_watch_cancellations, name="cobalt-api-cancel-watch", daemon=True
-            )
-            _watcher.start()
-
-
-def _watch_cancellations() -> None:
-    """Stop runs of this process that another process (a server worker) cancelled."""
-    global _watcher
-    try:
-        while True:
-            with _running_lock:
-                ids = list(_running)
-                if not ids:
-                    _watcher = None  # the next started run starts a new watcher
-                    return
-            cancelled = Run.objects.filter(id__in=ids, status=Run.Status.CANCELLED)
-            for run_id in cancelled.values_list("id", flat=True):
-                with _running_lock:
-                    running = _running.pop(run_id, None)
-                if running is not None:
-                    running.loop.call_soon_threadsafe(running.task.cancel)
-            time.sleep(WATCH_INTERVAL)
-    finally:
-        connections.close_all()
