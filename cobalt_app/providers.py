@@ -138,7 +138,7 @@ class ProviderHub:
         try:
             if provider == "anthropic":
                 max_tokens = int(params.pop("max_tokens", 1024))
-                response = await self._send(
+                response = await self.send(
                     provider,
                     key,
                     client.messages.create,
@@ -156,7 +156,7 @@ class ProviderHub:
             # The SDK's request path (auth, retries, timeouts, base URL) without its typed
             # parameters and response models: a third of its CPU per call, which a worker
             # making thousands of judge calls spends on one core.
-            body = await self._send(
+            body = await self.send(
                 provider,
                 key,
                 client.post,
@@ -189,7 +189,7 @@ class ProviderHub:
         )
         client = self.client("openai", base_url=base_url, api_key=key)
         try:
-            response = await self._send(
+            response = await self.send(
                 "openai", key, client.embeddings.create, model=model, input=texts
             )
         except Exception as exc:
@@ -205,8 +205,9 @@ class ProviderHub:
     def _budgeted(self, provider: str) -> bool:
         return self.limiter is not None and self.limiter.covers(provider)
 
-    async def _send(self, provider: str, key: str, create: Any, **kwargs: Any) -> Any:
-        """One SDK request; within the shared rate budget (and its retries) when configured."""
+    async def send(self, provider: str, key: str, create: Any, **kwargs: Any) -> Any:
+        """One SDK request (`create(**kwargs)`), the way every provider call of Cobalt goes:
+        within the shared rate budget (and its retries) when one is configured."""
         if not self._budgeted(provider):
             return await create(**kwargs)
         from cobalt_app.ratelimit import call_with_budget

@@ -242,3 +242,23 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
     outcome = asyncio.run(evaluate(evaluator, EvalTarget(ITEM, "Paris"), None))
     assert outcome.status == "error"
     assert "pip install 'cobalt[autoevals]'" in outcome.error
+
+
+def test_autoevals_calls_keep_to_the_shared_rate_budget(project, fake_provider):
+    # 6 items, one Factuality call each, at most 5 requests a second after a burst of 1.
+    project.write(
+        "cobalt.toml",
+        'test_dir = "experiments"\n[rate_limits.openai]\nrequests_per_second = 5\n',
+    )
+    with collecting() as found:
+        experiment(
+            "budgeted",
+            Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
+            lambda ctx: f"Paris {ctx.index}",
+            evaluators=[Evaluator("facts", "autoevals", autoeval="Factuality")],
+            concurrency=6,
+        )
+    launcher.execute(found, load_config(project.path), no_cache=True)
+    times = sorted(r["time"] for r in chat_requests(fake_provider))
+    assert len(times) == 6
+    assert times[-1] - times[0] >= 5 * 0.2 * 0.95  # spaced by the budget, not all at once

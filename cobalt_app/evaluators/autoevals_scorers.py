@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import importlib
 import inspect
 import json
@@ -178,11 +179,12 @@ class CobaltClient:
             purpose="the autoevals evaluator",
         )
         client = env.hub.client(provider, base_url=self.target["base_url"], api_key=api_key)
+        send = functools.partial(env.hub.send, provider, api_key)  # the shared rate budget
         try:
             if provider == "anthropic":
-                reply = await _anthropic_completion(client, request)
+                reply = await _anthropic_completion(client, request, send)
             else:
-                reply = _slim((await client.chat.completions.create(**request)).model_dump())
+                reply = _slim((await send(client.chat.completions.create, **request)).model_dump())
         except ProviderError:
             raise
         except Exception as exc:
@@ -293,7 +295,7 @@ def _slim(response: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _anthropic_completion(client: Any, request: dict[str, Any]) -> dict[str, Any]:
+async def _anthropic_completion(client: Any, request: dict[str, Any], send: Any) -> dict[str, Any]:
     """A chat-completions request with function tools, asked of Claude as tool use."""
     system = "\n\n".join(
         str(m["content"]) for m in request["messages"] if m.get("role") == "system"
@@ -324,7 +326,7 @@ async def _anthropic_completion(client: Any, request: dict[str, Any]) -> dict[st
         choice = request.get("tool_choice")
         if isinstance(choice, dict) and choice.get("function", {}).get("name"):
             call["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
-    response = await client.messages.create(**call)
+    response = await send(client.messages.create, **call)
     text = "".join(getattr(b, "text", "") for b in response.content if b.type == "text")
     tool_calls = [
         {
