@@ -26,7 +26,6 @@ class LaunchResult:
     runs: list[Run] = field(default_factory=list)
     load_errors: list[discovery.LoadedFile] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
-    interrupted: bool = False
 
 
 def name_matches(experiment: Experiment, pattern: str | None) -> bool:

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cobalt_app import stats
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
-from cobalt_app.selectors import item_trace, scores_by_item
+from cobalt_app.selectors import scores_by_item
 
 EXPORT_CHUNK = 2000
 
@@ -227,18 +227,6 @@ def evaluation_entry(
     if unpriced_model:
         entry["unpricedModel"] = unpriced_model
     return entry
-
-
-def item_entry(item: ItemResult) -> dict[str, Any]:
-    """The results-file entry of one ItemResult (evaluations prefetched or queried)."""
-    row = {field: getattr(item, field) for field in ITEM_FIELDS}
-    evaluations = {
-        e.evaluator: evaluation_entry(
-            e.score, e.reason, e.status, e.error, e.cached, e.chain_of_thought, e.unpriced_model
-        )
-        for e in item.evaluations.all()
-    }
-    return row_entry(row, evaluations, item_trace(item.id))
 
 
 def row_entry(

@@ -56,9 +56,6 @@ class JsonLinesReporter:
     def banner(self) -> None:
         pass
 
-    def file_started(self, relative_path: str) -> None:
-        pass
-
     def stop_progress(self) -> None:
         pass
 

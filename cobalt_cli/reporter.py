@@ -51,9 +51,6 @@ class ConsoleReporter:
     def banner(self) -> None:
         self.console.print(f"\n [bold]cobalt[/] v{cobalt.__version__}\n")
 
-    def file_started(self, relative_path: str) -> None:
-        self.console.print(f" Running: [cyan]{escape(relative_path)}[/]")
-
     def run_started(self, run, experiment) -> None:
         config = run.config
         self.runs = int(config.get("runs", 1))
@@ -309,7 +306,3 @@ def display_path(path: str) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return path
-
-
-def stderr_console() -> Console:
-    return cli_console(stderr=True)
