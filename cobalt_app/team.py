@@ -754,6 +754,9 @@ def execute(
     for run, experiment, ids in started:
         if reporter is not None:
             reporter.run_started(run, experiment)
+        capped = capacity_notice(run_info(run.id).concurrency)
+        if capped:
+            on_notice(capped)
         try:
             runs.append(wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice))
         except KeyboardInterrupt:
@@ -838,6 +841,23 @@ def wait(
 
 def _print_notice(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def capacity_notice(asked: int) -> str | None:
+    """Why fewer items than the experiment's `concurrency` will run at once, if so: the live
+    workers of this queue have fewer lanes in all. None when they have enough (or none is up:
+    `waiting_message` says that)."""
+    queue = queue_name()
+    lanes = sum(
+        int(w.get("concurrency") or 0) for w in live_workers() if queue in w.get("queues", [])
+    )
+    if not lanes or lanes >= asked:
+        return None
+    return (
+        f"the experiment asks for concurrency {asked}, but the live workers of queue {queue!r} "
+        f"run {lanes} lanes in all: at most {lanes} items at once (start more workers, or "
+        "`cobalt worker --concurrency N`)"
+    )
 
 
 def waiting_message() -> str:

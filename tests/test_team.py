@@ -607,3 +607,14 @@ def test_on_progress_reaches_the_waiting_client_and_workers_see_ctx_dataset(team
     assert lines == [f"{n}/5" for n in range(1, 6)]
     document = results_document(team, team.latest_run())
     assert {i["output"]["output"] for i in document["items"]} == {"5 items, first i0"}
+
+
+def test_run_says_when_the_workers_have_fewer_lanes_than_the_experiment_asks(team: Team):
+    write_experiment(team, items=6, concurrency=10, call_agent=False)
+    team.start_worker("--concurrency", "3")
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"the experiment asks for concurrency 10, but the live workers of queue {team.queue!r} "
+        "run 3 lanes in all: at most 3 items at once"
+    ) in result.stderr
