@@ -16,7 +16,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -400,6 +400,9 @@ class OutcomeWriter:
             raise RuntimeError(f"recording finished items failed: {failure}") from failure
 
 
+Step = Callable[[Any], Awaitable[ItemOutcome]]  # one pending entry → its outcome
+
+
 async def execute_run(
     run: Run,
     experiment: Experiment,
@@ -407,23 +410,34 @@ async def execute_run(
     *,
     reporter: Reporter | None = None,
     on_item: Callable[[ItemOutcome], None] | None = None,
+    pending: list[Any] | None = None,
+    step: Step | None = None,
 ) -> None:
-    """Execute every pending item of a run in this process (the embedded mode)."""
+    """Execute every pending item of a run in this process (the embedded mode): `concurrency`
+    lanes over the pending entries, each outcome reported and recorded in batches.
+
+    By default the pending items' snapshots, each run by `execute_item`; a re-judge passes its
+    own `pending` entries and `step` (the evaluators only)."""
     settings = run.config
     concurrency = int(settings.get("concurrency", 5))
     timeout = float(settings.get("timeout", 30))
-    snapshots = await env.db(services.item_snapshots, run.id)
-    done = run.total_items - len(snapshots)
+    if pending is None:
+        pending = await env.db(services.item_snapshots, run.id)
+    done = run.total_items - len(pending)
     total = run.total_items
     writer = OutcomeWriter(run.id, env.db)
-    pending = iter(snapshots)
+    entries = iter(pending)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
     progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
+    if step is None:
+
+        async def step(snapshot: ItemSnapshot) -> ItemOutcome:
+            return await execute_item(experiment, snapshot, env, timeout=timeout, pool=pool)
 
     async def work() -> None:
         nonlocal done
-        for snapshot in pending:
-            outcome = await execute_item(experiment, snapshot, env, timeout=timeout, pool=pool)
+        for entry in entries:
+            outcome = await step(entry)
             done += 1
             if reporter is not None:
                 reporter.item_finished(outcome, done, total)
@@ -435,7 +449,7 @@ async def execute_run(
 
     try:
         with traces.enabled(env.trace):
-            await asyncio.gather(*(work() for _ in range(min(concurrency, len(snapshots)) or 1)))
+            await asyncio.gather(*(work() for _ in range(min(concurrency, len(pending)) or 1)))
     finally:
         await asyncio.shield(writer.flush())
         pool.shutdown(wait=False, cancel_futures=True)
@@ -512,6 +526,24 @@ async def run_experiment(
     if on_start is not None:
         on_start(run.id)
     env = make_env(config, db, no_cache=no_cache)
+    return await drive_run(run, experiment, config, env, reporter=reporter)
+
+
+async def drive_run(
+    run: Run,
+    experiment: Experiment,
+    config: Config,
+    env: EvalEnv,
+    *,
+    reporter: Reporter | None = None,
+    pending: Callable[[str], list[Any]] | None = None,
+    step: Step | None = None,
+) -> Run:
+    """The life of an embedded run once it exists, the same for a run and a re-judge: start
+    it, execute its pending entries (`execute_run`) while keeping it alive, and finalise it
+    whatever happens — `completed`, `cancelled` (Ctrl-C, a client gone, or `cobalt cancel`
+    from elsewhere) or `failed` — then send the webhooks."""
+    db = env.db
     status = Run.Status.COMPLETED
     stopped_elsewhere = asyncio.Event()
     try:
@@ -523,7 +555,10 @@ async def run_experiment(
             status = Run.Status.CANCELLED
         else:
             async with keep_alive(run.id, db) as stopped_elsewhere:
-                await execute_run(run, experiment, env, reporter=reporter)
+                entries = None if pending is None else await db(pending, run.id)
+                await execute_run(
+                    run, experiment, env, reporter=reporter, pending=entries, step=step
+                )
     except asyncio.CancelledError:
         status = Run.Status.CANCELLED
         await asyncio.shield(db(services.run_cancel_pending, run.id))

@@ -10,7 +10,6 @@ mode enqueues it, as lanes of `rejudge_items` tasks, like any team run.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, engine, preflight, results, services
+from cobalt_app import aio, engine, preflight, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
@@ -276,65 +275,23 @@ def execute_embedded(
     reporter: Reporter | None = None,
     no_cache: bool = False,
 ) -> Run:
-    """Score a re-judge run in this process, with the run's concurrency."""
+    """Score a re-judge run in this process: the engine's run with the evaluators as its
+    per-item step (started, kept alive, cancelled and finalised as every embedded run)."""
 
-    async def score_all() -> Run:
-        db = aio.DatabaseThread()
-        env = engine.make_env(config, db, no_cache=no_cache)
-        try:
-            await db(services.run_start, run.id)
-            started = await db(Run.objects.get, id=run.id)
-            if reporter is not None:
-                reporter.run_started(started, experiment)
-            rows = await db(pending_items, run.id)
-            status = Run.Status.COMPLETED
-            try:
-                async with engine.keep_alive(run.id, db):
-                    await _score(started, experiment, rows, env, reporter)
-            except asyncio.CancelledError:
-                status = Run.Status.CANCELLED
-                await asyncio.shield(db(services.run_cancel_pending, run.id))
-                raise
-            finally:
-                final = await asyncio.shield(
-                    db(results.run_finalise, run.id, status=status, results_dir=config.results_dir)
-                )
-                await env.hub.aclose()
-            if reporter is not None:
-                await db(reporter.run_finished, final)
-            return final
-        finally:
-            db.close()
+    async def score(entry: tuple[ItemSnapshot, dict[str, Any]]) -> ItemOutcome:
+        snapshot, stored = entry
+        return await rejudge_outcome(experiment, run.config, snapshot, stored, env)
 
-    return aio.run(score_all())
-
-
-async def _score(
-    run: Run,
-    experiment: Experiment,
-    rows: list[tuple[ItemSnapshot, dict[str, Any]]],
-    env: engine.EvalEnv,
-    reporter: Reporter | None,
-) -> None:
-    writer = engine.OutcomeWriter(run.id, env.db)
-    total = run.total_items
-    done = total - len(rows)
-    pending = iter(rows)
-
-    async def work() -> None:
-        nonlocal done
-        for snapshot, stored in pending:
-            outcome = await rejudge_outcome(experiment, run.config, snapshot, stored, env)
-            done += 1
-            if reporter is not None:
-                reporter.item_finished(outcome, done, total)
-            await writer.add(outcome)
-
-    concurrency = int(run.config.get("concurrency", 5))
+    db = aio.DatabaseThread()
+    env = engine.make_env(config, db, no_cache=no_cache)
     try:
-        await asyncio.gather(*(work() for _ in range(min(concurrency, len(rows)) or 1)))
+        return aio.run(
+            engine.drive_run(
+                run, experiment, config, env, reporter=reporter, pending=pending_items, step=score
+            )
+        )
     finally:
-        await asyncio.shield(writer.flush())
+        db.close()
 
 
 def rejudge(
