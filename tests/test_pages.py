@@ -123,7 +123,11 @@ def test_the_runs_list_shows_each_run_with_its_stored_scores(client, django_asse
     with django_assert_num_queries(3):  # count, page of runs, tag names
         page = client.get("/").content.decode()
     assert page.index(newer.id) < page.index(older.id)
-    assert "exact</span> 0.75" in page
+    # Averages coloured by the pass mark (0.5): 0.75 passes.
+    assert (
+        'score-chip score-pass"><span class="chip-name">exact</span> <span class="score-value">0.75'
+        in page
+    )
     assert 'class="tag">v1</span>' in page
     assert 'class="status status-completed">completed</span>' in page
     assert re.search(rf"{newer.id}.*?<td class=\"num bad\">1</td>", page, re.S)
@@ -178,14 +182,20 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         scores={"k000": {"exact": 0.0, "judge": 0.25}, "k002": {"judge": None}},
         errors={},
     )
-    # run, histogram, count, page ids, rows, scores, flaky marks (cobalt_app.flaky), previous
-    with django_assert_num_queries(8):
+    # run, histogram, failed items count, failing verdicts count, their page, rows, scores,
+    # flaky marks (runs of the same version, their observations), previous run
+    with django_assert_num_queries(10):
         page = client.get(f"/runs/{run.id}/").content.decode()
-    assert XSS not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # The page opens on the failures, worst first: the evaluation error, then the low score.
+    assert row_keys(page) == ["k002", "k000"]
+    assert 'aria-current="page">Failures, worst first</a>' in page
+    assert "judge: judge replied prose for k002" in page  # why it failed
+    everything = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    assert row_keys(everything) == ["k000", "k001", "k002"]
+    assert XSS not in everything
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in everything
     charts = json.loads(re.search(r'id="run-charts"[^>]*>(.*?)</script>', page, re.S).group(1))
-    assert charts["bars"]["labels"] == ["exact", "judge"]
-    assert charts["bars"]["values"][0] == pytest.approx(2 / 3)
+    assert list(charts) == ["histogram"]  # the averages are the table's, not a chart's
     assert charts["histogram"]["series"][1] == {
         "label": "judge",
         "values": [0, 0, 1] + [0] * 6 + [1],
@@ -193,7 +203,9 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
     assert 'data-chart="histogram"' in page
     assert "hx-trigger" not in page.split('id="live"')[1].split(">")[0]  # finished: no polling
     assert f'href="/runs/{run.id}/export.csv"' in page
-    assert '<span class="bad" title="evaluation error">error</span>' in page
+    assert re.search(
+        r'score-error" data-verdict="error"><span title="evaluation error: judge', page
+    )
 
 
 def test_a_run_that_has_just_started_shows_its_empty_progress(client):
@@ -243,7 +255,8 @@ def test_the_items_table_filters_by_status_and_score_range(client, django_assert
     )
     errors = client.get(f"/runs/{run.id}/?status=error", **target("items")).content.decode()
     assert row_keys(errors) == ["k005"]
-    with django_assert_num_queries(6):  # run, count, page ids, rows, scores, flaky marks
+    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations)
+    with django_assert_num_queries(7):
         ranged = client.get(
             f"/runs/{run.id}/?evaluator=judge&min=0.3&max=0.8", **target("items")
         ).content.decode()
@@ -258,11 +271,11 @@ def test_the_items_table_filters_by_status_and_score_range(client, django_assert
 
 def test_the_items_table_paginates_on_the_server(client):
     run = make_run(keys=keys(120), evaluators=("judge",))
-    page2 = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    page2 = client.get(f"/runs/{run.id}/?view=all&page=2", **target("items")).content.decode()
     assert row_keys(page2)[0] == "k050" and len(row_keys(page2)) == 50
     assert "Items 51–100 of 120" in page2
-    assert 'hx-get="?page=3"' in page2 and 'href="?page=1"' in page2
-    last = client.get(f"/runs/{run.id}/?page=99").content.decode()
+    assert 'hx-get="?view=all&amp;page=3"' in page2 and 'href="?view=all&amp;page=1"' in page2
+    last = client.get(f"/runs/{run.id}/?view=all&page=99").content.decode()
     assert row_keys(last)[-1] == "k119" and "Page 3 of 3" in last
 
 
@@ -271,6 +284,10 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
     assert client.get(f"/runs/{run.id[:6]}/")["Location"] == f"/runs/{run.id}/"
     missing = client.get("/runs/zzzzzzzz/")
     assert missing.status_code == 404
+    page = missing.content.decode()  # a page of the dashboard, with its navigation
+    assert '<section class="not-found" id="not-found">' in page
+    assert "no run with id &#x27;zzzzzzzz&#x27;" in page
+    assert 'href="/">runs page</a>' in page and 'class="topbar"' in page
 
 
 # Item panel ---------------------------------------------------------------------------------
@@ -279,14 +296,21 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
 def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_assert_num_queries):
     run = make_run(keys=keys(2), outputs={"k000": XSS}, errors={"k001": "RuntimeError: boom"})
     ok_item, failed_item = run.items.order_by("item_index")
-    with django_assert_num_queries(3):  # run, item, evaluations
+    with django_assert_num_queries(5):  # run, item, evaluations, previous and next item
         panel = client.get(f"/runs/{run.id}/items/{ok_item.id}/", **HTMX).content.decode()
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel
     assert "judge says k000 &lt;b&gt;ok&lt;/b&gt;" in panel
     assert "&quot;model&quot;: &quot;m&quot;" in panel
+    assert '<pre class="expected" id="item-expected" dir="auto">answer k000</pre>' in panel
+    assert 'data-step="prev"' not in panel
+    assert f'data-step="next" rel="next" href="/runs/{run.id}/items/{failed_item.id}/"' in panel
+    copied = json.loads(re.search(r'id="item-json"[^>]*>(.*?)</script>', panel, re.S)[1])
+    assert copied["output"] == XSS and copied["evaluations"][0]["evaluator"] == "exact"
     page = client.get(f"/runs/{run.id}/items/{failed_item.id}/").content.decode()
     assert "<html" in page and "RuntimeError: boom" in page and "Traceback" in page
+    assert '<pre class="output" id="item-output" dir="auto">—</pre>' in page  # not "null"
+    assert f'data-step="prev" rel="prev" href="/runs/{run.id}/items/{ok_item.id}/"' in page
     assert "the item did not produce an output" in page
     other = make_run(keys=keys(1))
     assert client.get(f"/runs/{other.id}/items/{ok_item.id}/").status_code == 404
@@ -295,7 +319,16 @@ def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_
 # Compare ------------------------------------------------------------------------------------
 
 
-def test_compare_matches_items_by_key_and_lists_the_biggest_moves(
+def pair_rows(html: str) -> list[tuple[str, str]]:
+    """(key, change) of each row of the compare page's per-item table."""
+    return re.findall(
+        r'<tr class="pair-row change-\w+">\s*<td><code class="key"><bdi>([^<]+)</bdi></code></td>'
+        r'\s*<td><span class="verdict verdict-(\w+)">',
+        html,
+    )
+
+
+def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
     client, django_assert_num_queries
 ):
     a = make_run(keys=keys(6), scores={"k001": {"exact": 0.0}, "k002": {"judge": 0.2}})
@@ -303,28 +336,79 @@ def test_compare_matches_items_by_key_and_lists_the_biggest_moves(
     b = make_run(
         keys=["k005", "k004", "k003", "k002", "k001", "k000", "k999"],
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
+        errors={"k004": "RuntimeError: boom"},
     )
-    with django_assert_num_queries(5):  # run A, run B, recent runs, pairs, key counts
+    # run A, run B, recent runs, scores, key counts, failed items, the page's item ids
+    with django_assert_num_queries(7):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
-    regressions = page.split("Regressed most")[1].split("Improved most")[0]
-    improvements = page.split("Improved most")[1]
-    assert re.findall(r"<code>(k\d+)</code>", regressions) == ["k000", "k003"]
-    assert re.findall(r"<code>(k\d+)</code>", improvements)[:2] == ["k001", "k002"]
+    assert pair_rows(page) == [
+        ("k004", "regressed"),  # errored in B: worst of all
+        ("k000", "regressed"),  # exact 1 → 0
+        ("k003", "regressed"),  # judge 1 → 0.5
+        ("k005", "unchanged"),
+        ("k002", "improved"),  # judge 0.2 → 1
+        ("k001", "improved"),  # exact 0 → 1
+    ]
+    k000_a = a.items.get(item_key="k000").id
+    k000_b = b.items.get(item_key="k000").id
+    assert f'href="/runs/{a.id}/items/{k000_a}/">in A</a>' in page
+    assert f'href="/runs/{b.id}/items/{k000_b}/">in B</a>' in page
+    assert "different experiments" not in page
     charts = json.loads(re.search(r'id="compare-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["labels"] == ["exact", "judge"]
     assert "mcnemar" in page or "wilcoxon" in page
+
+    # Filtered by evaluator and change, as an htmx swap of the table only.
+    judge = client.get(
+        f"/compare/?a={a.id}&b={b.id}&evaluator=judge&change=improved", **target("pairs")
+    ).content.decode()
+    assert judge.lstrip().startswith('<section id="pairs"')
+    assert pair_rows(judge) == [("k002", "improved")]
+    assert "judge A</th>" in judge and "exact A</th>" not in judge
+    by_key = client.get(f"/compare/?a={a.id}&b={b.id}&sort=key").content.decode()
+    assert [key for key, _ in pair_rows(by_key)] == sorted(keys(6))
+
+
+def test_compare_pages_through_every_matched_item(client):
+    a = make_run(keys=keys(120), evaluators=("judge",))
+    b = make_run(keys=keys(120), evaluators=("judge",), scores={"k119": {"judge": 0.0}})
+    first = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert len(pair_rows(first)) == 50 and pair_rows(first)[0] == ("k119", "regressed")
+    assert "Items 1–50 of 120" in first
+    last = client.get(f"/compare/?a={a.id}&b={b.id}&page=3", **target("pairs")).content.decode()
+    # k119 fell first, then the unchanged ones by key: page 3 holds k099 to k118.
+    assert [key for key, _ in pair_rows(last)] == [f"k{i:03d}" for i in range(99, 119)]
 
 
 def test_compare_averages_the_repetitions_of_an_item_before_taking_the_difference(client):
     a = make_run(keys=keys(2), runs=2, scores={"k000#1": {"judge": 0.0}}, evaluators=("judge",))
     b = make_run(keys=keys(2), runs=2, scores={"k001": {"judge": 0.5}}, evaluators=("judge",))
     page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
-    improved = page.split("Improved most")[1]
-    regressed = page.split("Regressed most")[1].split("Improved most")[0]
-    assert re.search(r"<code>k000</code>.*?0\.50.*?1\.00.*?\+0\.50", improved, re.S)
-    assert re.search(r"<code>k001</code>.*?1\.00.*?0\.50.*?-0\.50", regressed, re.S)
-    assert re.search(r"<td class=\"num\">2</td>", page)  # two keys paired, not four rows
+    assert pair_rows(page) == [("k001", "regressed"), ("k000", "improved")]  # two keys, not four
+    assert re.search(r"<bdi>k000</bdi>.*?0\.50.*?1\.00.*?\+0\.50", page, re.S)
+    assert re.search(r"<bdi>k001</bdi>.*?1\.00.*?0\.50.*?-0\.50", page, re.S)
+
+
+def test_compare_of_different_repetition_counts_pairs_every_repetition(client):
+    a = make_run(keys=keys(1), evaluators=("judge",), outputs={"k000": "one answer"})
+    b = make_run(keys=keys(1), runs=3, evaluators=("judge",), outputs={"k000": "two answers"})
+    side = client.get(f"/compare/?a={a.id}&b={b.id}&key=k000", **target("side")).content.decode()
+    assert "not in run A" not in side
+    assert side.count("<h3>Repetition") == 3
+    assert side.count("<del>one</del><ins>two</ins> <del>answer</del><ins>answers</ins>") == 3
+
+
+def test_compare_explains_runs_of_different_experiments(client):
+    a = make_run("qa", keys=keys(3))
+    b = make_run("qa-v2", keys=["k001", "k002", "x"], scores={"k001": {"judge": 0.0}})
+    page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert "A and B are runs of different experiments" in page
+    assert "the 2 keys found in both are compared item by item" in page
+    assert pair_rows(page)[0] == ("k001", "regressed")
+    other = make_run("elsewhere", keys=["z1", "z2"])
+    none = client.get(f"/compare/?a={a.id}&b={other.id}").content.decode()
+    assert "They have no item key in common" in none
 
 
 def test_compare_shows_two_outputs_side_by_side(client):
@@ -335,6 +419,8 @@ def test_compare_shows_two_outputs_side_by_side(client):
     assert side.lstrip().startswith('<section id="side"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in side and "a better answer" in side
     assert "judge says k001" in side
+    # The word diff is escaped like the outputs it compares.
+    assert "<del>&lt;script&gt;alert(1)&lt;/script&gt;</del><ins>a better answer</ins>" in side
     page = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001").content.decode()
     assert "<html" in page and "a better answer" in page
 
