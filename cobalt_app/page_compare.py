@@ -41,20 +41,6 @@ class PairRow:
     item_a: int | None = None
     item_b: int | None = None
 
-    @property
-    def worst(self) -> float:
-        deltas = [s["delta"] for s in self.scores if s["delta"] is not None]
-        if self.change == "regressed" and not deltas:
-            return -math.inf
-        return min(deltas, default=0.0)
-
-    @property
-    def best(self) -> float:
-        deltas = [s["delta"] for s in self.scores if s["delta"] is not None]
-        if self.change == "improved" and not deltas:
-            return math.inf
-        return max(deltas, default=0.0)
-
 
 @dataclass
 class PairTable:
@@ -189,8 +175,11 @@ def pair_table(
 
     An item that errored or timed out in one run only counts as regressed (in B) or improved
     (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
-    none fell. Two queries: the failed items of both runs, then the page's item ids.
+    none fell. The changes of every pair are classified and sorted as arrays; only the shown
+    page becomes rows. Two queries: the failed items of both runs, then the page's item ids.
     """
+    import numpy as np
+
     failed: dict[str, dict[str, str]] = {a.id: {}, b.id: {}}
     for run_id, key, status in (
         ItemResult.objects.filter(run_id__in=[a.id, b.id], run_index=0)
@@ -202,64 +191,73 @@ def pair_table(
     by_b = {name: scores[b.id].get(name, {}) for name in names}
     keys_a = set(failed[a.id]).union(*(s.keys() for s in by_a.values()))
     keys_b = set(failed[b.id]).union(*(s.keys() for s in by_b.values()))
-    rows: list[PairRow] = []
-    counts = dict.fromkeys(CHANGES, 0)
-    for key in keys_a & keys_b:
+    keys = sorted(keys_a & keys_b)
+    count = len(keys)
+    nan = float("nan")
+
+    def matrix(by: dict[str, dict[str, float]]) -> Any:
+        rows = [[by[name].get(key, nan) for key in keys] for name in names]
+        return np.array(rows, dtype=float).reshape(len(names), count)
+
+    before, after = matrix(by_a), matrix(by_b)
+    deltas = after - before
+    broke = np.fromiter((k in failed[b.id] and k not in failed[a.id] for k in keys), bool, count)
+    mended = np.fromiter((k in failed[a.id] and k not in failed[b.id] for k in keys), bool, count)
+    with np.errstate(invalid="ignore"):
+        fell = (deltas < -EPSILON).any(axis=0)
+        rose = (deltas > EPSILON).any(axis=0)
+    regressed = broke | (~mended & fell)
+    improved = ~regressed & (mended | rose)
+    changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
+    counts = {name: int((changes == i).sum()) for i, name in enumerate(CHANGES)}
+    if names:  # each pair's largest fall and rise (a missing score is no change)
+        lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+        highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+    else:
+        lowest = highest = np.zeros(count)
+    worst = np.where(broke, -np.inf, lowest)
+    best = np.where(mended, np.inf, highest)
+    selected = np.arange(count)
+    if change in CHANGES:
+        selected = selected[changes == CHANGES.index(change)]
+    if sort == "delta":
+        selected = selected[np.lexsort((best[selected], worst[selected]))]
+    elif sort == "-delta":
+        selected = selected[np.lexsort((-worst[selected], -best[selected]))]
+    total = len(selected)
+    number = min(max(1, page), max(1, math.ceil(total / per_page)))
+    shown = selected[(number - 1) * per_page : number * per_page].tolist()
+    rows = []
+    for i in shown:
+        key = keys[i]
         cells = []
-        for name in names:
+        for n, name in enumerate(names):
             score_a, score_b = by_a[name].get(key), by_b[name].get(key)
-            both = score_a is not None and score_b is not None
             cells.append(
                 {
                     "name": name,
                     "a": score_a,
                     "b": score_b,
-                    "delta": score_b - score_a if both else None,
+                    "delta": None if math.isnan(deltas[n, i]) else float(deltas[n, i]),
                     "verdictA": score_verdict(score_a, marks.get(name)),
                     "verdictB": score_verdict(score_b, marks.get(name)),
                 }
             )
         status_a = failed[a.id].get(key, ItemResult.Status.OK)
         status_b = failed[b.id].get(key, ItemResult.Status.OK)
-        row = PairRow(key, cells, status_a, status_b, _change(cells, status_a, status_b))
-        counts[row.change] += 1
-        if not change or row.change == change:
-            rows.append(row)
-    if sort == "key":
-        rows.sort(key=lambda r: r.key)
-    elif sort == "-delta":
-        rows.sort(key=lambda r: (-r.best, -r.worst, r.key))
-    else:
-        rows.sort(key=lambda r: (r.worst, r.best, r.key))
-    total = len(rows)
-    number = min(max(1, page), max(1, math.ceil(total / per_page)))
-    shown = rows[(number - 1) * per_page : number * per_page]
-    if shown:
+        rows.append(PairRow(key, cells, status_a, status_b, CHANGES[int(changes[i])]))
+    if rows:
         ids = (
-            ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in shown])
+            ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
             .values("run_id", "item_key")
             .annotate(first=Min("id"))
             .values_list("run_id", "item_key", "first")
         )
         found = {(run_id, key): item_id for run_id, key, item_id in ids}
-        for row in shown:
+        for row in rows:
             row.item_a = found.get((a.id, row.key))
             row.item_b = found.get((b.id, row.key))
-    return PairTable(shown, names, number, per_page, total, counts)
-
-
-def _change(cells: list[dict[str, Any]], status_a: str, status_b: str) -> str:
-    ok = ItemResult.Status.OK
-    if status_a == ok and status_b != ok:
-        return "regressed"
-    if status_a != ok and status_b == ok:
-        return "improved"
-    deltas = [c["delta"] for c in cells if c["delta"] is not None]
-    if any(d < -EPSILON for d in deltas):
-        return "regressed"
-    if any(d > EPSILON for d in deltas):
-        return "improved"
-    return "unchanged"
+    return PairTable(rows, names, number, per_page, total, counts)
 
 
 # Side by side -------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ htmx request gets only the partial it swaps (`"page.html#partial"`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -36,8 +38,37 @@ ITEMS_PER_PAGE = 50
 POLL_SECONDS = 2
 
 
+# The pages load scripts only from this server and have no inline script (json_script data is
+# not executed); styles may be inline (a score bar's width, Chart.js and htmx set them).
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A dashboard page: GET only, sent with the Content-Security-Policy."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        return response
+
+    return require_GET(wrapped)
 
 
 # Forms --------------------------------------------------------------------------------------
@@ -149,7 +180,7 @@ def run_url(run_id: str) -> str:
 # Views --------------------------------------------------------------------------------------
 
 
-@require_GET
+@page
 def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}
@@ -176,7 +207,17 @@ def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     return partial_or_page(request, "cobalt/runs_list.html", context, "runs")
 
 
-@require_GET
+@page
+def run_status(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """A running run's status cell on the runs list, polled until the run ends (286)."""
+    run = get_run_or_404(run_id)
+    response = render(request, "cobalt/runs_list.html#status-cell", {"run": run})
+    if run.is_finished:
+        response = HttpResponseStopPolling(response.content)
+    return response
+
+
+@page
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
     if run.id != run_id:
@@ -205,6 +246,10 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             page=filters.get("page") or 1,
             per_page=ITEMS_PER_PAGE,
         )
+    elif (run.config.get("runs", 1) > 1 or run.config.get("repeat_flaky")) and _unfiltered(filters):
+        items = page_items.repeated_item_page(
+            run, page=filters.get("page") or 1, per_page=ITEMS_PER_PAGE
+        )
     else:
         items = page_items.item_page(
             run,
@@ -231,7 +276,14 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return partial_or_page(request, "cobalt/run_detail.html", context, partial)
 
 
-@require_GET
+def _unfiltered(filters: dict[str, Any]) -> bool:
+    """No status, score range or sort other than the index: a run with repetitions then shows
+    one row per item (filters and sorts apply to each repetition)."""
+    ranged = filters.get("min") is not None or filters.get("max") is not None
+    return not filters.get("status") and not ranged and (filters.get("sort") or "index") == "index"
+
+
+@page
 def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
     run = get_run_or_404(run_id)
     item = page_items.item_detail(run, item_id)
@@ -269,7 +321,7 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> StreamingHttpResp
     return response
 
 
-@require_GET
+@page
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     form = CompareForm(request.GET or None)
     context: dict[str, Any] = {"form": form, "recent": page_compare.recent_runs()}
@@ -311,7 +363,7 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "cobalt/compare.html", context)
 
 
-@require_GET
+@page
 def trends(request: HtmxHttpRequest) -> HttpResponse:
     form = TrendForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}

@@ -168,6 +168,29 @@ def test_the_runs_list_sorts_paginates_and_swaps_only_its_table_for_htmx(client)
     assert "HX-Request" in partial["Vary"]
 
 
+def test_the_runs_list_polls_the_status_of_running_runs_only(client):
+    done = make_run("qa", keys=keys(2))
+    running = make_run("qa", keys=keys(4), finish=False, done=1)
+    page = client.get("/").content.decode()
+    assert f'hx-get="/runs/{running.id}/status/" hx-trigger="every 3s"' in page
+    assert f'hx-get="/runs/{done.id}/status/"' not in page
+    cell = client.get(f"/runs/{running.id}/status/", **HTMX)
+    assert cell.status_code == 200
+    assert "status-running" in cell.content.decode() and "1/4" in cell.content.decode()
+    services.record_item_outcomes(running.id, [])
+    results.run_finalise(running.id)
+    last = client.get(f"/runs/{running.id}/status/", **HTMX)
+    assert last.status_code == 286 and "status-completed" in last.content.decode()
+    assert "hx-trigger" not in last.content.decode()
+
+
+def test_the_csv_export_writes_costs_as_decimals(client):
+    run = make_run(keys=keys(1))
+    run.items.update(cost=4.8899999999999996e-05)
+    csv_text = b"".join(client.get(f"/runs/{run.id}/export.csv").streaming_content).decode()
+    assert ",0.0000489," in csv_text and "e-05" not in csv_text
+
+
 def test_an_empty_history_says_how_to_start(client):
     assert "Start one with <code>cobalt run</code>" in client.get("/").content.decode()
 
@@ -231,6 +254,104 @@ def test_a_running_run_polls_and_the_last_poll_stops_with_286(client, django_ass
     assert last.status_code == 286
     body = last.content.decode()
     assert "completed" in body and "hx-trigger" not in body.split(">")[0]
+
+
+def test_live_updates_swap_the_rows_and_never_the_filter_form(client, django_assert_num_queries):
+    run = make_run(keys=keys(4), finish=False, done=1)
+    page = client.get(f"/runs/{run.id}/?view=all&min=0.2").content.decode()
+    results_div = page.split('<div id="item-results"')[1].split(">")[0]
+    assert 'hx-trigger="cobalt-progress from:body"' in results_div
+    assert f'hx-get="/runs/{run.id}/?view=all&amp;min=0.2"' in results_div
+    assert 'id="item-filters"' not in page.split('<div id="item-results"')[1]
+    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations)
+    with django_assert_num_queries(7):
+        rows = client.get(f"/runs/{run.id}/?view=all", **target("item-results")).content.decode()
+    assert rows.lstrip().startswith('<div id="item-results"') and "<form" not in rows
+    poll = client.get(f"/runs/{run.id}/", **target("live")).content.decode()
+    assert 'id="run-pace"' in poll and "items/s" in poll and "ETA" in poll
+    overview = client.get(f"/runs/{run.id}/", **target("overview"))
+    assert overview.content.decode().lstrip().startswith('<section id="overview"')
+
+
+def test_scores_are_coloured_by_their_evaluators_pass_mark(client):
+    run = make_run(
+        keys=keys(3),
+        scores={"k000": {"exact": 0.6, "judge": 0.6}, "k001": {"exact": 0.4, "judge": 0.4}},
+    )
+    config = dict(run.config)
+    config["evaluators"][1]["pass_threshold"] = 0.7  # judge asks for 0.7; exact keeps 0.5
+    Run.objects.filter(id=run.id).update(config=config)
+    page = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    cells = re.findall(r'score-cell score-(\w+)" data-verdict="\w+">([\d.]+)</td>', page)
+    assert cells == [
+        ("pass", "0.60"),  # k000 exact ≥ 0.5
+        ("fail", "0.60"),  # k000 judge < 0.7
+        ("fail", "0.40"),
+        ("fail", "0.40"),
+        ("pass", "1.00"),
+        ("pass", "1.00"),
+    ]
+    assert re.search(r"<td class=\"num\">0\.70</td>", page)  # the pass mark in the table
+    failures = client.get(f"/runs/{run.id}/?evaluator=judge").content.decode()
+    assert row_keys(failures) == ["k001", "k000"]  # judge's failures, lowest first
+    exact = client.get(f"/runs/{run.id}/?evaluator=exact").content.decode()
+    assert row_keys(exact) == ["k001"]
+
+
+def test_failures_come_worst_first_across_pages(client, django_assert_num_queries):
+    errors = {f"k{i:03d}": "RuntimeError: boom" for i in range(0, 60, 2)}  # 30 crashed
+    low = {f"k{i:03d}": {"judge": i / 1000} for i in range(1, 60, 2)}  # 30 below 0.5
+    run = make_run(keys=keys(70), errors=errors, scores=low, evaluators=("judge",))
+    first = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
+    assert row_keys(first)[:30] == sorted(errors)  # crashed, by index
+    assert row_keys(first)[30:] == [f"k{i:03d}" for i in range(1, 40, 2)]  # lowest first
+    assert "Items 1–50 of 60" in first
+    # run, failed count, failing count, failing ids (no crashed item left), rows, scores,
+    # flaky marks (2)
+    with django_assert_num_queries(8):
+        second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    assert row_keys(second) == [f"k{i:03d}" for i in range(41, 60, 2)]
+
+
+def test_repetitions_show_as_one_row_per_item_with_mean_stddev_and_passes(
+    client, django_assert_num_queries
+):
+    run = make_run(keys=keys(2), runs=3, evaluators=("judge",), scores={"k000#1": {"judge": 0.0}})
+    # run, count, page indexes, every repetition's row, scores, flaky marks (2)
+    with django_assert_num_queries(7):
+        page = client.get(f"/runs/{run.id}/?view=all", **target("items")).content.decode()
+    assert row_keys(page) == ["k000", "k001"]
+    assert re.search(r"score-pass repeated[^>]*>0\.67 <span class=\"sd\">± 0\.47</span>", page)
+    assert '<span class="passes">2/3 pass</span>' in page
+    assert '<span class="passes">3/3 pass</span>' in page
+    assert page.count("<summary>3 repetitions</summary>") == 2
+    # Sorted or filtered, each repetition is a row of its own.
+    by_score = client.get(f"/runs/{run.id}/?sort=score:judge", **target("items")).content
+    assert row_keys(by_score.decode()) == ["k000"] * 3 + ["k001"] * 3
+    failures = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
+    assert row_keys(failures) == ["k000"] and "run 2" in failures
+
+
+def test_flaky_marks_come_from_one_version_only(client):
+    first = make_run(keys=keys(2), tags=("v1",), scores={"k000": {"judge": 0.0}})
+    second = make_run(keys=keys(2), tags=("v2",))
+    page = client.get(f"/runs/{second.id}/?view=all").content.decode()
+    assert "flaky-mark" not in page  # k000 changed with the version
+    again = make_run(keys=keys(2), tags=("v2",), scores={"k001": {"judge": 0.0}})
+    page = client.get(f"/runs/{again.id}/?view=all").content.decode()
+    assert page.count('class="flaky-mark"') == 1  # k001 flipped within v2
+    assert "same file, config, tags and commit" in page
+    assert first.id
+
+
+def test_costs_keep_their_significant_digits():
+    from cobalt_app.templatetags.cobalt import cost
+
+    assert cost(0.0000489) == "$0.0000489"
+    assert cost(4.8899999999999996e-05) == "$0.0000489"
+    assert cost(0.0123) == "$0.0123"
+    assert cost(12345.678) == "$12,345.68"
+    assert cost(0) == "$0.00" and cost(None) == "—"
 
 
 def test_the_items_table_sorts_by_score_with_unscored_items_last(client):
@@ -470,8 +591,11 @@ def test_healthz_names_the_project_without_revealing_its_path(client):
 def test_pages_carry_the_csrf_token_for_htmx_once_and_no_inline_scripts(client):
     run = make_run(keys=keys(2))
     for path in ("/", f"/runs/{run.id}/", f"/compare/?a={run.id}&b={run.id}", "/trends/"):
-        page = client.get(path).content.decode()
+        response = client.get(path)
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "frame-ancestors 'none'" in policy
+        page = response.content.decode()
         assert page.count('hx-headers=\'{"X-CSRFToken"') == 1
         scripts = re.findall(r"<script([^>]*)>", page)
         assert all("src=" in attrs or 'type="application/json"' in attrs for attrs in scripts)
-        assert "cdn" not in page.lower()
+        assert not re.search(r"https?://[^\"']*cdn", page.lower())
