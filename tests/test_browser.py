@@ -569,6 +569,44 @@ def test_an_unknown_page_is_a_styled_404_with_navigation(site, browser):
         context.close()
 
 
+AXE = REPO / "tests" / "vendor" / "axe-core" / "axe.min.js"  # axe-core 4.10.2, MPL-2.0
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_wcag_aa_violation_on_any_page(site, browser, scheme):
+    first, second = site.runs
+    item = re.search(
+        r'href="(/runs/\w+/items/\d+/)"', httpx.get(f"{site.url}/runs/{second}/").text
+    ).group(1)
+    # bypass_csp: axe is injected as an inline script, which the pages' policy forbids.
+    context = browser.new_context(
+        bypass_csp=True, color_scheme=scheme, viewport={"width": 1360, "height": 900}
+    )
+    tab = context.new_page()
+    found = {}
+    try:
+        for path in (
+            "/",
+            f"/runs/{second}/",
+            f"/runs/{second}/?view=all",
+            item,
+            f"/compare/?a={first}&b={second}&key=q05",
+            "/trends/?experiment=qa",
+            "/runs/nope/",
+        ):
+            tab.goto(site.url + path)
+            tab.add_script_tag(path=str(AXE))
+            violations = tab.evaluate(
+                """async () => (await axe.run(document, {runOnly: ["wcag2a", "wcag2aa"]}))
+                     .violations.map(v => `${v.id}: ${v.nodes.map(n => n.html).join(" | ")}`)"""
+            )
+            if violations:
+                found[path] = violations
+    finally:
+        context.close()
+    assert found == {}
+
+
 def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_path):
     opened = tmp_path / "opened.txt"
     browser_command = tmp_path / "record-browser"
