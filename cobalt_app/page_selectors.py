@@ -312,7 +312,7 @@ class Trend:
     def chart_data(self) -> dict[str, Any]:
         columns = list(zip(*(self.averages(run) for run in self.runs), strict=True))
         return {
-            "labels": [run.created_at.strftime("%Y-%m-%d %H:%M:%S") for run in self.runs],
+            "labels": [run.created_at.strftime("%d %b %Y %H:%M") for run in self.runs],
             "runs": [run.id for run in self.runs],
             "series": [
                 {"label": name, "values": list(columns[i]) if columns else []}

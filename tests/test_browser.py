@@ -361,6 +361,11 @@ def test_trend_points_open_their_runs(site, page):
     first, _ = site.runs
     page.goto(site.url + "/trends/?experiment=qa")
     assert len(chart_labels(page, "trends")) == 2
+    # Straight lines between runs: no smoothing invents values between two of them.
+    assert page.evaluate(
+        "Chart.getChart(document.querySelector('canvas[data-chart=trends]')).data.datasets"
+        ".every(d => d.tension === 0)"
+    )
     box = page.locator("canvas[data-chart=trends]").bounding_box()
     x, y = page.evaluate(
         """() => { const point = Chart.getChart(document.querySelector('canvas[data-chart=trends]'))

@@ -571,6 +571,7 @@ def test_trends_plot_each_evaluator_over_runs_of_an_experiment(client, django_as
     charts = json.loads(re.search(r'id="trend-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["runs"] == [first.id, second.id, untagged.id]
     assert charts["urls"][0] == f"/runs/{first.id}/"
+    assert charts["labels"][0] == first.created_at.strftime("%d %b %Y %H:%M")  # 25 Nov 2026 09:18
     judge = next(s for s in charts["series"] if s["label"] == "judge")
     assert judge["values"] == [0.5, 1.0, 1.0]
     tagged = client.get("/trends/?experiment=qa&tag=nightly", **HTMX).content.decode()

@@ -73,6 +73,10 @@
 
   function draw(root) {
     if (!window.Chart) return;
+    // Axis and legend text in the page's colours (light or dark).
+    var style = getComputedStyle(document.documentElement);
+    window.Chart.defaults.color = style.getPropertyValue("--muted").trim() || "#5b6472";
+    window.Chart.defaults.borderColor = style.getPropertyValue("--line").trim() || "#e5e7eb";
     root.querySelectorAll("canvas[data-chart]:not([data-drawn])").forEach(function (canvas) {
       var source = document.getElementById(canvas.dataset.source);
       var build = builders[canvas.dataset.chart];
