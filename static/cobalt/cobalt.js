@@ -143,12 +143,24 @@
     form.requestSubmit();
   });
 
-  // The item panel has its own URL (pushed when it opens): closing it goes back to the page
-  // it opened over; j and k open the next and the previous item.
+  // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
+  // it goes back past those steps to the page it opened over; j and k open the next and the
+  // previous item.
+  var ITEM_PATH = /\/items\/\d+\/$/;
+  var itemSteps = 0;
+  document.addEventListener("htmx:pushedIntoHistory", function (event) {
+    itemSteps = ITEM_PATH.test(event.detail.path) ? itemSteps + 1 : 0;
+  });
+  document.addEventListener("htmx:historyRestore", function () {
+    if (!ITEM_PATH.test(location.pathname)) itemSteps = 0;
+  });
   document.addEventListener("close", function (event) {
     var dialog = event.target;
-    if (dialog.id === "item-panel" && dialog.isConnected && !dialog.open && dialog.hasAttribute("data-modal") && /\/items\/\d+\/$/.test(location.pathname)) {
-      history.back();
+    if (dialog.id === "item-panel" && dialog.isConnected && !dialog.open && itemSteps > 0 &&
+        ITEM_PATH.test(location.pathname)) {
+      var steps = itemSteps;
+      itemSteps = 0;
+      history.go(-steps);
     }
   }, true);
   document.addEventListener("keydown", function (event) {
