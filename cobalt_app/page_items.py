@@ -422,6 +422,12 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
+    marks = pass_marks(run)
+    for verdict in item.verdicts:  # the colour of its score cell
+        unscored = verdict.status != Evaluation.Status.OK or verdict.score is None
+        verdict.verdict = (
+            "error" if unscored else score_verdict(verdict.score, marks.get(verdict.evaluator))
+        )
     return item
 
 

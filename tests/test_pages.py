@@ -354,6 +354,15 @@ def test_costs_keep_their_significant_digits():
     assert cost(0) == "$0.00" and cost(None) == "—"
 
 
+def test_text_from_agents_is_isolated_for_bidirectional_text(client):
+    flipped = "\u202eevil"  # RIGHT-TO-LEFT OVERRIDE: must not flip the rest of the row
+    run = make_run(keys=keys(1), outputs={"k000": flipped})
+    page = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    assert f'<td class="text output" dir="auto">{flipped}</td>' in page
+    panel = client.get(f"/runs/{run.id}/items/{run.items.get().id}/").content.decode()
+    assert f'id="item-output" dir="auto">{flipped}</pre>' in panel
+
+
 def test_the_items_table_sorts_by_score_with_unscored_items_last(client):
     run = make_run(
         keys=keys(5),
@@ -422,6 +431,7 @@ def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel
     assert "judge says k000 &lt;b&gt;ok&lt;/b&gt;" in panel
+    assert panel.count('<td class="num score-cell score-pass">1.00</td>') == 2
     assert "&quot;model&quot;: &quot;m&quot;" in panel
     assert '<pre class="expected" id="item-expected" dir="auto">answer k000</pre>' in panel
     assert 'data-step="prev"' not in panel
