@@ -358,6 +358,21 @@ def test_compare_two_runs_item_by_item_with_a_diff(site, page):
     expect(page.locator("#item-output")).to_have_text("wrong")
 
 
+def test_compare_picks_survive_a_filter_that_hides_the_picked_run(site, page):
+    from playwright.sync_api import expect
+
+    first, second = site.runs
+    page.goto(site.url + "/")
+    page.get_by_label(f"Compare {first} as A").check()
+    page.get_by_label("Tag").select_option("v2")  # the list now shows only the v2 run
+    expect(page.get_by_label(f"Compare {first} as A")).to_have_count(0)
+    page.get_by_label(f"Compare {second} as B").check()
+    expect(page.locator("#compare-picks")).to_have_text(f"A: {first} · B: {second}")
+    page.get_by_role("button", name="Compare A with B").click()
+    page.wait_for_url(re.compile(r"/compare/\?"))
+    assert sorted(page.url.split("?")[1].split("&")) == [f"a={first}", f"b={second}"]
+
+
 def test_trend_points_open_their_runs(site, page):
     first, _ = site.runs
     page.goto(site.url + "/trends/?experiment=qa")

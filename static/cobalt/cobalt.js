@@ -110,11 +110,16 @@
     navigator.clipboard.writeText(text).then(function () { button.textContent = "Copied"; });
   });
 
-  document.addEventListener("DOMContentLoaded", function () { draw(document); enableCopy(document); });
+  document.addEventListener("DOMContentLoaded", function () {
+    draw(document);
+    enableCopy(document);
+    restorePicks(document);
+  });
   document.addEventListener("htmx:beforeSwap", function (event) { destroy(event.detail.target); });
   document.addEventListener("htmx:afterSettle", function () {
     draw(document);
     enableCopy(document);
+    restorePicks(document);
     var panel = document.querySelector("#panel dialog.floating[open]");
     if (panel && !panel.hasAttribute("data-modal")) {
       // Reopen as a modal: a backdrop, Escape closes it, focus moves into it.
@@ -141,6 +146,46 @@
     event.preventDefault();
     field.value = link.dataset.sort;
     form.requestSubmit();
+  });
+
+  // Compare picks (A and B radios on the runs list) survive paging, sorting and filtering:
+  // kept for the tab's session, re-checked after each swap, and sent with the compare form
+  // even when the picked run's row is on another page.
+  var PICKS = { a: "cobalt-compare-a", b: "cobalt-compare-b" };
+  function picked(side) {
+    try { return sessionStorage.getItem(PICKS[side]) || ""; } catch (e) { return ""; }
+  }
+  function restorePicks(root) {
+    ["a", "b"].forEach(function (side) {
+      var id = picked(side);
+      var radio = id && root.querySelector("form.compare-runs input[name=" + side + "][value='" + CSS.escape(id) + "']");
+      if (radio) radio.checked = true;
+    });
+    var shown = document.getElementById("compare-picks");
+    if (shown) {
+      shown.textContent = ["a", "b"].map(function (side) {
+        return side.toUpperCase() + ": " + (picked(side) || "—");
+      }).join(" · ");
+      shown.hidden = false;
+    }
+  }
+  document.addEventListener("change", function (event) {
+    var radio = event.target;
+    if (!radio.closest || !radio.closest("form.compare-runs") || !PICKS[radio.name]) return;
+    try { sessionStorage.setItem(PICKS[radio.name], radio.value); } catch (e) { /* blocked */ }
+    restorePicks(document);
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.classList || !form.classList.contains("compare-runs")) return;
+    ["a", "b"].forEach(function (side) {
+      if (form.querySelector("input[name=" + side + "]:checked") || !picked(side)) return;
+      var hidden = document.createElement("input");
+      hidden.type = "hidden";
+      hidden.name = side;
+      hidden.value = picked(side);
+      form.appendChild(hidden);
+    });
   });
 
   // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
