@@ -482,13 +482,20 @@ def item_json(item: ItemResult) -> dict[str, Any]:
     }
 
 
+# Settings of how a run was executed, not of what ran: they do not make another version.
+EXECUTION_SETTINGS = ("concurrency", "runs", "repeat_flaky")
+
+
 def version_fingerprint(run: Run) -> str:
-    """What makes two runs the same version of an experiment: file, settings and evaluators,
-    tags and git commit. Verdicts that change between versions say the agent changed."""
+    """What makes two runs the same version of an experiment: file, settings and evaluators
+    (not how many repetitions or how concurrently), tags and git commit. Verdicts that change
+    between versions say the agent changed, not that it is flaky."""
+    config = {k: v for k, v in run.config.items() if k not in EXECUTION_SETTINGS}
+    dataset = config.get("dataset")
+    if isinstance(dataset, dict):  # a sample of the same dataset is the same version
+        config["dataset"] = {k: v for k, v in dataset.items() if k not in ("size", "sampleSeed")}
     return json.dumps(
-        [run.file, run.config, sorted(run.tags or []), run.git_commit],
-        sort_keys=True,
-        default=str,
+        [run.file, config, sorted(run.tags or []), run.git_commit], sort_keys=True, default=str
     )
 
 
