@@ -201,11 +201,15 @@ def live_summary(run: Run) -> dict[str, Any]:
     agent_cost = sum(row["cost"] or 0.0 for row in items)
     per_evaluator: dict[str, dict[str, Any]] = {}
     judge_tokens, judge_cost = 0, 0.0
+    passing = Q(pk__in=[])
+    for name, mark in pass_marks(run).items():
+        passing |= Q(evaluator=name, score__gte=mark)
     rows = (
         Evaluation.objects.filter(run=run)
         .values("evaluator")
         .annotate(
             count=Count("id", filter=Q(status=Evaluation.Status.OK, score__isnull=False)),
+            passed=Count("id", filter=Q(status=Evaluation.Status.OK) & passing),
             errors=Count("id", filter=~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)),
             total=Sum("score", filter=Q(status=Evaluation.Status.OK)),
             low=Min("score", filter=Q(status=Evaluation.Status.OK)),
@@ -224,7 +228,7 @@ def live_summary(run: Run) -> dict[str, Any]:
             "p95": None,
             "count": count,
             "errors": row["errors"],
-            "passRate": None,
+            "passRate": row["passed"] / count if count else None,
         }
         judge_tokens += row["tokens"] or 0
         judge_cost += row["cost"] or 0.0

@@ -269,8 +269,9 @@ def test_live_updates_swap_the_rows_and_never_the_filter_form(client, django_ass
     assert rows.lstrip().startswith('<div id="item-results"') and "<form" not in rows
     poll = client.get(f"/runs/{run.id}/", **target("live")).content.decode()
     assert 'id="run-pace"' in poll and "items/s" in poll and "ETA" in poll
-    overview = client.get(f"/runs/{run.id}/", **target("overview"))
-    assert overview.content.decode().lstrip().startswith('<section id="overview"')
+    overview = client.get(f"/runs/{run.id}/", **target("overview")).content.decode()
+    assert overview.lstrip().startswith('<section id="overview"')
+    assert re.search(r'<td class="num">0\.50</td>\s*<td class="num">100%</td>', overview)
 
 
 def test_scores_are_coloured_by_their_evaluators_pass_mark(client):
