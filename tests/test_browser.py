@@ -299,14 +299,17 @@ def test_the_item_panel_has_its_own_url_with_back_forward_and_j_k(site, page):
     page.get_by_role("link", name="#4", exact=True).click()
     page.wait_for_url(re.compile(r"/runs/\w+/items/\d+/$"))
     item_url = page.url
+    panel = page.locator("#item-panel")
     expect(page.locator("#item-output")).to_have_text(XSS)
+    expect(panel).to_have_attribute("data-modal", "true")  # settled: its links are live
     page.keyboard.press("j")  # the next item
     expect(page.locator("#item-panel pre.error")).to_have_text("RuntimeError: agent crashed on q04")
     assert page.url != item_url
+    expect(panel).to_have_attribute("data-modal", "true")
     page.keyboard.press("k")  # back to #4
     expect(page.locator("#item-output")).to_have_text(XSS)
     page.wait_for_url(item_url)
-
+    expect(panel).to_have_attribute("data-modal", "true")
     page.keyboard.press("Escape")  # closing goes back past the three item URLs
     page.wait_for_url(f"**/runs/{second}/?view=all")
     expect(page.locator("#item-panel")).to_have_count(0)
