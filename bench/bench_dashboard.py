@@ -10,7 +10,8 @@ two big runs in-process (what `cobalt compare`, the API, MCP and the compare pag
 < 1 s), then starts `cobalt serve` as a
 subprocess and times each page with httpx: after a warm-up pass over all pages, the median,
 p95 and max of `--repeat` keep-alive requests. Targets: list < 200 ms, detail < 300 ms,
-compare of the two big runs < 1 s, trends < 300 ms, next items page < 200 ms.
+compare of the two big runs < 1 s, trends < 300 ms, next items page < 200 ms. The run page
+opens on its failures (worst first); the items pages ask for `view=all`.
 """
 
 from __future__ import annotations
@@ -230,14 +231,22 @@ def main() -> None:
         ("runs list", "/", {}, 200),
         ("runs list, tag filter", "/?tag=v2", HTMX, 200),
         ("run detail (50k items)", f"/runs/{a}/", {}, 300),
-        ("items: next page", f"/runs/{a}/?page=2", items_partial, 200),
-        ("items: page 500", f"/runs/{a}/?page=500", items_partial, 200),
+        ("failures: page 2", f"/runs/{a}/?view=failures&page=2", items_partial, 200),
+        ("failures of one evaluator", f"/runs/{a}/?evaluator=exact", items_partial, 200),
+        ("items: next page", f"/runs/{a}/?view=all&page=2", items_partial, 200),
+        ("items: page 500", f"/runs/{a}/?view=all&page=500", items_partial, 200),
         ("items: sort by score", f"/runs/{a}/?sort=-score:relevance&page=2", items_partial, 200),
         ("items: score ≤ 0.3", f"/runs/{a}/?evaluator=relevance&max=0.3", items_partial, 200),
         ("items: status error", f"/runs/{a}/?status=error", items_partial, 200),
         ("item panel", None, HTMX, 200),
         ("live progress (running run)", f"/runs/{running}/", {**HTMX, "HX-Target": "live"}, 200),
         ("compare 50k vs 50k", f"/compare/?a={a}&b={b}", {}, 1000),
+        (
+            "compare: regressed, page 5",
+            f"/compare/?a={a}&b={b}&change=regressed&page=5",
+            {**HTMX, "HX-Target": "pairs"},
+            1000,
+        ),
         ("trends", "/trends/?experiment=qa-agent", {}, 300),
         ("trends, tag filter", "/trends/?experiment=qa-agent&tag=nightly", HTMX, 300),
     ]

@@ -77,7 +77,7 @@ def export_csv(run: Run) -> Iterator[str]:
             safe_cell(_text(output["metadata"]) if output["metadata"] else ""),
             "" if entry["latencyMs"] is None else round(entry["latencyMs"], 3),
             entry["tokens"],
-            entry["cost"],
+            _decimal(entry["cost"]),
             safe_cell(entry["error"] or ""),
         ]
         for name in names:
@@ -218,6 +218,14 @@ def _number(value: float | None, digits: int | None = None) -> str:
     if value is None:
         return ""
     return f"{value:.{digits}f}" if digits is not None else repr(float(value))
+
+
+def _decimal(value: float | None) -> str:
+    """A cost as a plain decimal to twelve places, never in exponent form: 0.0000489."""
+    if value is None:
+        return ""
+    text = f"{value:.12f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
 
 
 def _ms(value: float | None) -> str:

@@ -2,30 +2,26 @@
 
 Lists read the summaries stored on runs at finalisation; only a run that is still running
 is aggregated from its rows. The histogram, which touches every evaluation of a large run,
-is one SQL pass over the `(run, evaluator, score)` index; compare is
-`selectors.compare_runs`, shared with the CLI, the API and the MCP tool.
+is one SQL pass over the `(run, evaluator, score)` index. Every score is shown against its
+evaluator's pass mark (`pass_threshold`, 0.5 by default): `score_verdict` names the colour.
+A run's items and the item panel are read in `page_items`, the compare page in
+`page_compare`.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, FilteredRelation, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
-from cobalt_app import trace_spans
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
-from cobalt_app.selectors import compare_runs
-from cobalt_app.significance import ALPHA
+from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 HISTOGRAM_BINS = 10
-TEXT_PREVIEW = 160
 
 RUN_SORTS = {
     "created": "created_at",
@@ -35,11 +31,6 @@ RUN_SORTS = {
     "errors": "error_count",
     "duration": "duration_ms",
     "cost": "estimated_cost",
-}
-ITEM_SORTS = {
-    "index": ("item_index", "run_index"),
-    "latency": ("latency_ms",),
-    "tokens": ("tokens",),
 }
 
 
@@ -56,7 +47,7 @@ def run_search(
     sort: str = "-created",
 ) -> QuerySet[Run]:
     """Runs matching the list filters, sorted; never touches item rows."""
-    runs = Run.objects.defer("config", "failure")
+    runs = Run.objects.defer("failure")  # config: each evaluator's pass mark
     if name:
         runs = runs.filter(name__icontains=name)
     if tag:
@@ -86,9 +77,29 @@ def experiment_names() -> list[str]:
     return list(Run.objects.order_by("name").values_list("name", flat=True).distinct())
 
 
-def score_cells(run: Run) -> list[tuple[str, float | None]]:
-    """(evaluator, average) pairs from the stored summary."""
-    return [(name, (values or {}).get("avg")) for name, values in _scores(run).items()]
+def score_cells(run: Run) -> list[tuple[str, float | None, str]]:
+    """(evaluator, average, verdict) from the stored summary, the verdict by the pass mark."""
+    marks = pass_marks(run)
+    return [
+        (name, avg, score_verdict(avg, marks.get(name)))
+        for name, avg in ((n, (v or {}).get("avg")) for n, v in _scores(run).items())
+    ]
+
+
+def pass_marks(run: Run) -> dict[str, float]:
+    """Each evaluator's pass mark: its `pass_threshold` when set, else the default 0.5."""
+    marks = {}
+    for described in run.config.get("evaluators", []):
+        mark = described.get("pass_threshold")
+        marks[described["name"]] = DEFAULT_PASS_SCORE if mark is None else float(mark)
+    return marks
+
+
+def score_verdict(score: float | None, mark: float | None) -> str:
+    """ "fail" below the pass mark, "pass" at or above it, "none" without a score."""
+    if score is None:
+        return "none"
+    return "fail" if score < (DEFAULT_PASS_SCORE if mark is None else mark) else "pass"
 
 
 def _scores(run: Run) -> dict[str, dict[str, Any]]:
@@ -114,12 +125,19 @@ class RunOverview:
     progress: int
 
     @property
+    def pace(self) -> dict[str, float | None]:
+        """Items finished per second since the run started, and the time left at that pace."""
+        run = self.run
+        if not run.started_at or not run.finished_items:
+            return {"throughput": None, "eta_ms": None}
+        elapsed = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+        throughput = run.finished_items / max(elapsed, 1e-3)
+        remaining = max(0, run.total_items - run.finished_items)
+        return {"throughput": throughput, "eta_ms": 1000 * remaining / throughput}
+
+    @property
     def chart_data(self) -> dict[str, Any]:
         return {
-            "bars": {
-                "labels": [e["name"] for e in self.evaluators],
-                "values": [e.get("avg") for e in self.evaluators],
-            },
             "histogram": {
                 "labels": [
                     f"{i / HISTOGRAM_BINS:.1f}–{(i + 1) / HISTOGRAM_BINS:.1f}"
@@ -135,7 +153,19 @@ def run_overview(run: Run) -> RunOverview:
     live = not run.is_finished or not run.summary
     summary = live_summary(run) if live else run.summary
     names = run.evaluator_names or list(summary.get("scores", {}))
-    evaluators = [{"name": name, **(summary.get("scores", {}).get(name) or {})} for name in names]
+    marks = pass_marks(run)
+    evaluators = []
+    for name in names:
+        values = summary.get("scores", {}).get(name) or {}
+        mark = marks.get(name, DEFAULT_PASS_SCORE)
+        evaluators.append(
+            {
+                "name": name,
+                **values,
+                "mark": mark,
+                "verdict": score_verdict(values.get("avg"), mark),
+            }
+        )
     progress = 0
     if run.total_items:
         progress = min(100, round(100 * run.finished_items / run.total_items))
@@ -156,18 +186,30 @@ def live_summary(run: Run) -> dict[str, Any]:
     items = (
         ItemResult.objects.filter(run=run)
         .values("status")
-        .annotate(n=Count("id"), tokens=Sum("tokens"), cost=Sum("cost"))
+        .annotate(
+            n=Count("id"),
+            tokens=Sum("tokens"),
+            cost=Sum("cost"),
+            latency=Sum("latency_ms"),
+            timed=Count("latency_ms"),
+        )
     )
     status_counts = {row["status"]: row["n"] for row in items}
+    timed = sum(row["timed"] for row in items)
+    latency_total = sum(row["latency"] or 0.0 for row in items)
     agent_tokens = sum(row["tokens"] or 0 for row in items)
     agent_cost = sum(row["cost"] or 0.0 for row in items)
     per_evaluator: dict[str, dict[str, Any]] = {}
     judge_tokens, judge_cost = 0, 0.0
+    passing = Q(pk__in=[])
+    for name, mark in pass_marks(run).items():
+        passing |= Q(evaluator=name, score__gte=mark)
     rows = (
         Evaluation.objects.filter(run=run)
         .values("evaluator")
         .annotate(
             count=Count("id", filter=Q(status=Evaluation.Status.OK, score__isnull=False)),
+            passed=Count("id", filter=Q(status=Evaluation.Status.OK) & passing),
             errors=Count("id", filter=~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)),
             total=Sum("score", filter=Q(status=Evaluation.Status.OK)),
             low=Min("score", filter=Q(status=Evaluation.Status.OK)),
@@ -186,7 +228,7 @@ def live_summary(run: Run) -> dict[str, Any]:
             "p95": None,
             "count": count,
             "errors": row["errors"],
-            "passRate": None,
+            "passRate": row["passed"] / count if count else None,
         }
         judge_tokens += row["tokens"] or 0
         judge_cost += row["cost"] or 0.0
@@ -196,7 +238,7 @@ def live_summary(run: Run) -> dict[str, Any]:
     return {
         "totalItems": run.total_items,
         "totalDurationMs": duration,
-        "avgLatencyMs": None,
+        "avgLatencyMs": latency_total / timed if timed else None,
         "latency": {},
         "totalTokens": agent_tokens + judge_tokens,
         "estimatedCost": agent_cost + judge_cost,
@@ -254,372 +296,6 @@ def previous_run(run: Run) -> Run | None:
     )
 
 
-# Items table --------------------------------------------------------------------------------
-
-
-@dataclass
-class ItemRow:
-    id: int
-    number: int  # for people: 1-based, as in the terminal (`item_index` + 1)
-    run_index: int
-    key: str
-    status: str
-    input: str
-    output: str
-    latency_ms: float | None
-    tokens: int
-    error: str
-    scores: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class ItemsPage:
-    rows: list[ItemRow]
-    number: int
-    per_page: int
-    total: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, math.ceil(self.total / self.per_page))
-
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
-    def has_next(self) -> bool:
-        return self.number < self.pages
-
-    @property
-    def start(self) -> int:
-        return (self.number - 1) * self.per_page + 1 if self.total else 0
-
-    @property
-    def end(self) -> int:
-        return min(self.total, self.number * self.per_page)
-
-    @property
-    def summary(self) -> str:
-        if not self.total:
-            return "No items"
-        return f"Items {self.start:,}–{self.end:,} of {self.total:,}"
-
-
-ROW_FIELDS = (
-    "id",
-    "item_index",
-    "run_index",
-    "item_key",
-    "status",
-    "input",
-    "output",
-    "latency_ms",
-    "tokens",
-    "error",
-)
-
-
-def item_page(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    page: int = 1,
-    per_page: int = 50,
-) -> ItemsPage:
-    """One page of a run's items with their scores.
-
-    The page's ids are found with a narrow query on indexed columns, then only those rows are
-    loaded: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
-    Score filters and score sorts read the `(run, evaluator, score)` index.
-    """
-    descending = sort.startswith("-")
-    key = sort.lstrip("-")
-    sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
-    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
-    if ranged and sort_evaluator in ("", evaluator):
-        verdicts = _verdicts(run, evaluator, status, min_score, max_score)
-        total = verdicts.count()
-        number, offset = _clamp(page, total, per_page)
-        if sort_evaluator:
-            order = ["-score", "-id"] if descending else ["score", "id"]
-        elif key == "index":
-            # Item ids follow (item_index, run_index): rows are created in that order.
-            order = ["-item_id"] if descending else ["item_id"]
-        else:
-            column = f"item__{ITEM_SORTS[key][0]}"
-            order = [f"-{column}" if descending else column, "item_id"]
-        page_ids = verdicts.order_by(*order).values_list("item_id", flat=True)
-        ids = list(page_ids[offset : offset + per_page])
-    elif sort_evaluator and not ranged:
-        total = _items(run, status).count()
-        number, offset = _clamp(page, total, per_page)
-        ids = _ids_by_score(run, sort_evaluator, status, descending, offset, per_page)
-    else:
-        items = _items(run, status)
-        if ranged:
-            items = items.annotate(
-                verdict=FilteredRelation(
-                    "evaluations", condition=Q(evaluations__evaluator=evaluator)
-                )
-            )
-            if min_score is not None:
-                items = items.filter(verdict__score__gte=min_score)
-            if max_score is not None:
-                items = items.filter(verdict__score__lte=max_score)
-        total = items.count()
-        number, offset = _clamp(page, total, per_page)
-        if sort_evaluator:
-            items = items.annotate(
-                ranked=FilteredRelation(
-                    "evaluations", condition=Q(evaluations__evaluator=sort_evaluator)
-                )
-            )
-            score = F("ranked__score")
-            ranked = score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)
-            order = [ranked, "item_index", "run_index"]
-        else:
-            columns = ITEM_SORTS.get(key, ITEM_SORTS["index"])
-            order = [f"-{c}" if descending else c for c in columns]
-            if key != "index":
-                order += ["item_index", "run_index"]
-        ids = list(items.order_by(*order).values_list("id", flat=True)[offset : offset + per_page])
-    loaded = ItemResult.objects.only(*ROW_FIELDS).in_bulk(ids)
-    scores = _scores_of(ids)
-    names = run.evaluator_names
-    return ItemsPage(
-        rows=[_item_row(loaded[i], scores.get(i, {}), names) for i in ids if i in loaded],
-        number=number,
-        per_page=per_page,
-        total=total,
-    )
-
-
-def _items(run: Run, status: str) -> QuerySet[ItemResult]:
-    items = ItemResult.objects.filter(run=run)
-    return items.filter(status=status) if status else items
-
-
-def _verdicts(
-    run: Run, name: str, status: str, min_score: float | None, max_score: float | None
-) -> QuerySet[Evaluation]:
-    verdicts = Evaluation.objects.filter(run=run, evaluator=name, score__isnull=False)
-    if min_score is not None:
-        verdicts = verdicts.filter(score__gte=min_score)
-    if max_score is not None:
-        verdicts = verdicts.filter(score__lte=max_score)
-    if status:
-        verdicts = verdicts.filter(item__status=status)
-    return verdicts
-
-
-def _clamp(page: int, total: int, per_page: int) -> tuple[int, int]:
-    number = min(max(1, page), max(1, math.ceil(total / per_page)))
-    return number, (number - 1) * per_page
-
-
-def _ids_by_score(
-    run: Run, name: str, status: str, descending: bool, offset: int, limit: int
-) -> list[int]:
-    """Scored items in score order, then the items without a score (errors) by index."""
-    scored = _verdicts(run, name, status, None, None)
-    scored_count = scored.count()
-    ids: list[int] = []
-    if offset < scored_count:
-        order = ["-score", "-id"] if descending else ["score", "id"]
-        ranked = scored.order_by(*order).values_list("item_id", flat=True)
-        ids = list(ranked[offset : offset + limit])
-    if len(ids) < limit:
-        start = max(0, offset - scored_count)
-        unscored = (
-            _items(run, status)
-            .exclude(id__in=_verdicts(run, name, "", None, None).values("item_id"))
-            .order_by("item_index", "run_index")
-            .values_list("id", flat=True)
-        )
-        ids += list(unscored[start : start + limit - len(ids)])
-    return ids
-
-
-def _scores_of(item_ids: list[int]) -> dict[int, dict[str, dict[str, Any]]]:
-    result: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-    if not item_ids:
-        return result
-    rows = Evaluation.objects.filter(item_id__in=item_ids).values_list(
-        "item_id", "evaluator", "score", "status", "cached"
-    )
-    for item_id, name, score, status, cached in rows:
-        result[item_id][name] = {"score": score, "status": status, "cached": cached}
-    return result
-
-
-def _item_row(item: ItemResult, scores: dict[str, dict[str, Any]], names: list[str]) -> ItemRow:
-    names = names or sorted(scores)
-    return ItemRow(
-        id=item.id,
-        number=item.item_index + 1,
-        run_index=item.run_index,
-        key=item.item_key,
-        status=item.status,
-        input=preview(input_text(item.input)),
-        output=preview(output_text(item.output)),
-        latency_ms=item.latency_ms,
-        tokens=item.tokens,
-        error=preview(item.error),
-        scores=[{"name": n, **scores.get(n, {"score": None, "status": None})} for n in names],
-    )
-
-
-def input_text(value: Any) -> str:
-    """The item's `input` field when it has one, otherwise the whole item as JSON."""
-    if isinstance(value, dict) and "input" in value:
-        value = value["input"]
-    return value if isinstance(value, str) else _compact(value)
-
-
-def output_text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else _compact(value)
-
-
-def preview(text: str, limit: int = TEXT_PREVIEW) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def pretty(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
-
-
-def item_detail(run: Run, item_id: int) -> ItemResult | None:
-    """One item of a run with its evaluations (ordered by the run's evaluator order)."""
-    item = ItemResult.objects.filter(run=run, id=item_id).select_related("trace").first()
-    if item is None:
-        return None
-    order = {name: i for i, name in enumerate(run.evaluator_names)}
-    item.verdicts = sorted(
-        Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
-    )
-    stored = getattr(item, "trace", None)  # none when no step was captured
-    steps = stored.steps if stored is not None else []
-    item.timeline = trace_spans.timeline(steps)
-    item.trace_summary = trace_spans.summary(steps) if steps else ""
-    return item
-
-
-# Compare ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Comparison:
-    a: Run
-    b: Run
-    evaluators: list[dict[str, Any]]
-    regressions: list[dict[str, Any]]
-    improvements: list[dict[str, Any]]
-    matched: int
-    only_in_a: int
-    only_in_b: int
-    alpha: float = ALPHA
-
-    @property
-    def chart_data(self) -> dict[str, Any]:
-        return {
-            "labels": [e["name"] for e in self.evaluators],
-            "a": [e["a"] for e in self.evaluators],
-            "b": [e["b"] for e in self.evaluators],
-            "labelA": f"A · {self.a.id}",
-            "labelB": f"B · {self.b.id}",
-        }
-
-
-def compare(a: Run, b: Run, *, top: int = 10, alpha: float = ALPHA) -> Comparison:
-    """The compare page's view of `selectors.compare_runs`: the same averages, paired tests
-    and movers as the CLI, the API and the MCP tool, one row per evaluator."""
-    diff = compare_runs(a, b, top=top, alpha=alpha)
-    evaluators = []
-    for name, values in diff["evaluators"].items():
-        test = diff["significance"][name]
-        evaluators.append(
-            {
-                "name": name,
-                **values,
-                "pairs": test["n"],
-                "meanDelta": test["delta"],
-                "ci": test["ci"],
-                "pValue": test["pValue"],
-                "test": test["test"],
-                "verdict": test["verdict"],
-            }
-        )
-    return Comparison(
-        a=a,
-        b=b,
-        evaluators=evaluators,
-        regressions=diff["regressions"],
-        improvements=diff["improvements"],
-        matched=diff["matchedItems"],
-        only_in_a=len(diff["onlyInA"]),
-        only_in_b=len(diff["onlyInB"]),
-        alpha=diff["alpha"],
-    )
-
-
-def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
-    """Each repetition of the item with this key in both runs, outputs and verdicts paired."""
-    items = (
-        ItemResult.objects.filter(run__in=[a, b], item_key=key)
-        .prefetch_related("evaluations")
-        .order_by("run_index")
-    )
-    by_repetition: dict[int, dict[str, ItemResult]] = defaultdict(dict)
-    for item in items:
-        by_repetition[item.run_index]["a" if item.run_id == a.id else "b"] = item
-    result = []
-    for repetition in sorted(by_repetition):
-        pair = by_repetition[repetition]
-        names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-        verdicts = {
-            side: {e.evaluator: e for e in item.evaluations.all()} for side, item in pair.items()
-        }
-        result.append(
-            {
-                "runIndex": repetition,
-                "a": pair.get("a"),
-                "b": pair.get("b"),
-                "input": pretty((pair.get("a") or pair.get("b")).input),
-                "outputA": pretty(pair["a"].output) if "a" in pair else "",
-                "outputB": pretty(pair["b"].output) if "b" in pair else "",
-                "verdicts": [
-                    {
-                        "name": name,
-                        "a": verdicts.get("a", {}).get(name),
-                        "b": verdicts.get("b", {}).get(name),
-                    }
-                    for name in names
-                ],
-            }
-        )
-    return result
-
-
-def recent_runs(limit: int = 100) -> list[Run]:
-    return list(
-        Run.objects.only("id", "name", "created_at", "status").order_by("-created_at")[:limit]
-    )
-
-
 # Trends -------------------------------------------------------------------------------------
 
 
@@ -640,7 +316,7 @@ class Trend:
     def chart_data(self) -> dict[str, Any]:
         columns = list(zip(*(self.averages(run) for run in self.runs), strict=True))
         return {
-            "labels": [run.created_at.strftime("%Y-%m-%d %H:%M:%S") for run in self.runs],
+            "labels": [run.created_at.strftime("%d %b %Y %H:%M") for run in self.runs],
             "runs": [run.id for run in self.runs],
             "series": [
                 {"label": name, "values": list(columns[i]) if columns else []}
@@ -660,24 +336,3 @@ def trend(experiment: str, *, tag: str = "", limit: int = 100) -> Trend:
     latest.reverse()
     names = list(dict.fromkeys(name for run in latest for name in _scores(run)))
     return Trend(experiment=experiment, tag=tag, runs=latest, evaluators=names)
-
-
-def conversation_turns(output: Any, metadata: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """A conversation's messages for the item page, each assistant reply with its per-turn
-    scores (`per_turn=True` evaluators); [] when the output is not a conversation."""
-    from cobalt_app.conversation import is_transcript
-
-    if not is_transcript(output):
-        return []
-    info = (metadata or {}).get("conversation") or {}
-    per_turn = info.get("turnScores") or {}
-    turns, reply = [], 0
-    for message in output:
-        entry = {"role": message["role"], "content": message.get("content", ""), "scores": []}
-        if message["role"] == "assistant":
-            entry["scores"] = [
-                (name, scores[reply]) for name, scores in per_turn.items() if reply < len(scores)
-            ]
-            reply += 1
-        turns.append(entry)
-    return turns

@@ -160,18 +160,26 @@ WHERE run_id = %s AND item_key IN ({keys}) GROUP BY item_key
 """
 
 
-def compare_runs(a: Run, b: Run, *, top: int = 10, alpha: float = 0.05) -> dict[str, Any]:
+def compare_runs(
+    a: Run,
+    b: Run,
+    *,
+    top: int = 10,
+    alpha: float = 0.05,
+    scores: dict[str, dict[str, dict[str, float]]] | None = None,
+) -> dict[str, Any]:
     """Per-evaluator averages and deltas, and the items that changed most, matched by key.
 
     Two queries: every scored verdict of both runs (an item's repetitions averaged per run),
     then the keys found in only one run and the movers' item indexes. `significance[name]`
     is the paired test of B against A at level `alpha` (`significance.paired_compare`);
     `evaluators[name]` counts the items that `regressed` and `improved`. Movers are ordered
-    by their change, then by key, so every door lists the same items.
+    by their change, then by key, so every door lists the same items. `scores` is
+    `key_scores(a, b)` when the caller has already read it (the compare page pairs every item).
     """
     from cobalt_app import significance
 
-    scores = key_scores(a, b)
+    scores = key_scores(a, b) if scores is None else scores
     scores_a, scores_b = scores[a.id], scores[b.id]
     evaluators = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
     summary: dict[str, dict[str, Any]] = {}

@@ -9,6 +9,7 @@ app_name = "cobalt"
 urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<str:run_id>/", views.run_detail, name="run"),
+    path("runs/<str:run_id>/status/", views.run_status, name="run-status"),
     path("runs/<str:run_id>/items/<int:item_id>/", views.item_panel, name="item"),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="export"),
     path("compare/", views.compare, name="compare"),

@@ -7,6 +7,8 @@ htmx request gets only the partial it swaps (`"page.html#partial"`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -26,7 +28,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from cobalt_app import exports, flaky, page_selectors
+from cobalt_app import exports, page_compare, page_items, page_selectors
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
@@ -36,8 +38,37 @@ ITEMS_PER_PAGE = 50
 POLL_SECONDS = 2
 
 
+# The pages load scripts only from this server and have no inline script (json_script data is
+# not executed); styles may be inline (a score bar's width, Chart.js and htmx set them).
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+
+
+def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A dashboard page: GET only, sent with the Content-Security-Policy."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        response.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        return response
+
+    return require_GET(wrapped)
 
 
 # Forms --------------------------------------------------------------------------------------
@@ -57,6 +88,9 @@ class RunFilterForm(forms.Form):
 
 
 class ItemFilterForm(forms.Form):
+    view = forms.ChoiceField(
+        required=False, choices=[("failures", "failures"), ("all", "all items")]
+    )
     status = forms.ChoiceField(required=False, choices=[("", "any"), *ItemResult.Status.choices])
     evaluator = forms.CharField(required=False, max_length=100)
     min = forms.FloatField(required=False)
@@ -80,18 +114,33 @@ class ItemFilterForm(forms.Form):
     def clean_sort(self) -> str:
         sort = self.cleaned_data["sort"] or "index"
         key = sort.lstrip("-")
-        allowed = set(page_selectors.ITEM_SORTS) | {
+        allowed = set(page_items.ITEM_SORTS) | {
             f"score:{name}" for name in self.run.evaluator_names
         }
         if key not in allowed:
             raise forms.ValidationError(f"cannot sort by {key!r}")
         return sort
 
+    def chosen_view(self) -> str:
+        """The failures (worst first) unless asked for all items, or for a filter or a sort
+        (which apply to all items); an evaluator alone picks that evaluator's failures."""
+        data = self.cleaned_data if self.is_valid() else {}
+        if data.get("view"):
+            return data["view"]
+        narrowed = data.get("status") or data.get("min") is not None or data.get("max") is not None
+        return "all" if narrowed or self.data.get("sort") else "failures"
+
 
 class CompareForm(forms.Form):
     a = forms.CharField(max_length=32, label="Run A (baseline)")
     b = forms.CharField(max_length=32, label="Run B (candidate)")
     key = forms.CharField(required=False, max_length=200)
+    evaluator = forms.CharField(required=False, max_length=100)
+    change = forms.ChoiceField(
+        required=False, choices=[("", "any"), *((c, c) for c in page_compare.CHANGES)]
+    )
+    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
+    page = forms.IntegerField(required=False, min_value=1)
 
 
 class TrendForm(forms.Form):
@@ -131,7 +180,7 @@ def run_url(run_id: str) -> str:
 # Views --------------------------------------------------------------------------------------
 
 
-@require_GET
+@page
 def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}
@@ -158,62 +207,102 @@ def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     return partial_or_page(request, "cobalt/runs_list.html", context, "runs")
 
 
-@require_GET
+@page
+def run_status(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """A running run's status cell on the runs list, polled until the run ends (286)."""
+    run = get_run_or_404(run_id)
+    response = render(request, "cobalt/runs_list.html#status-cell", {"run": run})
+    if run.is_finished:
+        response = HttpResponseStopPolling(response.content)
+    return response
+
+
+@page
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
     if run.id != run_id:
         return redirect(run_url(run.id))
     target = request.htmx.target if request.htmx else None
     context: dict[str, Any] = {"run": run, "poll_seconds": POLL_SECONDS}
-    if target != "items":
+    if target not in ("items", "item-results"):
         overview = page_selectors.run_overview(run)
         context |= {"overview": overview, "charts": overview.chart_data}
-    if target == "live":
-        response = render(request, "cobalt/run_detail.html#live", context)
+    if target in ("live", "overview"):
+        response = render(request, f"cobalt/run_detail.html#{target}", context)
         if run.is_finished:
             # 286 stops htmx polling; the body still swaps in the final summary.
             response = HttpResponseStopPolling(response.content)
-        response["HX-Trigger"] = "cobalt-progress"
+        if target == "live":
+            response["HX-Trigger"] = "cobalt-progress"
         patch_vary_headers(response, ["HX-Request"])
         return response
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
-    items = page_selectors.item_page(
-        run,
-        status=filters.get("status") or "",
-        evaluator=filters.get("evaluator") or "",
-        min_score=filters.get("min"),
-        max_score=filters.get("max"),
-        sort=filters.get("sort") or "index",
-        page=filters.get("page") or 1,
-        per_page=ITEMS_PER_PAGE,
-    )
+    view = form.chosen_view()
+    if view == "failures":
+        items = page_items.failure_page(
+            run,
+            evaluator=filters.get("evaluator") or "",
+            page=filters.get("page") or 1,
+            per_page=ITEMS_PER_PAGE,
+        )
+    elif (run.config.get("runs", 1) > 1 or run.config.get("repeat_flaky")) and _unfiltered(filters):
+        items = page_items.repeated_item_page(
+            run, page=filters.get("page") or 1, per_page=ITEMS_PER_PAGE
+        )
+    else:
+        items = page_items.item_page(
+            run,
+            status=filters.get("status") or "",
+            evaluator=filters.get("evaluator") or "",
+            min_score=filters.get("min"),
+            max_score=filters.get("max"),
+            sort=filters.get("sort") or "index",
+            page=filters.get("page") or 1,
+            per_page=ITEMS_PER_PAGE,
+        )
     context |= {
         "form": form,
+        "view": view,
         "items": items,
         "sort": filters.get("sort") or "index",
         "item_statuses": ItemResult.Status.choices,
         "items_url": request.get_full_path(),
-        "flaky": flaky.flaky_marks(run, {row.key for row in items.rows}),
+        "flaky": page_items.flaky_marks(run, {row.key for row in items.rows}),
     }
-    if target != "items":
+    if target is None:
         context["previous"] = page_selectors.previous_run(run)
-    return partial_or_page(request, "cobalt/run_detail.html", context, "items")
+    partial = "item-results" if target == "item-results" else "items"
+    return partial_or_page(request, "cobalt/run_detail.html", context, partial)
 
 
-@require_GET
+def _unfiltered(filters: dict[str, Any]) -> bool:
+    """No status, score range or sort other than the index: a run with repetitions then shows
+    one row per item (filters and sorts apply to each repetition)."""
+    ranged = filters.get("min") is not None or filters.get("max") is not None
+    return not filters.get("status") and not ranged and (filters.get("sort") or "index") == "index"
+
+
+@page
 def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
     run = get_run_or_404(run_id)
-    item = page_selectors.item_detail(run, item_id)
+    item = page_items.item_detail(run, item_id)
     if item is None:
         raise Http404(f"run {run.id} has no item {item_id}")
+    previous_id, next_id = page_items.item_neighbours(run, item)
     context = {
         "run": run,
         "item": item,
-        "input": page_selectors.pretty(item.input),
-        "output": page_selectors.pretty(item.output),
-        "metadata": page_selectors.pretty(item.metadata) if item.metadata else "",
-        "conversation": page_selectors.conversation_turns(item.output, item.metadata),
+        "previous_id": previous_id,
+        "next_id": next_id,
+        "input": page_items.pretty(item.input),
+        "output": "" if item.output is None else page_items.pretty(item.output),
+        "expected": page_items.expected_output(run, item.input),
+        "metadata": page_items.pretty(item.metadata) if item.metadata else "",
+        "conversation": page_items.conversation_turns(item.output, item.metadata),
+        "item_json": page_items.item_json(item),
+        # Over a run's page (an htmx swap into #panel), not a page of its own.
+        "floating": bool(request.htmx and not request.htmx.history_restore_request),
     }
     return partial_or_page(request, "cobalt/item.html", context, "panel")
 
@@ -232,38 +321,49 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> StreamingHttpResp
     return response
 
 
-@require_GET
+@page
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     form = CompareForm(request.GET or None)
-    context: dict[str, Any] = {"form": form, "recent": page_selectors.recent_runs()}
+    context: dict[str, Any] = {"form": form, "recent": page_compare.recent_runs()}
     if form.is_valid():
         try:
             a, b = run_get(form.cleaned_data["a"]), run_get(form.cleaned_data["b"])
         except RunNotFound as exc:
             form.add_error(None, str(exc))
         else:
-            key = form.cleaned_data["key"]
+            data = form.cleaned_data
+            key = data["key"]
+            context |= {"a": a, "b": b, "key": key}
             if request.htmx and request.htmx.target == "side" and key:
-                context |= {
-                    "a": a,
-                    "b": b,
-                    "key": key,
-                    "side": page_selectors.side_by_side(a, b, key),
-                }
+                context["side"] = page_compare.side_by_side(a, b, key)
                 return partial_or_page(request, "cobalt/compare.html", context, "side")
-            comparison = page_selectors.compare(a, b)
+            names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
+            evaluator = data["evaluator"] if data["evaluator"] in names else ""
+            comparison = page_compare.compare(
+                a,
+                b,
+                evaluator=evaluator,
+                change=data["change"] or "",
+                sort=data["sort"] or "delta",
+                page=data["page"] or 1,
+                per_page=ITEMS_PER_PAGE,
+            )
             context |= {
-                "a": a,
-                "b": b,
                 "comparison": comparison,
+                "table": comparison.table,
+                "evaluator": evaluator,
+                "change": data["change"] or "",
+                "pair_sort": data["sort"] or "delta",
+                "changes": page_compare.CHANGES,
                 "charts": comparison.chart_data,
-                "key": key,
-                "side": page_selectors.side_by_side(a, b, key) if key else None,
+                "side": page_compare.side_by_side(a, b, key) if key else None,
             }
+            if request.htmx and request.htmx.target == "pairs":
+                return partial_or_page(request, "cobalt/compare.html", context, "pairs")
     return render(request, "cobalt/compare.html", context)
 
 
-@require_GET
+@page
 def trends(request: HtmxHttpRequest) -> HttpResponse:
     form = TrendForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}

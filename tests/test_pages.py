@@ -123,7 +123,11 @@ def test_the_runs_list_shows_each_run_with_its_stored_scores(client, django_asse
     with django_assert_num_queries(3):  # count, page of runs, tag names
         page = client.get("/").content.decode()
     assert page.index(newer.id) < page.index(older.id)
-    assert "exact</span> 0.75" in page
+    # Averages coloured by the pass mark (0.5): 0.75 passes.
+    assert (
+        'score-chip score-pass"><span class="chip-name">exact</span> <span class="score-value">0.75'
+        in page
+    )
     assert 'class="tag">v1</span>' in page
     assert 'class="status status-completed">completed</span>' in page
     assert re.search(rf"{newer.id}.*?<td class=\"num bad\">1</td>", page, re.S)
@@ -164,6 +168,29 @@ def test_the_runs_list_sorts_paginates_and_swaps_only_its_table_for_htmx(client)
     assert "HX-Request" in partial["Vary"]
 
 
+def test_the_runs_list_polls_the_status_of_running_runs_only(client):
+    done = make_run("qa", keys=keys(2))
+    running = make_run("qa", keys=keys(4), finish=False, done=1)
+    page = client.get("/").content.decode()
+    assert f'hx-get="/runs/{running.id}/status/" hx-trigger="every 3s"' in page
+    assert f'hx-get="/runs/{done.id}/status/"' not in page
+    cell = client.get(f"/runs/{running.id}/status/", **HTMX)
+    assert cell.status_code == 200
+    assert "status-running" in cell.content.decode() and "1/4" in cell.content.decode()
+    services.record_item_outcomes(running.id, [])
+    results.run_finalise(running.id)
+    last = client.get(f"/runs/{running.id}/status/", **HTMX)
+    assert last.status_code == 286 and "status-completed" in last.content.decode()
+    assert "hx-trigger" not in last.content.decode()
+
+
+def test_the_csv_export_writes_costs_as_decimals(client):
+    run = make_run(keys=keys(1))
+    run.items.update(cost=4.8899999999999996e-05)
+    csv_text = b"".join(client.get(f"/runs/{run.id}/export.csv").streaming_content).decode()
+    assert ",0.0000489," in csv_text and "e-05" not in csv_text
+
+
 def test_an_empty_history_says_how_to_start(client):
     assert "Start one with <code>cobalt run</code>" in client.get("/").content.decode()
 
@@ -178,14 +205,20 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         scores={"k000": {"exact": 0.0, "judge": 0.25}, "k002": {"judge": None}},
         errors={},
     )
-    # run, histogram, count, page ids, rows, scores, flaky marks (cobalt_app.flaky), previous
-    with django_assert_num_queries(8):
+    # run, histogram, failed items count, failing verdicts count, their page, rows, scores,
+    # flaky marks (runs of the same version, their observations), previous run
+    with django_assert_num_queries(10):
         page = client.get(f"/runs/{run.id}/").content.decode()
-    assert XSS not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # The page opens on the failures, worst first: the evaluation error, then the low score.
+    assert row_keys(page) == ["k002", "k000"]
+    assert 'aria-current="page">Failures, worst first</a>' in page
+    assert "judge: judge replied prose for k002" in page  # why it failed
+    everything = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    assert row_keys(everything) == ["k000", "k001", "k002"]
+    assert XSS not in everything
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in everything
     charts = json.loads(re.search(r'id="run-charts"[^>]*>(.*?)</script>', page, re.S).group(1))
-    assert charts["bars"]["labels"] == ["exact", "judge"]
-    assert charts["bars"]["values"][0] == pytest.approx(2 / 3)
+    assert list(charts) == ["histogram"]  # the averages are the table's, not a chart's
     assert charts["histogram"]["series"][1] == {
         "label": "judge",
         "values": [0, 0, 1] + [0] * 6 + [1],
@@ -193,7 +226,9 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
     assert 'data-chart="histogram"' in page
     assert "hx-trigger" not in page.split('id="live"')[1].split(">")[0]  # finished: no polling
     assert f'href="/runs/{run.id}/export.csv"' in page
-    assert '<span class="bad" title="evaluation error">error</span>' in page
+    assert re.search(
+        r'score-error" data-verdict="error"><span title="evaluation error: judge', page
+    )
 
 
 def test_a_run_that_has_just_started_shows_its_empty_progress(client):
@@ -221,6 +256,115 @@ def test_a_running_run_polls_and_the_last_poll_stops_with_286(client, django_ass
     assert "completed" in body and "hx-trigger" not in body.split(">")[0]
 
 
+def test_live_updates_swap_the_rows_and_never_the_filter_form(client, django_assert_num_queries):
+    run = make_run(keys=keys(4), finish=False, done=1)
+    page = client.get(f"/runs/{run.id}/?view=all&min=0.2").content.decode()
+    results_div = page.split('<div id="item-results"')[1].split(">")[0]
+    assert 'hx-trigger="cobalt-progress from:body"' in results_div
+    assert f'hx-get="/runs/{run.id}/?view=all&amp;min=0.2"' in results_div
+    assert 'id="item-filters"' not in page.split('<div id="item-results"')[1]
+    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations)
+    with django_assert_num_queries(7):
+        rows = client.get(f"/runs/{run.id}/?view=all", **target("item-results")).content.decode()
+    assert rows.lstrip().startswith('<div id="item-results"') and "<form" not in rows
+    poll = client.get(f"/runs/{run.id}/", **target("live")).content.decode()
+    assert 'id="run-pace"' in poll and "items/s" in poll and "ETA" in poll
+    overview = client.get(f"/runs/{run.id}/", **target("overview")).content.decode()
+    assert overview.lstrip().startswith('<section id="overview"')
+    assert re.search(r'<td class="num">0\.50</td>\s*<td class="num">100%</td>', overview)
+
+
+def test_scores_are_coloured_by_their_evaluators_pass_mark(client):
+    run = make_run(
+        keys=keys(3),
+        scores={"k000": {"exact": 0.6, "judge": 0.6}, "k001": {"exact": 0.4, "judge": 0.4}},
+    )
+    config = dict(run.config)
+    config["evaluators"][1]["pass_threshold"] = 0.7  # judge asks for 0.7; exact keeps 0.5
+    Run.objects.filter(id=run.id).update(config=config)
+    page = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    cells = re.findall(r'score-cell score-(\w+)" data-verdict="\w+">([\d.]+)</td>', page)
+    assert cells == [
+        ("pass", "0.60"),  # k000 exact ≥ 0.5
+        ("fail", "0.60"),  # k000 judge < 0.7
+        ("fail", "0.40"),
+        ("fail", "0.40"),
+        ("pass", "1.00"),
+        ("pass", "1.00"),
+    ]
+    assert re.search(r"<td class=\"num\">0\.70</td>", page)  # the pass mark in the table
+    failures = client.get(f"/runs/{run.id}/?evaluator=judge").content.decode()
+    assert row_keys(failures) == ["k001", "k000"]  # judge's failures, lowest first
+    exact = client.get(f"/runs/{run.id}/?evaluator=exact").content.decode()
+    assert row_keys(exact) == ["k001"]
+
+
+def test_failures_come_worst_first_across_pages(client, django_assert_num_queries):
+    errors = {f"k{i:03d}": "RuntimeError: boom" for i in range(0, 60, 2)}  # 30 crashed
+    low = {f"k{i:03d}": {"judge": i / 1000} for i in range(1, 60, 2)}  # 30 below 0.5
+    run = make_run(keys=keys(70), errors=errors, scores=low, evaluators=("judge",))
+    first = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
+    assert row_keys(first)[:30] == sorted(errors)  # crashed, by index
+    assert row_keys(first)[30:] == [f"k{i:03d}" for i in range(1, 40, 2)]  # lowest first
+    assert "Items 1–50 of 60" in first
+    # run, failed count, failing count, failing ids (no crashed item left), rows, scores,
+    # flaky marks (2)
+    with django_assert_num_queries(8):
+        second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    assert row_keys(second) == [f"k{i:03d}" for i in range(41, 60, 2)]
+
+
+def test_repetitions_show_as_one_row_per_item_with_mean_stddev_and_passes(
+    client, django_assert_num_queries
+):
+    run = make_run(keys=keys(2), runs=3, evaluators=("judge",), scores={"k000#1": {"judge": 0.0}})
+    # run, count, page indexes, every repetition's row, scores, flaky marks (2)
+    with django_assert_num_queries(7):
+        page = client.get(f"/runs/{run.id}/?view=all", **target("items")).content.decode()
+    assert row_keys(page) == ["k000", "k001"]
+    assert re.search(r"score-pass repeated[^>]*>0\.67 <span class=\"sd\">± 0\.47</span>", page)
+    assert '<span class="passes">2/3 pass</span>' in page
+    assert '<span class="passes">3/3 pass</span>' in page
+    assert page.count("<summary>3 repetitions</summary>") == 2
+    # Sorted or filtered, each repetition is a row of its own.
+    by_score = client.get(f"/runs/{run.id}/?sort=score:judge", **target("items")).content
+    assert row_keys(by_score.decode()) == ["k000"] * 3 + ["k001"] * 3
+    failures = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
+    assert row_keys(failures) == ["k000"] and "run 2" in failures
+
+
+def test_flaky_marks_come_from_one_version_only(client):
+    first = make_run(keys=keys(2), tags=("v1",), scores={"k000": {"judge": 0.0}})
+    second = make_run(keys=keys(2), tags=("v2",))
+    page = client.get(f"/runs/{second.id}/?view=all").content.decode()
+    assert "flaky-mark" not in page  # k000 changed with the version
+    # Run again with two repetitions: how a run is executed does not make another version.
+    again = make_run(keys=keys(2), tags=("v2",), runs=2, scores={"k001": {"judge": 0.0}})
+    page = client.get(f"/runs/{again.id}/?view=all").content.decode()
+    assert page.count('class="flaky-mark"') == 1  # k001 flipped within v2
+    assert "same file, config, tags and commit" in page
+    assert first.id
+
+
+def test_costs_keep_their_significant_digits():
+    from cobalt_app.templatetags.cobalt import cost
+
+    assert cost(0.0000489) == "$0.0000489"
+    assert cost(4.8899999999999996e-05) == "$0.0000489"
+    assert cost(0.0123) == "$0.0123"
+    assert cost(12345.678) == "$12,345.68"
+    assert cost(0) == "$0.00" and cost(None) == "—"
+
+
+def test_text_from_agents_is_isolated_for_bidirectional_text(client):
+    flipped = "\u202eevil"  # RIGHT-TO-LEFT OVERRIDE: must not flip the rest of the row
+    run = make_run(keys=keys(1), outputs={"k000": flipped})
+    page = client.get(f"/runs/{run.id}/?view=all").content.decode()
+    assert f'<td class="text output" dir="auto">{flipped}</td>' in page
+    panel = client.get(f"/runs/{run.id}/items/{run.items.get().id}/").content.decode()
+    assert f'id="item-output" dir="auto">{flipped}</pre>' in panel
+
+
 def test_the_items_table_sorts_by_score_with_unscored_items_last(client):
     run = make_run(
         keys=keys(5),
@@ -243,7 +387,8 @@ def test_the_items_table_filters_by_status_and_score_range(client, django_assert
     )
     errors = client.get(f"/runs/{run.id}/?status=error", **target("items")).content.decode()
     assert row_keys(errors) == ["k005"]
-    with django_assert_num_queries(6):  # run, count, page ids, rows, scores, flaky marks
+    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations)
+    with django_assert_num_queries(7):
         ranged = client.get(
             f"/runs/{run.id}/?evaluator=judge&min=0.3&max=0.8", **target("items")
         ).content.decode()
@@ -258,11 +403,11 @@ def test_the_items_table_filters_by_status_and_score_range(client, django_assert
 
 def test_the_items_table_paginates_on_the_server(client):
     run = make_run(keys=keys(120), evaluators=("judge",))
-    page2 = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    page2 = client.get(f"/runs/{run.id}/?view=all&page=2", **target("items")).content.decode()
     assert row_keys(page2)[0] == "k050" and len(row_keys(page2)) == 50
     assert "Items 51–100 of 120" in page2
-    assert 'hx-get="?page=3"' in page2 and 'href="?page=1"' in page2
-    last = client.get(f"/runs/{run.id}/?page=99").content.decode()
+    assert 'hx-get="?view=all&amp;page=3"' in page2 and 'href="?view=all&amp;page=1"' in page2
+    last = client.get(f"/runs/{run.id}/?view=all&page=99").content.decode()
     assert row_keys(last)[-1] == "k119" and "Page 3 of 3" in last
 
 
@@ -271,6 +416,10 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
     assert client.get(f"/runs/{run.id[:6]}/")["Location"] == f"/runs/{run.id}/"
     missing = client.get("/runs/zzzzzzzz/")
     assert missing.status_code == 404
+    page = missing.content.decode()  # a page of the dashboard, with its navigation
+    assert '<section class="not-found" id="not-found">' in page
+    assert "no run with id &#x27;zzzzzzzz&#x27;" in page
+    assert 'href="/">runs page</a>' in page and 'class="topbar"' in page
 
 
 # Item panel ---------------------------------------------------------------------------------
@@ -279,14 +428,22 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
 def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_assert_num_queries):
     run = make_run(keys=keys(2), outputs={"k000": XSS}, errors={"k001": "RuntimeError: boom"})
     ok_item, failed_item = run.items.order_by("item_index")
-    with django_assert_num_queries(3):  # run, item (and its trace), evaluations
+    with django_assert_num_queries(5):  # run, item and its trace, evaluations, previous, next
         panel = client.get(f"/runs/{run.id}/items/{ok_item.id}/", **HTMX).content.decode()
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel
     assert "judge says k000 &lt;b&gt;ok&lt;/b&gt;" in panel
+    assert panel.count('<td class="num score-cell score-pass">1.00</td>') == 2
     assert "&quot;model&quot;: &quot;m&quot;" in panel
+    assert '<pre class="expected" id="item-expected" dir="auto">answer k000</pre>' in panel
+    assert 'data-step="prev"' not in panel
+    assert f'data-step="next" rel="next" href="/runs/{run.id}/items/{failed_item.id}/"' in panel
+    copied = json.loads(re.search(r'id="item-json"[^>]*>(.*?)</script>', panel, re.S)[1])
+    assert copied["output"] == XSS and copied["evaluations"][0]["evaluator"] == "exact"
     page = client.get(f"/runs/{run.id}/items/{failed_item.id}/").content.decode()
     assert "<html" in page and "RuntimeError: boom" in page and "Traceback" in page
+    assert '<pre class="output" id="item-output" dir="auto">—</pre>' in page  # not "null"
+    assert f'data-step="prev" rel="prev" href="/runs/{run.id}/items/{ok_item.id}/"' in page
     assert "the item did not produce an output" in page
     other = make_run(keys=keys(1))
     assert client.get(f"/runs/{other.id}/items/{ok_item.id}/").status_code == 404
@@ -295,7 +452,16 @@ def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_
 # Compare ------------------------------------------------------------------------------------
 
 
-def test_compare_matches_items_by_key_and_lists_the_biggest_moves(
+def pair_rows(html: str) -> list[tuple[str, str]]:
+    """(key, change) of each row of the compare page's per-item table."""
+    return re.findall(
+        r'<tr class="pair-row change-\w+">\s*<td><code class="key"><bdi>([^<]+)</bdi></code></td>'
+        r'\s*<td><span class="verdict verdict-(\w+)">',
+        html,
+    )
+
+
+def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
     client, django_assert_num_queries
 ):
     a = make_run(keys=keys(6), scores={"k001": {"exact": 0.0}, "k002": {"judge": 0.2}})
@@ -303,28 +469,79 @@ def test_compare_matches_items_by_key_and_lists_the_biggest_moves(
     b = make_run(
         keys=["k005", "k004", "k003", "k002", "k001", "k000", "k999"],
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
+        errors={"k004": "RuntimeError: boom"},
     )
-    with django_assert_num_queries(5):  # run A, run B, recent runs, pairs, key counts
+    # run A, run B, recent runs, scores, key counts, failed items, the page's item ids
+    with django_assert_num_queries(7):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
-    regressions = page.split("Regressed most")[1].split("Improved most")[0]
-    improvements = page.split("Improved most")[1]
-    assert re.findall(r"<code>(k\d+)</code>", regressions) == ["k000", "k003"]
-    assert re.findall(r"<code>(k\d+)</code>", improvements)[:2] == ["k001", "k002"]
+    assert pair_rows(page) == [
+        ("k004", "regressed"),  # errored in B: worst of all
+        ("k000", "regressed"),  # exact 1 → 0
+        ("k003", "regressed"),  # judge 1 → 0.5
+        ("k005", "unchanged"),
+        ("k002", "improved"),  # judge 0.2 → 1
+        ("k001", "improved"),  # exact 0 → 1
+    ]
+    k000_a = a.items.get(item_key="k000").id
+    k000_b = b.items.get(item_key="k000").id
+    assert f'href="/runs/{a.id}/items/{k000_a}/">in A</a>' in page
+    assert f'href="/runs/{b.id}/items/{k000_b}/">in B</a>' in page
+    assert "different experiments" not in page
     charts = json.loads(re.search(r'id="compare-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["labels"] == ["exact", "judge"]
     assert "mcnemar" in page or "wilcoxon" in page
+
+    # Filtered by evaluator and change, as an htmx swap of the table only.
+    judge = client.get(
+        f"/compare/?a={a.id}&b={b.id}&evaluator=judge&change=improved", **target("pairs")
+    ).content.decode()
+    assert judge.lstrip().startswith('<section id="pairs"')
+    assert pair_rows(judge) == [("k002", "improved")]
+    assert "judge A</th>" in judge and "exact A</th>" not in judge
+    by_key = client.get(f"/compare/?a={a.id}&b={b.id}&sort=key").content.decode()
+    assert [key for key, _ in pair_rows(by_key)] == sorted(keys(6))
+
+
+def test_compare_pages_through_every_matched_item(client):
+    a = make_run(keys=keys(120), evaluators=("judge",))
+    b = make_run(keys=keys(120), evaluators=("judge",), scores={"k119": {"judge": 0.0}})
+    first = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert len(pair_rows(first)) == 50 and pair_rows(first)[0] == ("k119", "regressed")
+    assert "Items 1–50 of 120" in first
+    last = client.get(f"/compare/?a={a.id}&b={b.id}&page=3", **target("pairs")).content.decode()
+    # k119 fell first, then the unchanged ones by key: page 3 holds k099 to k118.
+    assert [key for key, _ in pair_rows(last)] == [f"k{i:03d}" for i in range(99, 119)]
 
 
 def test_compare_averages_the_repetitions_of_an_item_before_taking_the_difference(client):
     a = make_run(keys=keys(2), runs=2, scores={"k000#1": {"judge": 0.0}}, evaluators=("judge",))
     b = make_run(keys=keys(2), runs=2, scores={"k001": {"judge": 0.5}}, evaluators=("judge",))
     page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
-    improved = page.split("Improved most")[1]
-    regressed = page.split("Regressed most")[1].split("Improved most")[0]
-    assert re.search(r"<code>k000</code>.*?0\.50.*?1\.00.*?\+0\.50", improved, re.S)
-    assert re.search(r"<code>k001</code>.*?1\.00.*?0\.50.*?-0\.50", regressed, re.S)
-    assert re.search(r"<td class=\"num\">2</td>", page)  # two keys paired, not four rows
+    assert pair_rows(page) == [("k001", "regressed"), ("k000", "improved")]  # two keys, not four
+    assert re.search(r"<bdi>k000</bdi>.*?0\.50.*?1\.00.*?\+0\.50", page, re.S)
+    assert re.search(r"<bdi>k001</bdi>.*?1\.00.*?0\.50.*?-0\.50", page, re.S)
+
+
+def test_compare_of_different_repetition_counts_pairs_every_repetition(client):
+    a = make_run(keys=keys(1), evaluators=("judge",), outputs={"k000": "one answer"})
+    b = make_run(keys=keys(1), runs=3, evaluators=("judge",), outputs={"k000": "two answers"})
+    side = client.get(f"/compare/?a={a.id}&b={b.id}&key=k000", **target("side")).content.decode()
+    assert "not in run A" not in side
+    assert side.count("<h3>Repetition") == 3
+    assert side.count("<del>one</del><ins>two</ins> <del>answer</del><ins>answers</ins>") == 3
+
+
+def test_compare_explains_runs_of_different_experiments(client):
+    a = make_run("qa", keys=keys(3))
+    b = make_run("qa-v2", keys=["k001", "k002", "x"], scores={"k001": {"judge": 0.0}})
+    page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert "A and B are runs of different experiments" in page
+    assert "the 2 keys found in both are compared item by item" in page
+    assert pair_rows(page)[0] == ("k001", "regressed")
+    other = make_run("elsewhere", keys=["z1", "z2"])
+    none = client.get(f"/compare/?a={a.id}&b={other.id}").content.decode()
+    assert "They have no item key in common" in none
 
 
 def test_compare_shows_two_outputs_side_by_side(client):
@@ -335,6 +552,8 @@ def test_compare_shows_two_outputs_side_by_side(client):
     assert side.lstrip().startswith('<section id="side"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in side and "a better answer" in side
     assert "judge says k001" in side
+    # The word diff is escaped like the outputs it compares.
+    assert "<del>&lt;script&gt;alert(1)&lt;/script&gt;</del><ins>a better answer</ins>" in side
     page = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001").content.decode()
     assert "<html" in page and "a better answer" in page
 
@@ -364,6 +583,7 @@ def test_trends_plot_each_evaluator_over_runs_of_an_experiment(client, django_as
     charts = json.loads(re.search(r'id="trend-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["runs"] == [first.id, second.id, untagged.id]
     assert charts["urls"][0] == f"/runs/{first.id}/"
+    assert charts["labels"][0] == first.created_at.strftime("%d %b %Y %H:%M")  # 25 Nov 2026 09:18
     judge = next(s for s in charts["series"] if s["label"] == "judge")
     assert judge["values"] == [0.5, 1.0, 1.0]
     tagged = client.get("/trends/?experiment=qa&tag=nightly", **HTMX).content.decode()
@@ -384,8 +604,11 @@ def test_healthz_names_the_project_without_revealing_its_path(client):
 def test_pages_carry_the_csrf_token_for_htmx_once_and_no_inline_scripts(client):
     run = make_run(keys=keys(2))
     for path in ("/", f"/runs/{run.id}/", f"/compare/?a={run.id}&b={run.id}", "/trends/"):
-        page = client.get(path).content.decode()
+        response = client.get(path)
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "frame-ancestors 'none'" in policy
+        page = response.content.decode()
         assert page.count('hx-headers=\'{"X-CSRFToken"') == 1
         scripts = re.findall(r"<script([^>]*)>", page)
         assert all("src=" in attrs or 'type="application/json"' in attrs for attrs in scripts)
-        assert "cdn" not in page.lower()
+        assert not re.search(r"https?://[^\"']*cdn", page.lower())

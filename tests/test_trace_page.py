@@ -51,7 +51,7 @@ def test_the_item_panel_shows_the_agents_steps_as_a_timeline(site, page):  # noq
     from playwright.sync_api import expect
 
     url, run_id = site
-    page.goto(f"{url}/runs/{run_id}/")
+    page.goto(f"{url}/runs/{run_id}/?view=all")
     page.get_by_role("link", name="#1", exact=True).click()  # Paris
     panel = page.locator("#item-panel")
     expect(panel).to_be_visible()
@@ -80,7 +80,7 @@ def test_the_timeline_reads_without_javascript(site, browser):  # noqa: F811 - f
     )
     tab = context.new_page()
     try:
-        tab.goto(f"{url}/runs/{run_id}/")
+        tab.goto(f"{url}/runs/{run_id}/?view=all")
         tab.get_by_role("link", name="#4", exact=True).click()  # Atlantis: failed in its tool
         tab.wait_for_url("**/items/*/")
         steps = tab.locator("ol.timeline > li")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import template
@@ -89,8 +90,29 @@ def duration(ms: float | None) -> str:
 
 @register.filter
 def cost(value: float | None) -> str:
+    """Dollars to the cent, or to three significant digits under a cent: $0.0000489."""
     value = _number(value)
-    return "—" if value is None else f"${value:.4f}"
+    if value is None:
+        return "—"
+    if value == 0:
+        return "$0.00"
+    if abs(value) >= 1:
+        return f"${value:,.2f}"
+    if abs(value) >= 0.01:
+        return f"${value:.4f}"
+    digits = 2 - math.floor(math.log10(abs(value)))
+    return f"${value:.{digits}f}"
+
+
+@register.filter
+def rate(per_second: float | None) -> str:
+    """Items per second: 12.5 items/s, or per minute when slower than one a second."""
+    value = _number(per_second)
+    if value is None:
+        return "— items/s"
+    if value >= 1:
+        return f"{value:.1f} items/s"
+    return f"{value * 60:.1f} items/min"
 
 
 @register.filter
@@ -118,8 +140,13 @@ def query(context: template.Context, **changes: Any) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
+@register.simple_tag
+def sort_value(column: str, current: str) -> str:
+    """The sort a click on `column` asks for: ascending first, descending on a second click."""
+    return f"-{column}" if current == column else column
+
+
 @register.simple_tag(takes_context=True)
 def sort_query(context: template.Context, column: str, current: str) -> str:
-    """Query string sorting by `column`: ascending first, descending on a second click."""
-    target = f"-{column}" if current == column else column
-    return query(context, sort=target, page=None)
+    """The current query string sorting by `column` (see `sort_value`), from page 1."""
+    return query(context, sort=sort_value(column, current), page=None)

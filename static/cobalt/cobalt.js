@@ -1,4 +1,5 @@
-/* Cobalt dashboard: draws Chart.js charts from json_script data and opens the item panel.
+/* Cobalt dashboard: draws Chart.js charts from json_script data, opens the item panel (its own
+ * URL; j/k step through the items), carries sorts in the filter form, remembers the theme.
  * A <canvas data-chart="KIND" data-source="ID"> is drawn from the JSON in <script id="ID">;
  * canvases swapped in by htmx are drawn after they settle. No inline scripts anywhere. */
 (function () {
@@ -16,20 +17,6 @@
   var scoreAxis = { min: 0, max: 1, ticks: { stepSize: 0.2 } };
 
   var builders = {
-    bars: function (d) {
-      return {
-        type: "bar",
-        data: {
-          labels: d.bars.labels,
-          datasets: [{
-            label: "average score",
-            data: d.bars.values,
-            backgroundColor: d.bars.labels.map(function (_, i) { return colour(i, 0.75); }),
-          }],
-        },
-        options: { indexAxis: "y", scales: { x: scoreAxis }, plugins: { legend: { display: false } } },
-      };
-    },
     histogram: function (d) {
       return {
         type: "bar",
@@ -63,7 +50,7 @@
           datasets: d.series.map(function (s, i) {
             return {
               label: s.label, data: s.values, borderColor: colour(i), backgroundColor: colour(i),
-              pointRadius: 4, pointHoverRadius: 7, spanGaps: true, tension: 0.2,
+              pointRadius: 4, pointHoverRadius: 7, spanGaps: false, tension: 0,
             };
           }),
         },
@@ -86,6 +73,10 @@
 
   function draw(root) {
     if (!window.Chart) return;
+    // Axis and legend text in the page's colours (light or dark).
+    var style = getComputedStyle(document.documentElement);
+    window.Chart.defaults.color = style.getPropertyValue("--muted").trim() || "#5b6472";
+    window.Chart.defaults.borderColor = style.getPropertyValue("--line").trim() || "#e5e7eb";
     root.querySelectorAll("canvas[data-chart]:not([data-drawn])").forEach(function (canvas) {
       var source = document.getElementById(canvas.dataset.source);
       var build = builders[canvas.dataset.chart];
@@ -105,10 +96,30 @@
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { draw(document); });
+  // "Copy as JSON" buttons need script: shown only when it runs.
+  function enableCopy(root) {
+    root.querySelectorAll("[data-needs-js][hidden]").forEach(function (button) {
+      button.hidden = false;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-copy]");
+    var source = button && document.getElementById(button.dataset.copy);
+    if (!source || !navigator.clipboard) return;
+    var text = JSON.stringify(JSON.parse(source.textContent), null, 2);
+    navigator.clipboard.writeText(text).then(function () { button.textContent = "Copied"; });
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    draw(document);
+    enableCopy(document);
+    restorePicks(document);
+  });
   document.addEventListener("htmx:beforeSwap", function (event) { destroy(event.detail.target); });
   document.addEventListener("htmx:afterSettle", function () {
     draw(document);
+    enableCopy(document);
+    restorePicks(document);
     var panel = document.querySelector("#panel dialog.floating[open]");
     if (panel && !panel.hasAttribute("data-modal")) {
       // Reopen as a modal: a backdrop, Escape closes it, focus moves into it.
@@ -123,6 +134,109 @@
     });
     draw(document);
   });
+  // A sort header is a link (it works without script); with script it sets the sort in its
+  // filter form and submits that form, so one form carries the filters and the sort. Its
+  // requests queue (hx-sync "queue last"): a typed filter and a sort clicked at once end in
+  // one table whose URL says both.
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("a[data-sort][data-form]");
+    var form = link && document.getElementById(link.dataset.form);
+    var field = form && form.querySelector("input[name=sort]");
+    if (!field || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    field.value = link.dataset.sort;
+    form.requestSubmit();
+  });
+
+  // Compare picks (A and B radios on the runs list) survive paging, sorting and filtering:
+  // kept for the tab's session, re-checked after each swap, and sent with the compare form
+  // even when the picked run's row is on another page.
+  var PICKS = { a: "cobalt-compare-a", b: "cobalt-compare-b" };
+  function picked(side) {
+    try { return sessionStorage.getItem(PICKS[side]) || ""; } catch (e) { return ""; }
+  }
+  function restorePicks(root) {
+    ["a", "b"].forEach(function (side) {
+      var id = picked(side);
+      var radio = id && root.querySelector("form.compare-runs input[name=" + side + "][value='" + CSS.escape(id) + "']");
+      if (radio) radio.checked = true;
+    });
+    var shown = document.getElementById("compare-picks");
+    if (shown) {
+      shown.textContent = ["a", "b"].map(function (side) {
+        return side.toUpperCase() + ": " + (picked(side) || "—");
+      }).join(" · ");
+      shown.hidden = false;
+    }
+  }
+  document.addEventListener("change", function (event) {
+    var radio = event.target;
+    if (!radio.closest || !radio.closest("form.compare-runs") || !PICKS[radio.name]) return;
+    try { sessionStorage.setItem(PICKS[radio.name], radio.value); } catch (e) { /* blocked */ }
+    restorePicks(document);
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.classList || !form.classList.contains("compare-runs")) return;
+    ["a", "b"].forEach(function (side) {
+      if (form.querySelector("input[name=" + side + "]:checked") || !picked(side)) return;
+      var hidden = document.createElement("input");
+      hidden.type = "hidden";
+      hidden.name = side;
+      hidden.value = picked(side);
+      form.appendChild(hidden);
+    });
+  });
+
+  // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
+  // it goes back past those steps to the page it opened over; j and k open the next and the
+  // previous item.
+  var ITEM_PATH = /\/items\/\d+\/$/;
+  var itemSteps = 0;
+  document.addEventListener("htmx:pushedIntoHistory", function (event) {
+    itemSteps = ITEM_PATH.test(event.detail.path) ? itemSteps + 1 : 0;
+  });
+  document.addEventListener("htmx:historyRestore", function () {
+    if (!ITEM_PATH.test(location.pathname)) itemSteps = 0;
+  });
+  document.addEventListener("close", function (event) {
+    var dialog = event.target;
+    if (dialog.id === "item-panel" && dialog.isConnected && !dialog.open && itemSteps > 0 &&
+        ITEM_PATH.test(location.pathname)) {
+      var steps = itemSteps;
+      itemSteps = 0;
+      history.go(-steps);
+    }
+  }, true);
+  document.addEventListener("keydown", function (event) {
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    var target = event.target;
+    if (target.closest && target.closest("input, select, textarea, [contenteditable]")) return;
+    var rel = event.key === "j" ? "next" : event.key === "k" ? "prev" : null;
+    var link = rel && document.querySelector("#item-panel a[data-step=" + rel + "]");
+    if (link) {
+      event.preventDefault();
+      link.click();
+    }
+  });
+
+  // Dark mode follows the system unless the toggle chose one; the choice is remembered.
+  var THEME_KEY = "cobalt-theme";
+  function applyTheme(theme) {
+    if (theme) document.documentElement.setAttribute("data-theme", theme);
+    else document.documentElement.removeAttribute("data-theme");
+  }
+  try { applyTheme(localStorage.getItem(THEME_KEY)); } catch (e) { /* storage blocked */ }
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest && event.target.closest("#theme-toggle");
+    if (!toggle) return;
+    var dark = document.documentElement.getAttribute("data-theme") === "dark" ||
+      (!document.documentElement.hasAttribute("data-theme") && matchMedia("(prefers-color-scheme: dark)").matches);
+    var theme = dark ? "light" : "dark";
+    applyTheme(theme);
+    try { localStorage.setItem(THEME_KEY, theme); } catch (e) { /* storage blocked */ }
+  });
+
   document.addEventListener("click", function (event) {
     var dialog = event.target;
     if (dialog instanceof HTMLDialogElement && dialog.hasAttribute("data-modal")) {

@@ -1,0 +1,354 @@
+"""Reads behind the compare page: the per-evaluator summary, every matched item A against B,
+and one item side by side with a word-level diff of its two outputs.
+
+The summary is `selectors.compare_runs`, shared with the CLI, the API and the MCP tool; the
+per-item table reuses the same `key_scores` read (one pass over both runs' verdicts), so the
+page pairs every item once per request.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Min
+
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.page_items import pretty
+from cobalt_app.page_selectors import pass_marks, score_verdict
+from cobalt_app.selectors import compare_runs, key_scores
+from cobalt_app.significance import ALPHA
+
+CHANGES = ("regressed", "improved", "unchanged")
+PAIR_SORTS = ("delta", "-delta", "key")
+DIFF_LIMIT = 20_000  # characters of each output the diff reads (SequenceMatcher is quadratic)
+EPSILON = 1e-12
+# Every status but ok, listed: an IN stays on the `(run, status)` index where `!= ok` scans.
+NOT_OK = [status for status in ItemResult.Status.values if status != ItemResult.Status.OK]
+
+
+@dataclass
+class PairRow:
+    """One item key matched in both runs: each evaluator's (repetition-averaged) A, B and Δ."""
+
+    key: str
+    scores: list[dict[str, Any]]
+    status_a: str
+    status_b: str
+    change: str
+    item_a: int | None = None
+    item_b: int | None = None
+
+
+@dataclass
+class PairTable:
+    rows: list[PairRow]
+    evaluators: list[str]
+    number: int
+    per_page: int
+    total: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+    @property
+    def columns(self) -> int:
+        return 3 * len(self.evaluators) + 3
+
+    @property
+    def summary(self) -> str:
+        if not self.total:
+            return "No matched items"
+        start = (self.number - 1) * self.per_page + 1
+        end = min(self.total, self.number * self.per_page)
+        return f"Items {start:,}–{end:,} of {self.total:,}"
+
+
+@dataclass
+class Comparison:
+    a: Run
+    b: Run
+    evaluators: list[dict[str, Any]]
+    matched: int
+    only_in_a: int
+    only_in_b: int
+    table: PairTable
+    alpha: float = ALPHA
+
+    @property
+    def same_experiment(self) -> bool:
+        return self.a.name == self.b.name
+
+    @property
+    def chart_data(self) -> dict[str, Any]:
+        return {
+            "labels": [e["name"] for e in self.evaluators],
+            "a": [e["a"] for e in self.evaluators],
+            "b": [e["b"] for e in self.evaluators],
+            "labelA": f"A · {self.a.id}",
+            "labelB": f"B · {self.b.id}",
+        }
+
+
+def compare(
+    a: Run,
+    b: Run,
+    *,
+    evaluator: str = "",
+    change: str = "",
+    sort: str = "delta",
+    page: int = 1,
+    per_page: int = 50,
+    alpha: float = ALPHA,
+) -> Comparison:
+    """The compare page: `selectors.compare_runs` per evaluator, and a page of every item
+    matched by key (filtered by evaluator and by change, sorted by Δ or key)."""
+    scores = key_scores(a, b)
+    diff = compare_runs(a, b, top=0, alpha=alpha, scores=scores)
+    marks = pass_marks(a) | pass_marks(b)
+    evaluators = []
+    for name, values in diff["evaluators"].items():
+        test = diff["significance"][name]
+        evaluators.append(
+            {
+                "name": name,
+                **values,
+                "verdictA": score_verdict(values["a"], marks.get(name)),
+                "verdictB": score_verdict(values["b"], marks.get(name)),
+                "pairs": test["n"],
+                "meanDelta": test["delta"],
+                "ci": test["ci"],
+                "pValue": test["pValue"],
+                "test": test["test"],
+                "verdict": test["verdict"],
+            }
+        )
+    names = [e["name"] for e in evaluators]
+    table = pair_table(
+        a,
+        b,
+        scores,
+        [evaluator] if evaluator else names,
+        marks,
+        change=change,
+        sort=sort,
+        page=page,
+        per_page=per_page,
+    )
+    return Comparison(
+        a=a,
+        b=b,
+        evaluators=evaluators,
+        matched=diff["matchedItems"],
+        only_in_a=len(diff["onlyInA"]),
+        only_in_b=len(diff["onlyInB"]),
+        table=table,
+        alpha=diff["alpha"],
+    )
+
+
+def pair_table(
+    a: Run,
+    b: Run,
+    scores: dict[str, dict[str, dict[str, float]]],
+    names: list[str],
+    marks: dict[str, float],
+    *,
+    change: str = "",
+    sort: str = "delta",
+    page: int = 1,
+    per_page: int = 50,
+) -> PairTable:
+    """Every key scored (or failed) in both runs, A against B on the `names` evaluators.
+
+    An item that errored or timed out in one run only counts as regressed (in B) or improved
+    (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
+    none fell. The changes of every pair are classified and sorted as arrays; only the shown
+    page becomes rows. Two queries: the failed items of both runs, then the page's item ids.
+    """
+    import numpy as np
+
+    failed: dict[str, dict[str, str]] = {a.id: {}, b.id: {}}
+    for run_id, key, status in ItemResult.objects.filter(
+        run_id__in=[a.id, b.id], run_index=0, status__in=NOT_OK
+    ).values_list("run_id", "item_key", "status"):
+        failed[run_id][key] = status
+    by_a = {name: scores[a.id].get(name, {}) for name in names}
+    by_b = {name: scores[b.id].get(name, {}) for name in names}
+    keys_a = set(failed[a.id]).union(*(s.keys() for s in by_a.values()))
+    keys_b = set(failed[b.id]).union(*(s.keys() for s in by_b.values()))
+    keys = sorted(keys_a & keys_b)
+    count = len(keys)
+    nan = float("nan")
+
+    def matrix(by: dict[str, dict[str, float]]) -> Any:
+        rows = [[by[name].get(key, nan) for key in keys] for name in names]
+        return np.array(rows, dtype=float).reshape(len(names), count)
+
+    before, after = matrix(by_a), matrix(by_b)
+    deltas = after - before
+    broke = np.fromiter((k in failed[b.id] and k not in failed[a.id] for k in keys), bool, count)
+    mended = np.fromiter((k in failed[a.id] and k not in failed[b.id] for k in keys), bool, count)
+    with np.errstate(invalid="ignore"):
+        fell = (deltas < -EPSILON).any(axis=0)
+        rose = (deltas > EPSILON).any(axis=0)
+    regressed = broke | (~mended & fell)
+    improved = ~regressed & (mended | rose)
+    changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
+    counts = {name: int((changes == i).sum()) for i, name in enumerate(CHANGES)}
+    if names:  # each pair's largest fall and rise (a missing score is no change)
+        lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+        highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+    else:
+        lowest = highest = np.zeros(count)
+    worst = np.where(broke, -np.inf, lowest)
+    best = np.where(mended, np.inf, highest)
+    selected = np.arange(count)
+    if change in CHANGES:
+        selected = selected[changes == CHANGES.index(change)]
+    if sort == "delta":
+        selected = selected[np.lexsort((best[selected], worst[selected]))]
+    elif sort == "-delta":
+        selected = selected[np.lexsort((-worst[selected], -best[selected]))]
+    total = len(selected)
+    number = min(max(1, page), max(1, math.ceil(total / per_page)))
+    shown = selected[(number - 1) * per_page : number * per_page].tolist()
+    rows = []
+    for i in shown:
+        key = keys[i]
+        cells = []
+        for n, name in enumerate(names):
+            score_a, score_b = by_a[name].get(key), by_b[name].get(key)
+            cells.append(
+                {
+                    "name": name,
+                    "a": score_a,
+                    "b": score_b,
+                    "delta": None if math.isnan(deltas[n, i]) else float(deltas[n, i]),
+                    "verdictA": score_verdict(score_a, marks.get(name)),
+                    "verdictB": score_verdict(score_b, marks.get(name)),
+                }
+            )
+        status_a = failed[a.id].get(key, ItemResult.Status.OK)
+        status_b = failed[b.id].get(key, ItemResult.Status.OK)
+        rows.append(PairRow(key, cells, status_a, status_b, CHANGES[int(changes[i])]))
+    if rows:
+        ids = (
+            ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
+            .values("run_id", "item_key")
+            .annotate(first=Min("id"))
+            .values_list("run_id", "item_key", "first")
+        )
+        found = {(run_id, key): item_id for run_id, key, item_id in ids}
+        for row in rows:
+            row.item_a = found.get((a.id, row.key))
+            row.item_b = found.get((b.id, row.key))
+    return PairTable(rows, names, number, per_page, total, counts)
+
+
+# Side by side -------------------------------------------------------------------------------
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """(op, text) segments turning `before` into `after` word by word; op is "same", "del"
+    or "ins". The texts are plain strings: the template escapes them."""
+    old, new = _words(before[:DIFF_LIMIT]), _words(after[:DIFF_LIMIT])
+    segments: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            segments.append(("same", "".join(old[i1:i2])))
+            continue
+        if op in ("delete", "replace"):
+            segments.append(("del", "".join(old[i1:i2])))
+        if op in ("insert", "replace"):
+            segments.append(("ins", "".join(new[j1:j2])))
+    return segments
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\s+|\w+|[^\w\s]", text)
+
+
+def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
+    """The item with this key in both runs, repetition by repetition, outputs diffed.
+
+    Runs with different repetition counts pair each repetition of the longer run with the
+    last repetition of the shorter one, so every repetition is shown against something.
+    """
+    items = (
+        ItemResult.objects.filter(run__in=[a, b], item_key=key)
+        .prefetch_related("evaluations")
+        .order_by("run_index")
+    )
+    sides: dict[str, list[ItemResult]] = defaultdict(list)
+    for item in items:
+        sides["a" if item.run_id == a.id else "b"].append(item)
+    if not sides:
+        return []
+    names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
+    marks = pass_marks(a) | pass_marks(b)
+    result = []
+    for n in range(max(len(sides["a"]), len(sides["b"]))):
+        pair = {side: sides[side][min(n, len(sides[side]) - 1)] for side in "ab" if sides[side]}
+        verdicts = {
+            side: {e.evaluator: e for e in item.evaluations.all()} for side, item in pair.items()
+        }
+        output_a = _text(pair["a"].output) if "a" in pair else ""
+        output_b = _text(pair["b"].output) if "b" in pair else ""
+        rows = []
+        for name in names:
+            va, vb = verdicts.get("a", {}).get(name), verdicts.get("b", {}).get(name)
+            rows.append(
+                {
+                    "name": name,
+                    "a": va,
+                    "b": vb,
+                    "verdictA": _verdict_of(va, marks.get(name)),
+                    "verdictB": _verdict_of(vb, marks.get(name)),
+                }
+            )
+        result.append(
+            {
+                "a": pair.get("a"),
+                "b": pair.get("b"),
+                "input": pretty((pair.get("a") or pair.get("b")).input),
+                "outputA": output_a,
+                "outputB": output_b,
+                "diff": word_diff(output_a, output_b) if len(pair) == 2 else [],
+                "verdicts": rows,
+            }
+        )
+    return result
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else pretty(value)
+
+
+def _verdict_of(evaluation: Any, mark: float | None) -> str:
+    if evaluation is None:
+        return "none"
+    if evaluation.status != "ok":
+        return "error"
+    return score_verdict(evaluation.score, mark)
+
+
+def recent_runs(limit: int = 100) -> list[Run]:
+    return list(
+        Run.objects.only("id", "name", "created_at", "status").order_by("-created_at")[:limit]
+    )

@@ -1,0 +1,547 @@
+"""Reads behind a run's items: the failures view (worst first), the items table (filtered,
+sorted and paginated on the server), the item panel, and flaky marks.
+
+Pages of items find their ids with narrow queries on indexed columns, then load only those
+rows: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import F, FilteredRelation, Min, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+
+from cobalt_app import trace_spans
+from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
+from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.page_selectors import pass_marks, score_verdict
+
+TEXT_PREVIEW = 160
+ITEM_SORTS = {
+    "index": ("item_index", "run_index"),
+    "latency": ("latency_ms",),
+    "tokens": ("tokens",),
+}
+
+
+# Items table --------------------------------------------------------------------------------
+
+
+@dataclass
+class ItemRow:
+    id: int
+    number: int  # for people: 1-based, as in the terminal (`item_index` + 1)
+    run_index: int
+    key: str
+    status: str
+    input: str
+    output: str
+    latency_ms: float | None
+    tokens: int
+    error: str
+    scores: list[dict[str, Any]] = field(default_factory=list)
+    # An item run several times (`--runs K`): every repetition, and per evaluator the mean,
+    # stddev and how many repetitions passed (pass@k: at least one did).
+    repetitions: list[ItemRow] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def why(self) -> str:
+        """Why the item failed: its error, else each failing evaluator with its reason."""
+        if self.error:
+            return self.error
+        if self.status not in (ItemResult.Status.OK, ItemResult.Status.PENDING):
+            return self.status
+        failing = [s for s in self.scores if s.get("verdict") in ("fail", "error")]
+        return preview(
+            "; ".join(f"{s['name']}: {s.get('reason') or s.get('error') or ''}" for s in failing)
+        )
+
+
+@dataclass
+class ItemsPage:
+    rows: list[ItemRow]
+    number: int
+    per_page: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+    @property
+    def start(self) -> int:
+        return (self.number - 1) * self.per_page + 1 if self.total else 0
+
+    @property
+    def end(self) -> int:
+        return min(self.total, self.number * self.per_page)
+
+    @property
+    def summary(self) -> str:
+        if not self.total:
+            return "No items"
+        return f"Items {self.start:,}–{self.end:,} of {self.total:,}"
+
+
+ROW_FIELDS = (
+    "id",
+    "item_index",
+    "run_index",
+    "item_key",
+    "status",
+    "input",
+    "output",
+    "latency_ms",
+    "tokens",
+    "error",
+)
+
+
+def item_page(
+    run: Run,
+    *,
+    status: str = "",
+    evaluator: str = "",
+    min_score: float | None = None,
+    max_score: float | None = None,
+    sort: str = "index",
+    page: int = 1,
+    per_page: int = 50,
+) -> ItemsPage:
+    """One page of a run's items with their scores.
+
+    The page's ids are found with a narrow query on indexed columns, then only those rows are
+    loaded: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
+    Score filters and score sorts read the `(run, evaluator, score)` index.
+    """
+    descending = sort.startswith("-")
+    key = sort.lstrip("-")
+    sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
+    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
+    if ranged and sort_evaluator in ("", evaluator):
+        verdicts = _verdicts(run, evaluator, status, min_score, max_score)
+        total = verdicts.count()
+        number, offset = _clamp(page, total, per_page)
+        if sort_evaluator:
+            order = ["-score", "-id"] if descending else ["score", "id"]
+        elif key == "index":
+            # Item ids follow (item_index, run_index): rows are created in that order.
+            order = ["-item_id"] if descending else ["item_id"]
+        else:
+            column = f"item__{ITEM_SORTS[key][0]}"
+            order = [f"-{column}" if descending else column, "item_id"]
+        page_ids = verdicts.order_by(*order).values_list("item_id", flat=True)
+        ids = list(page_ids[offset : offset + per_page])
+    elif sort_evaluator and not ranged:
+        total = _items(run, status).count()
+        number, offset = _clamp(page, total, per_page)
+        ids = _ids_by_score(run, sort_evaluator, status, descending, offset, per_page)
+    else:
+        items = _items(run, status)
+        if ranged:
+            items = items.annotate(
+                verdict=FilteredRelation(
+                    "evaluations", condition=Q(evaluations__evaluator=evaluator)
+                )
+            )
+            if min_score is not None:
+                items = items.filter(verdict__score__gte=min_score)
+            if max_score is not None:
+                items = items.filter(verdict__score__lte=max_score)
+        total = items.count()
+        number, offset = _clamp(page, total, per_page)
+        if sort_evaluator:
+            items = items.annotate(
+                ranked=FilteredRelation(
+                    "evaluations", condition=Q(evaluations__evaluator=sort_evaluator)
+                )
+            )
+            score = F("ranked__score")
+            ranked = score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)
+            order = [ranked, "item_index", "run_index"]
+        else:
+            columns = ITEM_SORTS.get(key, ITEM_SORTS["index"])
+            order = [f"-{c}" if descending else c for c in columns]
+            if key != "index":
+                order += ["item_index", "run_index"]
+        ids = list(items.order_by(*order).values_list("id", flat=True)[offset : offset + per_page])
+    return _page_of(run, ids, number, per_page, total)
+
+
+def repeated_item_page(run: Run, *, page: int = 1, per_page: int = 50) -> ItemsPage:
+    """One page of a run with repetitions, one row per item (in index order) with each
+    evaluator's mean, stddev and passing repetitions; each repetition under it.
+
+    Four queries, as for a page of single rows: the item count, the page's item indexes (on
+    the unique `(run, item_index, run_index)` index), every repetition's row, their scores.
+    """
+    firsts = ItemResult.objects.filter(run=run, run_index=0)
+    total = firsts.count()
+    number, offset = _clamp(page, total, per_page)
+    ordered = firsts.order_by("item_index").values_list("item_index", flat=True)
+    indexes = list(ordered[offset : offset + per_page])
+    loaded = list(
+        ItemResult.objects.filter(run=run, item_index__in=indexes)
+        .only(*ROW_FIELDS)
+        .order_by("item_index", "run_index")
+    )
+    scores = _scores_of([item.id for item in loaded])
+    names, marks = run.evaluator_names, pass_marks(run)
+    grouped: dict[int, list[ItemRow]] = defaultdict(list)
+    for item in loaded:
+        grouped[item.item_index].append(_item_row(item, scores.get(item.id, {}), names, marks))
+    rows = []
+    for index in indexes:
+        repetitions = grouped.get(index)
+        if not repetitions:
+            continue
+        first = repetitions[0]
+        first.repetitions = repetitions
+        first.summary = [
+            _repeated_scores(name, [r.scores[n] for r in repetitions], marks.get(name))
+            for n, name in enumerate(names)
+        ]
+        rows.append(first)
+    return ItemsPage(rows=rows, number=number, per_page=per_page, total=total)
+
+
+def _repeated_scores(name: str, cells: list[dict[str, Any]], mark: float | None) -> dict[str, Any]:
+    values = [c["score"] for c in cells if c.get("verdict") in ("pass", "fail")]
+    mean = sum(values) / len(values) if values else None
+    stddev = (
+        math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if mean is not None else None
+    )
+    passes = sum(1 for c in cells if c.get("verdict") == "pass")
+    return {
+        "name": name,
+        "mean": mean,
+        "stddev": stddev,
+        "passes": passes,
+        "k": len(cells),
+        "passAtK": passes > 0,
+        "verdict": "error" if mean is None and cells else score_verdict(mean, mark),
+    }
+
+
+def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int = 50) -> ItemsPage:
+    """The run's failures, worst first: items that errored or timed out (by index), then items
+    with an evaluation error, then items by their lowest score below its pass mark. With
+    `evaluator`, only that evaluator's errors and scores count (failed items always do).
+
+    Both parts read indexes: `(run, status)` for items, `(run, evaluator, score)` for verdicts.
+    """
+    broken = ItemResult.objects.filter(
+        run=run, status__in=(ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT)
+    )
+    marks = pass_marks(run)
+    names = [evaluator] if evaluator else list(marks)
+    below = Q(pk__in=[])
+    for name in names:
+        below |= Q(evaluator=name, score__lt=marks[name])
+    unscored = ~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)
+    if evaluator:
+        unscored &= Q(evaluator=evaluator)
+    failing = (
+        Evaluation.objects.filter(run=run)
+        .filter(unscored | below)
+        .values("item_id")
+        .annotate(worst=Min(Coalesce("score", Value(-1.0))))
+        .order_by("worst", "item_id")
+    )
+    broken_count = broken.count()
+    total = broken_count + failing.count()
+    number, offset = _clamp(page, total, per_page)
+    ids: list[int] = []
+    if offset < broken_count:
+        ordered = broken.order_by("item_index", "run_index").values_list("id", flat=True)
+        ids = list(ordered[offset : offset + per_page])
+    if len(ids) < per_page:
+        start = max(0, offset - broken_count)
+        worst = failing.values_list("item_id", flat=True)
+        ids += list(worst[start : start + per_page - len(ids)])
+    return _page_of(run, ids, number, per_page, total)
+
+
+def _page_of(run: Run, ids: list[int], number: int, per_page: int, total: int) -> ItemsPage:
+    loaded = ItemResult.objects.only(*ROW_FIELDS).in_bulk(ids)
+    scores = _scores_of(ids)
+    names = run.evaluator_names
+    marks = pass_marks(run)
+    return ItemsPage(
+        rows=[_item_row(loaded[i], scores.get(i, {}), names, marks) for i in ids if i in loaded],
+        number=number,
+        per_page=per_page,
+        total=total,
+    )
+
+
+def _items(run: Run, status: str) -> QuerySet[ItemResult]:
+    items = ItemResult.objects.filter(run=run)
+    return items.filter(status=status) if status else items
+
+
+def _verdicts(
+    run: Run, name: str, status: str, min_score: float | None, max_score: float | None
+) -> QuerySet[Evaluation]:
+    verdicts = Evaluation.objects.filter(run=run, evaluator=name, score__isnull=False)
+    if min_score is not None:
+        verdicts = verdicts.filter(score__gte=min_score)
+    if max_score is not None:
+        verdicts = verdicts.filter(score__lte=max_score)
+    if status:
+        verdicts = verdicts.filter(item__status=status)
+    return verdicts
+
+
+def _clamp(page: int, total: int, per_page: int) -> tuple[int, int]:
+    number = min(max(1, page), max(1, math.ceil(total / per_page)))
+    return number, (number - 1) * per_page
+
+
+def _ids_by_score(
+    run: Run, name: str, status: str, descending: bool, offset: int, limit: int
+) -> list[int]:
+    """Scored items in score order, then the items without a score (errors) by index."""
+    scored = _verdicts(run, name, status, None, None)
+    scored_count = scored.count()
+    ids: list[int] = []
+    if offset < scored_count:
+        order = ["-score", "-id"] if descending else ["score", "id"]
+        ranked = scored.order_by(*order).values_list("item_id", flat=True)
+        ids = list(ranked[offset : offset + limit])
+    if len(ids) < limit:
+        start = max(0, offset - scored_count)
+        unscored = (
+            _items(run, status)
+            .exclude(id__in=_verdicts(run, name, "", None, None).values("item_id"))
+            .order_by("item_index", "run_index")
+            .values_list("id", flat=True)
+        )
+        ids += list(unscored[start : start + limit - len(ids)])
+    return ids
+
+
+def _scores_of(item_ids: list[int]) -> dict[int, dict[str, dict[str, Any]]]:
+    result: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    if not item_ids:
+        return result
+    rows = Evaluation.objects.filter(item_id__in=item_ids).values_list(
+        "item_id", "evaluator", "score", "status", "cached", "reason", "error"
+    )
+    for item_id, name, score, status, cached, reason, error in rows:
+        result[item_id][name] = {
+            "score": score,
+            "status": status,
+            "cached": cached,
+            "reason": preview(reason or ""),
+            "error": preview(error or ""),
+        }
+    return result
+
+
+def _item_row(
+    item: ItemResult,
+    scores: dict[str, dict[str, Any]],
+    names: list[str],
+    marks: dict[str, float],
+) -> ItemRow:
+    names = names or sorted(scores)
+    cells = []
+    for name in names:
+        cell = scores.get(name, {"score": None, "status": None})
+        if cell["status"] not in (None, Evaluation.Status.OK) or (
+            cell["status"] and cell["score"] is None
+        ):
+            verdict = "error"
+        else:
+            verdict = score_verdict(cell["score"], marks.get(name))
+        cells.append({"name": name, **cell, "verdict": verdict})
+    return ItemRow(
+        id=item.id,
+        number=item.item_index + 1,
+        run_index=item.run_index,
+        key=item.item_key,
+        status=item.status,
+        input=preview(input_text(item.input)),
+        output=preview(output_text(item.output)),
+        latency_ms=item.latency_ms,
+        tokens=item.tokens,
+        error=preview(item.error),
+        scores=cells,
+    )
+
+
+def input_text(value: Any) -> str:
+    """The item's `input` field when it has one, otherwise the whole item as JSON."""
+    if isinstance(value, dict) and "input" in value:
+        value = value["input"]
+    return value if isinstance(value, str) else _compact(value)
+
+
+def output_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else _compact(value)
+
+
+def preview(text: str, limit: int = TEXT_PREVIEW) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def pretty(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def item_detail(run: Run, item_id: int) -> ItemResult | None:
+    """One item of a run with its evaluations (ordered by the run's evaluator order)."""
+    item = ItemResult.objects.filter(run=run, id=item_id).select_related("trace").first()
+    if item is None:
+        return None
+    order = {name: i for i, name in enumerate(run.evaluator_names)}
+    item.verdicts = sorted(
+        Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
+    )
+    stored = getattr(item, "trace", None)  # none when no step was captured
+    steps = stored.steps if stored is not None else []
+    item.timeline = trace_spans.timeline(steps)
+    item.trace_summary = trace_spans.summary(steps) if steps else ""
+    marks = pass_marks(run)
+    for verdict in item.verdicts:  # the colour of its score cell
+        unscored = verdict.status != Evaluation.Status.OK or verdict.score is None
+        verdict.verdict = (
+            "error" if unscored else score_verdict(verdict.score, marks.get(verdict.evaluator))
+        )
+    return item
+
+
+def item_neighbours(run: Run, item: ItemResult) -> tuple[int | None, int | None]:
+    """The ids of the run's items just before and after this one (ids follow the index)."""
+    items = ItemResult.objects.filter(run=run)
+    before = items.filter(id__lt=item.id).order_by("-id").values_list("id", flat=True).first()
+    after = items.filter(id__gt=item.id).order_by("id").values_list("id", flat=True).first()
+    return before, after
+
+
+EXPECTED_FIELDS = ("expected_output", "expected")
+
+
+def expected_output(run: Run, item_input: Any) -> str:
+    """The item's expected output: the field its evaluators read, else `expected_output` or
+    `expected`; "" when it has none."""
+    if not isinstance(item_input, dict):
+        return ""
+    named = [e["field"] for e in run.config.get("evaluators", []) if e.get("field")]
+    for name in dict.fromkeys([*named, *EXPECTED_FIELDS]):
+        if item_input.get(name) is not None:
+            return pretty(item_input[name])
+    return ""
+
+
+def item_json(item: ItemResult) -> dict[str, Any]:
+    """The item as the panel's "Copy as JSON" gives it."""
+    return {
+        "run": item.run_id,
+        "key": item.item_key,
+        "index": item.item_index,
+        "repetition": item.run_index,
+        "status": item.status,
+        "input": item.input,
+        "output": item.output,
+        "error": item.error or None,
+        "metadata": item.metadata,
+        "latencyMs": item.latency_ms,
+        "tokens": item.tokens,
+        "cost": item.cost,
+        "evaluations": [
+            {
+                "evaluator": v.evaluator,
+                "score": v.score,
+                "status": v.status,
+                "reason": v.reason,
+                "error": v.error or None,
+            }
+            for v in item.verdicts
+        ],
+    }
+
+
+# Settings of how a run was executed, not of what ran: they do not make another version.
+EXECUTION_SETTINGS = ("concurrency", "runs", "repeat_flaky")
+
+
+def version_fingerprint(run: Run) -> str:
+    """What makes two runs the same version of an experiment: file, settings and evaluators
+    (not how many repetitions or how concurrently), tags and git commit. Verdicts that change
+    between versions say the agent changed, not that it is flaky."""
+    config = {k: v for k, v in run.config.items() if k not in EXECUTION_SETTINGS}
+    dataset = config.get("dataset")
+    if isinstance(dataset, dict):  # a sample of the same dataset is the same version
+        config["dataset"] = {k: v for k, v in dataset.items() if k not in ("size", "sampleSeed")}
+    return json.dumps(
+        [run.file, config, sorted(run.tags or []), run.git_commit], sort_keys=True, default=str
+    )
+
+
+def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
+    """The flaky items among `keys`: verdicts that flipped across the repetitions of this run
+    and of the earlier runs of the same version (`version_fingerprint`), never across
+    versions. Two queries: the candidate runs, then their observations of these keys."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    fingerprint = version_fingerprint(run)
+    candidates = Run.objects.filter(
+        name=run.name, status__in=Run.FINISHED, parent__isnull=True, created_at__lte=run.created_at
+    ).only("id", "file", "config", "tags", "git_commit")
+    same = [
+        other.id
+        for other in candidates.order_by("-created_at", "-id")[:HISTORY_RUNS]
+        if other.id == run.id or version_fingerprint(other) == fingerprint
+    ]
+    if run.id not in same:
+        same.append(run.id)  # still running: its repetitions so far
+    found = item_flakiness(observations(list(reversed(same)), keys=keys))
+    return {key: item for key, item in found.items() if item.flaky}
+
+
+def conversation_turns(output: Any, metadata: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A conversation's messages for the item page, each assistant reply with its per-turn
+    scores (`per_turn=True` evaluators); [] when the output is not a conversation."""
+    from cobalt_app.conversation import is_transcript
+
+    if not is_transcript(output):
+        return []
+    info = (metadata or {}).get("conversation") or {}
+    per_turn = info.get("turnScores") or {}
+    turns, reply = [], 0
+    for message in output:
+        entry = {"role": message["role"], "content": message.get("content", ""), "scores": []}
+        if message["role"] == "assistant":
+            entry["scores"] = [
+                (name, scores[reply]) for name, scores in per_turn.items() if reply < len(scores)
+            ]
+            reply += 1
+        turns.append(entry)
+    return turns
