@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Min
 
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.page_items import pretty
+from cobalt_app.page_items import Paging, pretty
 from cobalt_app.page_selectors import pass_marks, score_verdict
 from cobalt_app.selectors import compare_runs, key_scores
 from cobalt_app.significance import ALPHA
@@ -45,25 +45,10 @@ class PairRow:
 
 
 @dataclass
-class PairTable:
-    rows: list[PairRow]
-    evaluators: list[str]
-    number: int
-    per_page: int
-    total: int
+class PairTable(Paging):
+    rows: list[PairRow] = field(default_factory=list)
+    evaluators: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def pages(self) -> int:
-        return max(1, math.ceil(self.total / self.per_page))
-
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
-    def has_next(self) -> bool:
-        return self.number < self.pages
 
     @property
     def columns(self) -> int:
@@ -257,7 +242,9 @@ def pair_table(
         for row in rows:
             row.item_a = found.get((a.id, row.key))
             row.item_b = found.get((b.id, row.key))
-    return PairTable(rows, names, number, per_page, total, counts)
+    return PairTable(
+        number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
+    )
 
 
 # Side by side -------------------------------------------------------------------------------

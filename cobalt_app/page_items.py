@@ -65,8 +65,9 @@ class ItemRow:
 
 
 @dataclass
-class ItemsPage:
-    rows: list[ItemRow]
+class Paging:
+    """Where a page of `total` rows is, `per_page` at a time (numbered from 1)."""
+
     number: int
     per_page: int
     total: int
@@ -82,6 +83,11 @@ class ItemsPage:
     @property
     def has_next(self) -> bool:
         return self.number < self.pages
+
+
+@dataclass
+class ItemsPage(Paging):
+    rows: list[ItemRow] = field(default_factory=list)
 
     @property
     def start(self) -> int:
