@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-DEFAULT_PASS_SCORE = 0.5  # as cobalt_app.stats.DEFAULT_PASS_SCORE
+from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 
 class ItemFailed(Exception):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-PASS_SCORE = 0.5  # as cobalt_app.stats.DEFAULT_PASS_SCORE: below it, an evaluation failed
+from cobalt_app.stats import DEFAULT_PASS_SCORE  # below it, an evaluation failed
+
 FAILURES_SHOWN = 20
 
 
@@ -158,7 +159,7 @@ def _failed(item: dict[str, Any]) -> bool:
     if item.get("status") != "ok":
         return True
     return any(
-        e.get("score") is None or e["score"] < PASS_SCORE
+        e.get("score") is None or e["score"] < DEFAULT_PASS_SCORE
         for e in (item.get("evaluations") or {}).values()
     )
 
@@ -170,7 +171,7 @@ def _why(item: dict[str, Any]) -> str:
     reasons = [
         f"{name} {_num(e.get('score'))}: {e.get('reason') or e.get('error') or ''}"
         for name, e in (item.get("evaluations") or {}).items()
-        if e.get("score") is None or e["score"] < PASS_SCORE
+        if e.get("score") is None or e["score"] < DEFAULT_PASS_SCORE
     ]
     return "; ".join(reasons)
 
@@ -196,17 +197,11 @@ def _interval(ci: Any) -> str:
 
 def _run_link(run_id: str) -> str:
     """` · <a>open the run</a>` when this project's dashboard answers on its port."""
-    import socket
-
     from cobalt.config import active_config
-    from cobalt_cli.commands_dashboard import DEFAULT_HOST, DEFAULT_PORT
+    from cobalt_cli.commands_dashboard import configured_address, existing_dashboard
 
-    config = active_config()
-    host = config.get("dashboard.host") or DEFAULT_HOST
-    port = int(config.get("dashboard.port") or DEFAULT_PORT)
-    try:
-        socket.create_connection((host, port), timeout=0.2).close()
-    except OSError:
+    base = existing_dashboard(*configured_address(active_config()))
+    if base is None:
         return " · <code>cobalt serve</code> to see it in the dashboard"
-    url = f"http://{host}:{port}/runs/{run_id}/"
+    url = f"{base}/runs/{run_id}/"
     return f' · <a href="{escape(url)}" target="_blank">open the run</a>'

@@ -68,9 +68,10 @@ def serve(
     from cobalt_cli.main import fail, setup
 
     config = setup()
-    host = (host or config.get("dashboard.host") or DEFAULT_HOST).strip()
+    configured_host, configured_port = configured_address(config)
+    host = (host or configured_host).strip()
     if port is None:
-        port = int(config.get("dashboard.port") or DEFAULT_PORT)
+        port = configured_port
     from cobalt_app.security import ServeExposureError, check_serve_exposure
 
     try:
@@ -228,8 +229,7 @@ def open_ui(config: Config, runs: list[Run]) -> None:
     """
     from cobalt_cli.main import console
 
-    host = config.get("dashboard.host") or DEFAULT_HOST
-    port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    host, port = configured_address(config)
     path = f"/runs/{runs[0].id}/" if len(runs) == 1 else "/"
     running = existing_dashboard(host, port)
     if running:
@@ -251,6 +251,12 @@ def open_ui(config: Config, runs: list[Run]) -> None:
         child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def configured_address(config: Config) -> tuple[str, int]:
+    """(host, port) of this project's dashboard: `[dashboard]` in the config, else the defaults."""
+    host = (config.get("dashboard.host") or DEFAULT_HOST).strip()
+    return host, int(config.get("dashboard.port") or DEFAULT_PORT)
 
 
 def existing_dashboard(host: str, port: int) -> str | None:

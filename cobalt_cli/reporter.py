@@ -229,11 +229,9 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
 def dashboard_hint(run) -> str:
     """Where the run is shown: `cobalt serve`, then its page on the configured address."""
     from cobalt.config import active_config
-    from cobalt_cli.commands_dashboard import DEFAULT_HOST, DEFAULT_PORT
+    from cobalt_cli.commands_dashboard import configured_address
 
-    config = active_config()
-    host = config.get("dashboard.host") or DEFAULT_HOST
-    port = int(config.get("dashboard.port") or DEFAULT_PORT)
+    host, port = configured_address(active_config())
     return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
 
 

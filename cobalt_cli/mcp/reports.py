@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cobalt_app.stats import DEFAULT_PASS_SCORE
 from cobalt_cli.mcp.budget import Fitted, compact, estimate_tokens, fit, value_tokens
 from cobalt_cli.mcp.project import Project
 
-LOW_SCORE = 0.5  # the pass mark: a score below it makes an item failing
+LOW_SCORE = DEFAULT_PASS_SCORE  # the pass mark: a score below it makes an item failing
 FAILING_SHOWN = 10  # failing items described in the plain-language summary
 NOT_RUN = ("cancelled", "pending")
 ITEM_STATUSES = ("ok", "error", "timeout", *NOT_RUN)
