@@ -313,6 +313,8 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
         check_ci(data["ci"], source=source)
     if "webhooks" in data:
         check_webhooks(data["webhooks"], source=source)
+    if "replay" in data:
+        check_replay(data["replay"], source=source)
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         fail("plugins", 'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].')
@@ -401,10 +403,12 @@ def check_thresholds(thresholds: Any, *, where: str, allow_settings: bool = Fals
 def check_ci(ci: Any, *, source: str) -> None:
     if not isinstance(ci, dict):
         raise ConfigError(f"{source}: `ci` must be a table (a dict).")
-    known = ("thresholds", *CI_SETTINGS)
+    known = ("thresholds", "replay", *CI_SETTINGS)
     for key in ci:
         if key not in known:
             raise ConfigError(f"{source}: `ci.{key}` is not a CI setting; use {', '.join(known)}.")
+    if "replay" in ci and not isinstance(ci["replay"], bool):
+        raise ConfigError(f"{source}: `ci.replay` must be true or false (got {ci['replay']!r}).")
     check_ci_settings(ci, where=f"{source}: `ci")
     check_thresholds(ci.get("thresholds"), where=f"{source}: `ci.thresholds")
 
@@ -435,3 +439,20 @@ def check_webhooks(webhooks: Any, *, source: str) -> None:
             raise ConfigError(f"{where}.retries` must be a whole number from 0 to 10.")
         if "timeout" in hook and not (_is_number(hook["timeout"]) and hook["timeout"] > 0):
             raise ConfigError(f"{where}.timeout` must be a number of seconds above 0.")
+
+
+def check_replay(replay: Any, *, source: str) -> None:
+    """`[replay]`: `ignore` (request body fields left out of matching, dotted paths) and
+    `hosts` (more hosts whose requests are model calls)."""
+    if not isinstance(replay, dict):
+        raise ConfigError(f"{source}: `replay` must be a table (a dict).")
+    for key, value in replay.items():
+        if key not in ("ignore", "hosts"):
+            raise ConfigError(
+                f"{source}: `replay.{key}` is not a replay setting; use ignore, hosts."
+            )
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            example = '["metadata.trace_id"]' if key == "ignore" else '["llm.internal"]'
+            raise ConfigError(
+                f"{source}: `replay.{key}` must be a list of strings, e.g. {example}."
+            )

@@ -26,7 +26,16 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiment import Experiment, RunContext
-from cobalt_app import liveness, results, services, storable, trace_spans, traces, webhooks
+from cobalt_app import (
+    liveness,
+    recordings,
+    results,
+    services,
+    storable,
+    trace_spans,
+    traces,
+    webhooks,
+)
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.conversation import (
     Conversation,
@@ -87,6 +96,7 @@ class EvalEnv:
     db: DatabaseThread
     simulator_config: dict[str, Any] = field(default_factory=dict)  # conversations
     trace: traces.TraceSettings = field(default_factory=traces.TraceSettings)
+    replay: recordings.ReplaySettings | None = None  # --record / --replay: the run's
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -172,11 +182,12 @@ async def execute_item(
         dataset=experiment.dataset,
     )
     started = time.perf_counter()
-    with traces.capture_item(env.trace) as collector:
-        if experiment.conversation is not None:
-            await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
-        else:
-            await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
+    async with recordings.item_scope(env, experiment.name, snapshot, outcome):
+        with traces.capture_item(env.trace) as collector:
+            if experiment.conversation is not None:
+                await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
+            else:
+                await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
     outcome.trace = traces.steps(collector, env.trace)
@@ -526,6 +537,7 @@ async def run_experiment(
     if on_start is not None:
         on_start(run.id)
     env = make_env(config, db, no_cache=no_cache)
+    env.replay = recordings.settings_for(config, run.config, run.id)
     return await drive_run(run, experiment, config, env, reporter=reporter)
 
 

@@ -226,3 +226,31 @@ class JudgeCacheEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model} {self.key[:12]}"
+
+
+class Recording(models.Model):
+    """The model-provider HTTP exchanges of one item's agent (one repetition), recorded by
+    `cobalt run --record` and served back by `--replay` (see `cobalt_app.recordings`).
+
+    Keyed by experiment name, item key and repetition, so a later run of the same experiment
+    finds it; `exchanges` is a JSON list of {key, request, response} without any header of
+    the request (no API key, no Authorization)."""
+
+    experiment = models.CharField(max_length=200)
+    item_key = models.CharField(max_length=200)
+    run_index = models.IntegerField(default=0)
+    exchanges = models.JSONField(default=list)
+    request_count = models.IntegerField(default=0)
+    recorded_by = models.CharField(max_length=32, blank=True)  # the run that recorded it last
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "item_key", "run_index"], name="recording_item"
+            )
+        ]
+        indexes = [models.Index(fields=["recorded_at"], name="recording_recorded_at")]
+
+    def __str__(self) -> str:
+        return f"{self.experiment} {self.item_key} #{self.run_index}"

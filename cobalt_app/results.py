@@ -18,7 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from cobalt_app import stats
+from cobalt_app import recordings, stats
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 from cobalt_app.selectors import scores_by_item
 
@@ -175,6 +175,7 @@ def run_header(run: Run) -> dict[str, Any]:
         "tags": run.tags,
         "gitCommit": run.git_commit or None,
         "parentRunId": run.parent_id,
+        "replay": recordings.label(config.get("replay")),
         "config": {
             "runs": config.get("runs", 1),
             "concurrency": config.get("concurrency"),

@@ -174,7 +174,7 @@ def step_of(span: Any, origin_ns: int, max_chars: int, secrets: Sequence[str]) -
         tool_input = _first(a, "gen_ai.input.messages", "gen_ai.prompt")
     if kind == "llm" and tool_output is None:
         tool_output = _first(a, "gen_ai.output.messages", "gen_ai.completion")
-    return {
+    step = {
         "name": clean_text(str(name)),
         "kind": kind,
         "parent": None,
@@ -189,6 +189,9 @@ def step_of(span: Any, origin_ns: int, max_chars: int, secrets: Sequence[str]) -
         "input": shown(tool_input, max_chars, secrets),
         "output": shown(tool_output, max_chars, secrets),
     }
+    if a.get("cobalt.replayed"):  # answered from a recording (`cobalt_app.recordings`)
+        step["replayed"] = True
+    return step
 
 
 def steps_of(
@@ -240,6 +243,8 @@ def _merge_nested_calls(
         for key in MERGED:
             if step[key] is None:
                 step[key] = inner[key]
+        if inner.get("replayed"):
+            step["replayed"] = True
         if inner["status"] == "error":
             step["status"], step["error"] = "error", step["error"] or inner["error"]
         attributes[i] = {**attributes[kids[0]], **attributes[i]}

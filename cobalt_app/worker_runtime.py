@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, discovery, engine, team, traces
+from cobalt_app import aio, discovery, engine, recordings, team, traces
 from cobalt_app.engine import EvalEnv, ItemOutcome
 from cobalt_app.models import ItemResult, Run
 
@@ -196,9 +196,11 @@ class Runtime:
         )
 
     def env_for(self, info: team.RunInfo) -> EvalEnv:
+        env = self.env
         if info.no_cache and self.env.cache_enabled:
-            return dataclasses.replace(self.env, cache_enabled=False)
-        return self.env
+            env = dataclasses.replace(env, cache_enabled=False)
+        replay = recordings.settings_for(self.config, info.config, info.id)
+        return env if replay is None else dataclasses.replace(env, replay=replay)
 
     # -- the per-item path
 

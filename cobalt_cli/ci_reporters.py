@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import cobalt
+from cobalt_app import recordings
 from cobalt_app.gates import Check, CiOutcome, GateReport, fmt_number
 from cobalt_cli.reporter import steps_note
 
@@ -74,6 +75,7 @@ class JsonLinesReporter:
             concurrency=config.get("concurrency"),
             timeout=config.get("timeout"),
             evaluators=[e.get("name") for e in config.get("evaluators", [])],
+            replay=recordings.label(config.get("replay")),
         )
 
     def item_finished(self, outcome: Any, done: int, total: int) -> None:
@@ -132,9 +134,11 @@ class CiConsoleReporter:
     def run_started(self, run: Any, experiment: Any) -> None:
         self.failed_lines = 0
         evaluators = len((run.config or {}).get("evaluators", []))
+        replayed = recordings.label((run.config or {}).get("replay"))
         self.console.print(
             f"▶ {escape(run.name)} · run {run.id} · {run.total_items} items × "
             f"{evaluators} evaluator{'s' * (evaluators != 1)}"
+            + (f" · model calls {replayed}" if replayed else "")
         )
 
     def item_finished(self, outcome: Any, done: int, total: int) -> None:

@@ -141,12 +141,32 @@ def run(
         bool,
         typer.Option("--watch", help="Then rerun the experiments whose files or inputs change."),
     ] = False,
+    record: Annotated[
+        bool, typer.Option("--record", help="Record the agent's model calls, item by item.")
+    ] = False,
+    replay: Annotated[
+        bool,
+        typer.Option("--replay", help="Answer the agent's model calls from the recordings."),
+    ] = False,
+    record_new: Annotated[
+        bool,
+        typer.Option("--record-new", help="Replay what is recorded; record what is new."),
+    ] = False,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
     paths = [os.path.abspath(path) for path in paths or []]  # before moving to the project
     config = setup(config=run_project(paths))
     os.chdir(config.project_dir)
+    from cobalt_cli.commands_recordings import ReplayOptionError, replay_mode
+
+    try:
+        mode = replay_mode(config, record=record, replay=replay, record_new=record_new, ci=ci)
+    except ReplayOptionError as exc:
+        raise fail(str(exc)) from None
+    from cobalt_app import recordings
+
+    recordings.stand_in_keys(mode)
     if watch:
         if ci or resume or ui or repeat_flaky:
             raise fail("--watch reruns on changes; it does not combine with --ci, --resume, --ui")
@@ -161,6 +181,8 @@ def run(
         }
         run_args = [part for flag, value in given.items() if value for part in (flag, str(value))]
         run_args += ["--no-cache"] * no_cache + ["--quiet"] * quiet
+        flags = {"record": "--record", "replay": "--replay", "new-only": "--record-new"}
+        run_args += [flags[mode]] if mode else []
         raise typer.Exit(watch_files(config, paths, run_args, console))
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
@@ -173,7 +195,9 @@ def run(
     )
     reporter = commands_ci.make_reporter(ci_options, console, quiet=quiet)
     reporter.banner()
-    overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout}
+    overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout, "replay": mode}
+    if resume and mode and not (ci and mode == "replay" and not replay):
+        raise fail("--resume keeps the --record/--replay mode of the run it resumes")
     if repeat_flaky and resume:
         raise fail("--repeat-flaky plans a new run; --resume keeps the plan of the run it resumes")
     overrides["repeat_flaky"] = repeat_flaky
@@ -420,6 +444,7 @@ from cobalt_cli import (  # noqa: E402
     commands_ci,
     commands_dashboard,
     commands_mcp,
+    commands_recordings,
     commands_stats,
     commands_team,
 )
@@ -429,6 +454,7 @@ for _module in (
     commands_ci,
     commands_dashboard,
     commands_mcp,
+    commands_recordings,
     commands_stats,
     commands_team,
 ):

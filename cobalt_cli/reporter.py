@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import cobalt
+from cobalt_app import recordings
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 from cobalt_cli.console import cli_console
@@ -65,6 +66,8 @@ class ConsoleReporter:
             + "\n"
             f"Concurrency: {config.get('concurrency')} | Timeout: {config.get('timeout'):g}s"
         )
+        if replay := recordings.header(config.get("replay")):
+            body += f"\nModel calls: {replay}"
         self.console.print()
         self.console.print(f" [bold]{escape(run.name)}[/]  [dim]run {run.id}[/]")
         self.console.print(Panel(body, box=ROUNDED, expand=False, padding=(0, 1)), soft_wrap=False)

@@ -30,6 +30,12 @@ block) ends the tool loop: it is answered with text, the ``[[reply:TEXT]]`` of t
 else ``"tool said: "`` and the text of those results. ``[[tools:N]]`` in the prompt asks for
 ``N`` tool calls in a row before that answer (one per request).
 
+A chat/messages request with ``"stream": true`` (and no ``tools``) gets the same reply as
+server-sent events in the provider's own shape: OpenAI ``chat.completion.chunk`` deltas (a
+usage chunk when ``stream_options.include_usage``) then ``data: [DONE]``; Anthropic
+``message_start`` … ``content_block_delta`` (``text_delta``) … ``message_stop``. The text is
+sent a few words per event.
+
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
 
@@ -277,11 +283,12 @@ class ScriptedFailure:
 
 @dataclass
 class Reply:
-    """An HTTP response to send."""
+    """An HTTP response to send: a JSON body, or server-sent ``events`` (streaming)."""
 
     status: int
     body: dict[str, Any]
     headers: dict[str, str] | None = None
+    events: list[str] | None = None
 
 
 class FakeProvider:
@@ -459,10 +466,8 @@ class FakeProvider:
             return self._failure_reply(path, failure)
         if not isinstance(body, dict):
             return Reply(400, error_body(path, 400, "Request body must be a JSON object."))
-        if body.get("stream"):
-            return Reply(
-                400, error_body(path, 400, "The fake provider does not support streaming.")
-            )
+        if body.get("stream") and (body.get("tools") or path == EMBEDDINGS_PATH):
+            return Reply(400, error_body(path, 400, "The fake provider streams text replies only."))
         if path == EMBEDDINGS_PATH:
             return Reply(200, self._embeddings(body))
         if body.get("tools") and wants_tool_call(body):
@@ -475,8 +480,70 @@ class FakeProvider:
         else:
             text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
         if path == CHAT_PATH:
-            return Reply(200, self._chat_completion(body, text))
-        return Reply(200, self._anthropic_message(body, text))
+            reply = Reply(200, self._chat_completion(body, text))
+            return self._chat_stream(body, reply.body) if body.get("stream") else reply
+        reply = Reply(200, self._anthropic_message(body, text))
+        return self._anthropic_stream(reply.body) if body.get("stream") else reply
+
+    @staticmethod
+    def _chat_stream(body: dict[str, Any], completion: dict[str, Any]) -> Reply:
+        """A chat completion as ``chat.completion.chunk`` events, then ``[DONE]``."""
+        base = {k: completion[k] for k in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return json.dumps({**base, "choices": [choice]})
+
+        text = completion["choices"][0]["message"]["content"]
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": piece}) for piece in _pieces(text)]
+        events.append(chunk({}, "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append(json.dumps({**base, "choices": [], "usage": completion["usage"]}))
+        events.append("[DONE]")
+        return Reply(200, {}, events=[f"data: {event}\n\n" for event in events])
+
+    @staticmethod
+    def _anthropic_stream(message: dict[str, Any]) -> Reply:
+        """A message as Anthropic's streaming events."""
+        text = message["content"][0]["text"]
+        usage = message["usage"]
+        start = {**message, "content": [], "stop_reason": None}
+        start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 0}
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": start}),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+        ]
+        for piece in _pieces(text):
+            delta = {"type": "text_delta", "text": piece}
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+            )
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": usage["output_tokens"]},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return Reply(
+            200,
+            {},
+            events=[f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events],
+        )
 
     @staticmethod
     def _failure_reply(path: str, failure: ScriptedFailure) -> Reply:
@@ -576,6 +643,12 @@ class FakeProvider:
         }
 
 
+def _pieces(text: str, words: int = 3) -> list[str]:
+    """The text in pieces of a few words (joined, they give the text back exactly)."""
+    parts = re.split(r"(?<=\s)(?=\S)", text)
+    return ["".join(parts[i : i + words]) for i in range(0, len(parts), words)] or [""]
+
+
 def _to_base64(vector: list[float]) -> str:
     """Encode floats as little-endian float32 base64, as the OpenAI API does."""
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
@@ -645,6 +718,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(Reply(404, error_body(path, 404, f"Unknown path {path}")))
 
     def _send(self, reply: Reply) -> None:
+        if reply.events is not None:
+            self._send_events(reply)
+            return
         payload = json.dumps(reply.body).encode()
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
@@ -653,6 +729,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(payload)
+
+    def _send_events(self, reply: Reply) -> None:
+        """Server-sent events, each written and flushed on its own (chunked)."""
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        for event in reply.events or []:
+            data = event.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
 
 # --------------------------------------------------------------------------- CLI

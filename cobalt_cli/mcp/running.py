@@ -25,6 +25,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
+from cobalt_app import recordings
 from cobalt_cli.mcp.budget import estimate_tokens, value_tokens
 from cobalt_cli.mcp.errors import database
 from cobalt_cli.mcp.project import Project, Reimport
@@ -299,11 +300,18 @@ async def cobalt_run_tool(
     file: str | None,
     name_filter: str | None,
     concurrency: int | None,
+    replay: str | None = None,
 ) -> CallToolResult:
     relay = ProgressRelay(asyncio.get_running_loop())
     with active_runs.tracking():
         return await run_and_report(
-            project, ctx, relay, file=file, name_filter=name_filter, concurrency=concurrency
+            project,
+            ctx,
+            relay,
+            file=file,
+            name_filter=name_filter,
+            concurrency=concurrency,
+            replay=replay,
         )
 
 
@@ -315,8 +323,10 @@ async def run_and_report(
     file: str | None,
     name_filter: str | None,
     concurrency: int | None,
+    replay: str | None = None,
 ) -> CallToolResult:
     failure: Exception | None = None
+    recordings.stand_in_keys(replay)
     async with project.lock:
         loaded = await anyio.to_thread.run_sync(
             lambda: load(project, file=file, name_filter=name_filter)
@@ -325,7 +335,8 @@ async def run_and_report(
         async with anyio.create_task_group() as group:
             group.start_soon(relay.forward, ctx)
             try:
-                runs = await execute(loaded, relay, {"concurrency": concurrency})
+                overrides = {"concurrency": concurrency, "replay": replay}
+                runs = await execute(loaded, relay, overrides)
             except Exception as exc:  # re-raised outside the task group, unwrapped
                 failure = exc
             finally:

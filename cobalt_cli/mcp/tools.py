@@ -3,7 +3,7 @@ whether each works on this server's project or forwards to a workspace's project
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -72,15 +72,30 @@ def tools(target: Project | Workspace) -> list[Tool]:
         concurrency: Annotated[
             int | None, Field(ge=1, le=256, description="Items in parallel (overrides config).")
         ] = None,
+        replay: Annotated[
+            Literal["record", "replay", "new-only"] | None,
+            Field(
+                description="The agent's model calls: `record` them, `replay` them from the "
+                "recordings (offline; a changed request fails its item), or `new-only` "
+                "(replay what is recorded, record the rest). Default: live."
+            ),
+        ] = None,
         project: ProjectArgument = None,
     ) -> Annotated[CallToolResult, schemas.RunOutput]:
         if isinstance(target, Workspace):
             arguments = {"file": file, "filter": filter, "concurrency": concurrency}
+            if replay is not None:
+                arguments["replay"] = replay
             with tool_errors("cobalt_run"):
                 return await target.call(ctx, project, "cobalt_run", arguments)
         with tool_errors("cobalt_run"):
             return await cobalt_run_tool(
-                local(target, project), ctx, file=file, name_filter=filter, concurrency=concurrency
+                local(target, project),
+                ctx,
+                file=file,
+                name_filter=filter,
+                concurrency=concurrency,
+                replay=replay,
             )
 
     async def cobalt_results(
