@@ -332,7 +332,7 @@ class Tape:
                 if self.earlier
                 else "this item has no recording"
             )
-            message += "; record it with `cobalt run --record` (or `--replay=new-only`)"
+            message += "; record it with `cobalt run --record` (or `--record-new`)"
             self.missed = self.missed or message
         raise NoRecordedResponse(message)
 

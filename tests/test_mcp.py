@@ -97,6 +97,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "file",
             "filter",
             "concurrency",
+            "replay",
             "project",
         }
         assert tools["cobalt_results"].annotations.read_only_hint is True
