@@ -8,11 +8,16 @@
    stays within 1.10x of the bare script).
 2. 50,000 items, no-op runner, one function evaluator: items/s of the whole `cobalt run`
    process and its peak RSS.
+3. `--replay` (issue 16; `python bench/bench_engine.py --replay`, alone): workload 1 with
+   the judge cache warm, live (`cobalt run`) versus replayed (`cobalt run --replay`, after one
+   `--record`): the whole process, and the run's own duration from its results file. Target:
+   replayed < 0.5x live.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -110,11 +115,41 @@ def project(folder: Path, name: str, source: str, n: int, config: str = "") -> P
     return folder
 
 
+def run_duration_s(folder: Path) -> float:
+    """The newest run's own duration (its results file's `summary.totalDurationMs`)."""
+    newest = max((folder / ".cobalt" / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text())["summary"]["totalDurationMs"] / 1000
+
+
+def bench_replay(args: argparse.Namespace, env: dict[str, str], tmp_path: Path) -> None:
+    """Workload 1 with the judge cache warm: live versus replayed."""
+    llm = project(tmp_path / "replay", "llm", EXPERIMENT, args.items)
+    command = [sys.executable, "-m", "cobalt_cli", "run"]
+    timed([*command, "--record"], llm, env)  # records the agent's calls, warms the judge cache
+    times: dict[str, list[tuple[float, float]]] = {"live": [], "replayed": []}
+    for _ in range(args.repeat):
+        times["live"].append((timed(command, llm, env)[0], run_duration_s(llm)))
+        times["replayed"].append((timed([*command, "--replay"], llm, env)[0], run_duration_s(llm)))
+    print(f"Replay: {args.items} items x (agent call + judge), judge cache warm, concurrency 40")
+    best = {k: (min(t[0] for t in v), min(t[1] for t in v)) for k, v in times.items()}
+    for key, label in (("live", "live (100 ms provider)"), ("replayed", "replayed")):
+        runs = ", ".join(f"{p:.2f}/{r:.2f}" for p, r in times[key])
+        print(
+            f"  {label:<28}: process {best[key][0]:6.2f} s, run {best[key][1]:6.2f} s"
+            f"  (process/run: {runs})"
+        )
+    print(
+        f"  ratio replayed/live        : process {best['replayed'][0] / best['live'][0]:.2f}x, "
+        f"run {best['replayed'][1] / best['live'][1]:.2f}x  (target < 0.5x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=400)
     parser.add_argument("--big", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--replay", action="store_true", help="Only the replay benchmark (3).")
     args = parser.parse_args()
 
     fake, url = start_fake_provider(0.1)
@@ -128,6 +163,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp_path = Path(tmp)
+            if args.replay:
+                bench_replay(args, env, tmp_path)
+                return
             bare = tmp_path / "bare.py"
             bare.write_text(BARE.replace("range(N)", f"range({args.items})"))
             llm = project(tmp_path / "llm", "llm", EXPERIMENT, args.items)

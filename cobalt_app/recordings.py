@@ -37,6 +37,7 @@ stored, so neither are API keys nor `Authorization`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextlib
@@ -130,10 +131,7 @@ class ReplaySettings:
     ignore: tuple[str, ...] = DEFAULT_IGNORED
     hosts: tuple[str, ...] = ()
     run_id: str = ""
-    _loaded: dict[str, dict[tuple[str, int], list[dict[str, Any]]]] = field(
-        default_factory=dict, repr=False
-    )
-    _loading: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _loaded: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, config: Any, mode: str, run_id: str = "") -> ReplaySettings:
@@ -148,14 +146,15 @@ class ReplaySettings:
         )
 
     async def recorded(self, db: Any, experiment: str, item_key: str, run_index: int) -> list:
-        """The item's recorded exchanges; all of the experiment's are read once per run."""
+        """The item's recorded exchanges; all of the experiment's are read once per run (the
+        items that start meanwhile wait for that one read)."""
         from cobalt_app import recording_store
 
-        if experiment not in self._loaded:
-            loaded = await db(recording_store.load_experiment, experiment)
-            with self._loading:
-                self._loaded.setdefault(experiment, loaded)
-        return self._loaded[experiment].get((item_key, run_index), [])
+        loading = self._loaded.get(experiment)
+        if loading is None or loading.get_loop() is not asyncio.get_running_loop():
+            loading = asyncio.ensure_future(db(recording_store.load_experiment, experiment))
+            self._loaded[experiment] = loading
+        return (await asyncio.shield(loading)).get((item_key, run_index), [])
 
 
 _by_run: collections.OrderedDict[str, ReplaySettings] = collections.OrderedDict()
