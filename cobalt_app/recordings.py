@@ -349,14 +349,13 @@ def stored_response(status: int, headers: Any, body: bytes) -> dict[str, Any]:
     }
     response: dict[str, Any] = {"status": status, "headers": kept}
     encoding = str(headers.get("content-encoding") or "identity").lower()
-    try:
-        if encoding != "identity":
-            raise UnicodeDecodeError("utf-8", b"", 0, 1, "encoded")
-        response["body"] = body.decode("utf-8")
-    except UnicodeDecodeError:
-        response["bodyBase64"] = base64.b64encode(body).decode("ascii")
-        if encoding != "identity":
-            response["headers"]["content-encoding"] = encoding
+    if encoding == "identity":  # as asked for: readable text, unless it is not text
+        with contextlib.suppress(UnicodeDecodeError):
+            response["body"] = body.decode("utf-8")
+            return response
+    else:  # a server that compressed anyway: the bytes as sent, decoded again on replay
+        kept["content-encoding"] = encoding
+    response["bodyBase64"] = base64.b64encode(body).decode("ascii")
     return response
 
 

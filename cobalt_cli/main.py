@@ -196,7 +196,7 @@ def run(
     reporter = commands_ci.make_reporter(ci_options, console, quiet=quiet)
     reporter.banner()
     overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout, "replay": mode}
-    if resume and mode and not (ci and mode == "replay" and not replay):
+    if resume and (record or replay or record_new):
         raise fail("--resume keeps the --record/--replay mode of the run it resumes")
     if repeat_flaky and resume:
         raise fail("--repeat-flaky plans a new run; --resume keeps the plan of the run it resumes")
