@@ -124,15 +124,26 @@ def run_duration_s(folder: Path) -> float:
 def bench_replay(args: argparse.Namespace, env: dict[str, str], tmp_path: Path) -> None:
     """Workload 1 with the judge cache warm: live versus replayed."""
     llm = project(tmp_path / "replay", "llm", EXPERIMENT, args.items)
+    untraced = project(
+        tmp_path / "replay-untraced", "llm", EXPERIMENT, args.items, "[trace]\nenabled = false\n"
+    )
     command = [sys.executable, "-m", "cobalt_cli", "run"]
-    timed([*command, "--record"], llm, env)  # records the agent's calls, warms the judge cache
-    times: dict[str, list[tuple[float, float]]] = {"live": [], "replayed": []}
+    for folder in (llm, untraced):  # records the agent's calls, warms the judge cache
+        timed([*command, "--record"], folder, env)
+    times: dict[str, list[tuple[float, float]]] = {"live": [], "replayed": [], "untraced": []}
     for _ in range(args.repeat):
         times["live"].append((timed(command, llm, env)[0], run_duration_s(llm)))
         times["replayed"].append((timed([*command, "--replay"], llm, env)[0], run_duration_s(llm)))
+        replayed_untraced = timed([*command, "--replay"], untraced, env)[0]
+        times["untraced"].append((replayed_untraced, run_duration_s(untraced)))
     print(f"Replay: {args.items} items x (agent call + judge), judge cache warm, concurrency 40")
     best = {k: (min(t[0] for t in v), min(t[1] for t in v)) for k, v in times.items()}
-    for key, label in (("live", "live (100 ms provider)"), ("replayed", "replayed")):
+    rows = (
+        ("live", "live (100 ms provider)"),
+        ("replayed", "replayed"),
+        ("untraced", "replayed, capture off"),
+    )
+    for key, label in rows:
         runs = ", ".join(f"{p:.2f}/{r:.2f}" for p, r in times[key])
         print(
             f"  {label:<28}: process {best[key][0]:6.2f} s, run {best[key][1]:6.2f} s"
