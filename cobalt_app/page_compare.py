@@ -2,8 +2,8 @@
 and one item side by side with a word-level diff of its two outputs.
 
 The summary is `selectors.compare_runs`, shared with the CLI, the API and the MCP tool; the
-per-item table reuses the same `key_scores` read (one pass over both runs' verdicts), so the
-page pairs every item once per request.
+per-item table reuses the same join of the two runs' score tables (`score_tables`, stored at
+finalisation), so no request reads every verdict of both runs.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from typing import Any
 
 from django.db.models import Min
 
+from cobalt_app import score_tables
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
 from cobalt_app.page_selectors import pass_marks, score_verdict
-from cobalt_app.selectors import compare_runs, key_scores
+from cobalt_app.score_tables import Pairing
+from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
 
 CHANGES = ("regressed", "improved", "unchanged")
 PAIR_SORTS = ("delta", "-delta", "key")
 DIFF_LIMIT = 20_000  # characters of each output the diff reads (SequenceMatcher is quadratic)
 EPSILON = 1e-12
-# Every status but ok, listed: an IN stays on the `(run, status)` index where `!= ok` scans.
-NOT_OK = [status for status in ItemResult.Status.values if status != ItemResult.Status.OK]
 
 
 @dataclass
@@ -102,8 +102,8 @@ def compare(
 ) -> Comparison:
     """The compare page: `selectors.compare_runs` per evaluator, and a page of every item
     matched by key (filtered by evaluator and by change, sorted by Δ or key)."""
-    scores = key_scores(a, b)
-    diff = compare_runs(a, b, top=0, alpha=alpha, scores=scores)
+    pairing = score_tables.pair(a, b)
+    diff = compare_runs(a, b, top=0, alpha=alpha, pairing=pairing)
     marks = pass_marks(a) | pass_marks(b)
     evaluators = []
     for name, values in diff["evaluators"].items():
@@ -126,7 +126,7 @@ def compare(
     table = pair_table(
         a,
         b,
-        scores,
+        pairing,
         [evaluator] if evaluator else names,
         marks,
         change=change,
@@ -149,7 +149,7 @@ def compare(
 def pair_table(
     a: Run,
     b: Run,
-    scores: dict[str, dict[str, dict[str, float]]],
+    pairing: Pairing,
     names: list[str],
     marks: dict[str, float],
     *,
@@ -162,32 +162,28 @@ def pair_table(
 
     An item that errored or timed out in one run only counts as regressed (in B) or improved
     (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
-    none fell. The changes of every pair are classified and sorted as arrays; only the shown
-    page becomes rows. Two queries: the failed items of both runs, then the page's item ids.
+    none fell. The changes of every pair are classified and sorted as arrays over the two
+    runs' score tables; only the shown page becomes rows, with one query for its item ids.
     """
     import numpy as np
 
-    failed: dict[str, dict[str, str]] = {a.id: {}, b.id: {}}
-    for run_id, key, status in ItemResult.objects.filter(
-        run_id__in=[a.id, b.id], run_index=0, status__in=NOT_OK
-    ).values_list("run_id", "item_key", "status"):
-        failed[run_id][key] = status
-    by_a = {name: scores[a.id].get(name, {}) for name in names}
-    by_b = {name: scores[b.id].get(name, {}) for name in names}
-    keys_a = set(failed[a.id]).union(*(s.keys() for s in by_a.values()))
-    keys_b = set(failed[b.id]).union(*(s.keys() for s in by_b.values()))
-    keys = sorted(keys_a & keys_b)
-    count = len(keys)
-    nan = float("nan")
-
-    def matrix(by: dict[str, dict[str, float]]) -> Any:
-        rows = [[by[name].get(key, nan) for key in keys] for name in names]
-        return np.array(rows, dtype=float).reshape(len(names), count)
-
-    before, after = matrix(by_a), matrix(by_b)
+    count = pairing.matched
+    columns = [pairing.scores(name) for name in names]
+    before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
+    after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
+    failed_a = pairing.a.failed[pairing.at_a]
+    failed_b = pairing.b.failed[pairing.at_b]
+    # A key is in the table when each run either scored it (on these evaluators) or failed it.
+    present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
+        failed_b | (~np.isnan(after)).any(axis=0)
+    )
+    keep = np.flatnonzero(present)
+    before, after = before[:, keep], after[:, keep]
+    failed_a, failed_b = failed_a[keep], failed_b[keep]
+    count = len(keep)
     deltas = after - before
-    broke = np.fromiter((k in failed[b.id] and k not in failed[a.id] for k in keys), bool, count)
-    mended = np.fromiter((k in failed[a.id] and k not in failed[b.id] for k in keys), bool, count)
+    broke = failed_b & ~failed_a
+    mended = failed_a & ~failed_b
     with np.errstate(invalid="ignore"):
         fell = (deltas < -EPSILON).any(axis=0)
         rose = (deltas > EPSILON).any(axis=0)
@@ -195,9 +191,10 @@ def pair_table(
     improved = ~regressed & (mended | rose)
     changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
     counts = {name: int((changes == i).sum()) for i, name in enumerate(CHANGES)}
-    if names:  # each pair's largest fall and rise (a missing score is no change)
-        lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
-        highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+    if names and count:  # each pair's largest fall and rise (a missing score is no change)
+        with np.errstate(invalid="ignore"):
+            lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+            highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
     else:
         lowest = highest = np.zeros(count)
     worst = np.where(broke, -np.inf, lowest)
@@ -212,12 +209,13 @@ def pair_table(
     total = len(selected)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     shown = selected[(number - 1) * per_page : number * per_page].tolist()
+    statuses = ItemResult.Status.values
     rows = []
     for i in shown:
-        key = keys[i]
+        at = int(keep[i])
         cells = []
         for n, name in enumerate(names):
-            score_a, score_b = by_a[name].get(key), by_b[name].get(key)
+            score_a, score_b = _score(before[n, i]), _score(after[n, i])
             cells.append(
                 {
                     "name": name,
@@ -228,9 +226,9 @@ def pair_table(
                     "verdictB": score_verdict(score_b, marks.get(name)),
                 }
             )
-        status_a = failed[a.id].get(key, ItemResult.Status.OK)
-        status_b = failed[b.id].get(key, ItemResult.Status.OK)
-        rows.append(PairRow(key, cells, status_a, status_b, CHANGES[int(changes[i])]))
+        status_a = statuses[int(pairing.a.status[pairing.at_a[at]])]
+        status_b = statuses[int(pairing.b.status[pairing.at_b[at]])]
+        rows.append(PairRow(pairing.key(at), cells, status_a, status_b, CHANGES[int(changes[i])]))
     if rows:
         ids = (
             ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
@@ -245,6 +243,10 @@ def pair_table(
     return PairTable(
         number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
     )
+
+
+def _score(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
 
 
 # Side by side -------------------------------------------------------------------------------

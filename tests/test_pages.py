@@ -6,16 +6,17 @@ import json
 import re
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.test import Client
 from django.utils import timezone
 
 from cobalt import Dataset, Evaluator, experiment
 from cobalt.experiment import collecting
-from cobalt_app import results, services
+from cobalt_app import results, score_tables, selectors, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Run
+from cobalt_app.models import Run, RunScoreTable
 
 pytestmark = pytest.mark.django_db
 
@@ -471,8 +472,8 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
         errors={"k004": "RuntimeError: boom"},
     )
-    # run A, run B, recent runs, scores, key counts, failed items, the page's item ids
-    with django_assert_num_queries(7):
+    # run A, run B, recent runs, the score table of each (stored at finalisation), item ids
+    with django_assert_num_queries(6):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
     assert pair_rows(page) == [
@@ -501,6 +502,43 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
     assert "judge A</th>" in judge and "exact A</th>" not in judge
     by_key = client.get(f"/compare/?a={a.id}&b={b.id}&sort=key").content.decode()
     assert [key for key, _ in pair_rows(by_key)] == sorted(keys(6))
+
+
+def test_compare_reads_score_tables_stored_at_finalisation_and_builds_missing_ones_once(
+    client, django_assert_num_queries
+):
+    a = make_run(keys=keys(4), scores={"k001": {"judge": 0.2}})
+    b = make_run(keys=keys(4), scores={"k002": {"judge": 0.3}})
+    assert RunScoreTable.objects.filter(run_id__in=[a.id, b.id]).count() == 2
+    stored = score_tables.load(Run.objects.get(id=b.id))
+    assert stored.key_list(np.arange(4)) == keys(4)
+    assert stored.column("judge").tolist() == [1.0, 1.0, 0.3, 1.0]
+    # A run finalised before tables existed compares all the same, and keeps its table.
+    RunScoreTable.objects.filter(run_id=a.id).delete()
+    before = pair_rows(client.get(f"/compare/?a={a.id}&b={b.id}").content.decode())
+    assert before[0] == ("k002", "regressed") and before[-1] == ("k001", "improved")
+    assert RunScoreTable.objects.filter(run_id=a.id).exists()
+    with django_assert_num_queries(6):  # no table to build any more
+        again = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert pair_rows(again) == before
+    # A run still running is read fresh, never stored half-done.
+    live = make_run(keys=keys(4), finish=False, done=2)
+    assert not RunScoreTable.objects.filter(run_id=live.id).exists()
+    diff = selectors.compare_runs(a, live)
+    assert diff["matchedItems"] == 4 and diff["significance"]["judge"]["n"] == 2
+    assert not RunScoreTable.objects.filter(run_id=live.id).exists()
+
+
+def test_score_tables_join_runs_with_different_keys_as_the_key_sets_say():
+    a = make_run(keys=["k1", "k3", "k5", "ü-7"], evaluators=("judge",))
+    b = make_run(keys=["k0", "k3", "k4", "k5", "ü-7", "ü-8"], evaluators=("judge",))
+    pairing = score_tables.pair(a, b)
+    assert [pairing.key(i) for i in range(pairing.matched)] == ["k3", "k5", "ü-7"]
+    assert pairing.a.key_list(pairing.only_a) == ["k1"]
+    assert pairing.b.key_list(pairing.only_b) == ["k0", "k4", "ü-8"]
+    diff = selectors.compare_runs(a, b)
+    assert diff["onlyInA"] == ["k1"] and diff["onlyInB"] == ["k0", "k4", "ü-8"]
+    assert diff["significance"]["judge"]["onlyInBKeys"] == ["k0", "k4", "ü-8"]
 
 
 def test_compare_pages_through_every_matched_item(client):
