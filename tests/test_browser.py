@@ -20,7 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, Project, cli_env, start_server
+from tests.conftest import (
+    REPO,
+    Project,
+    assert_static_files_are_hashed_compressed_and_cached,
+    cli_env,
+    start_server,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -319,6 +325,10 @@ def test_the_item_panel_has_its_own_url_with_back_forward_and_j_k(site, page):
     page.go_back()
     page.wait_for_url(f"**/runs/{second}/?view=all")
     expect(page.locator("#item-panel")).to_have_count(0)
+
+
+def test_static_files_have_hashed_names_and_are_served_compressed_and_cached_long(site):
+    assert_static_files_are_hashed_compressed_and_cached(site.url)
 
 
 def test_compare_two_runs_item_by_item_with_a_diff(site, page):
