@@ -286,6 +286,41 @@ def test_the_run_page_opens_on_its_failures_worst_first_in_colour(site, browser)
         context.close()
 
 
+def test_scores_read_fail_borderline_or_pass_on_one_scale_with_a_legend(site, page):
+    from playwright.sync_api import expect
+
+    _, second = site.runs
+    page.goto(f"{site.url}/runs/{second}/?view=all")
+    rows = page.locator(".item-row")
+    # `length` scores "wrong" 0.50, right at its 0.5 pass mark: it passes, only just.
+    wrong = rows.filter(has_text="#1").first  # q00 answered "wrong" in v2
+    cells = {
+        verdict: wrong.locator(f".score-cell.score-{verdict}").first
+        for verdict in ("fail", "borderline")
+    }
+    cells["pass"] = rows.filter(has_text="#2").first.locator(".score-cell.score-pass").first
+    expect(cells["fail"]).to_have_text("0.00")  # exact
+    expect(cells["borderline"]).to_have_text("0.50")  # length, at the mark
+    expect(cells["pass"]).to_have_text("1.00")
+
+    def style(cell) -> tuple[str, str, str]:
+        return tuple(
+            cell.evaluate(
+                "c => [getComputedStyle(c).color, getComputedStyle(c).backgroundColor,"
+                " getComputedStyle(c, '::before').content]"
+            )
+        )
+
+    fail, borderline, passed = (style(cells[v]) for v in ("fail", "borderline", "pass"))
+    assert len({fail[:2], borderline[:2], passed[:2]}) == 3  # three colours
+    assert "rgba(0, 0, 0, 0)" not in (fail[1], borderline[1], passed[1])
+    # Beyond colour: a mark before fail and borderline values, none before a pass.
+    assert (fail[2], borderline[2], passed[2]) == ('"✗ "', '"≈ "', "none")
+    legend = page.locator(".score-legend")
+    expect(legend).to_contain_text("borderline at or above it by less than 0.10")
+    assert "by less than 0.10" in legend.get_attribute("title")
+
+
 def test_flaky_marks_only_count_runs_of_the_same_version(site, page):
     from playwright.sync_api import expect
 
