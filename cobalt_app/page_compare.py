@@ -1,5 +1,6 @@
 """Reads behind the compare page: the per-evaluator summary, every matched item A against B,
-and one item side by side with a word-level diff of its two outputs.
+and one item side by side with word-level diffs of its two outputs (or transcripts) and of
+its two traces.
 
 The summary is `selectors.compare_runs`, shared with the CLI, the API and the MCP tool; the
 per-item table reuses the same join of the two runs' score tables (`score_tables`, stored at
@@ -17,7 +18,8 @@ from typing import Any
 
 from django.db.models import Min
 
-from cobalt_app import score_tables
+from cobalt_app import score_tables, trace_spans
+from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
 from cobalt_app.page_selectors import pass_marks, score_verdict
@@ -27,8 +29,10 @@ from cobalt_app.significance import ALPHA
 
 CHANGES = ("regressed", "improved", "unchanged")
 PAIR_SORTS = ("delta", "-delta", "key")
+TRACE_STEP_CHARS = 500  # of each step's input and output in the diffed trace
 DIFF_LIMIT = 20_000  # characters of each output the diff reads (SequenceMatcher is quadratic)
 EPSILON = 1e-12
+STEP = re.compile(r"\s*\[[^\]]*\] \S+")
 
 
 @dataclass
@@ -269,6 +273,31 @@ def word_diff(before: str, after: str) -> list[tuple[str, str]]:
     return segments
 
 
+def steps_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """Like `word_diff`, for two traces rendered one step a line (`trace_spans.render`): steps
+    are matched by their kind and name, a step in one trace only is one segment, and matched
+    steps are diffed word by word (their inputs, outputs, errors)."""
+    old = before[:DIFF_LIMIT].splitlines(keepends=True)
+    new = after[:DIFF_LIMIT].splitlines(keepends=True)
+    segments: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(None, _steps(old), _steps(new), autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for line_a, line_b in zip(old[i1:i2], new[j1:j2], strict=True):
+                segments += word_diff(line_a, line_b)
+            continue
+        if i2 > i1:
+            segments.append(("del", "".join(old[i1:i2])))
+        if j2 > j1:
+            segments.append(("ins", "".join(new[j1:j2])))
+    return segments
+
+
+def _steps(lines: list[str]) -> list[str]:
+    """Each rendered step's `[kind] name`, with its indentation (its depth)."""
+    return [(STEP.match(line) or [line])[0] for line in lines]
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"\s+|\w+|[^\w\s]", text)
 
@@ -281,6 +310,7 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
     """
     items = (
         ItemResult.objects.filter(run__in=[a, b], item_key=key)
+        .select_related("trace")
         .prefetch_related("evaluations")
         .order_by("run_index")
     )
@@ -299,6 +329,9 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
         }
         output_a = _text(pair["a"].output) if "a" in pair else ""
         output_b = _text(pair["b"].output) if "b" in pair else ""
+        trace_a = _trace_text(pair.get("a"))
+        trace_b = _trace_text(pair.get("b"))
+        transcript = any(is_transcript(item.output) for item in pair.values())
         rows = []
         for name in names:
             va, vb = verdicts.get("a", {}).get(name), verdicts.get("b", {}).get(name)
@@ -318,7 +351,11 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
                 "input": pretty((pair.get("a") or pair.get("b")).input),
                 "outputA": output_a,
                 "outputB": output_b,
+                "outputKind": "transcript" if transcript else "output",
                 "diff": word_diff(output_a, output_b) if len(pair) == 2 else [],
+                "traceA": trace_a,
+                "traceB": trace_b,
+                "traceDiff": steps_diff(trace_a, trace_b) if trace_a and trace_b else [],
                 "verdicts": rows,
             }
         )
@@ -326,7 +363,20 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else pretty(value)
+    """An output as the side-by-side view shows and diffs it: a conversation as its
+    `role: text` lines (as judges read it), anything else as text or indented JSON."""
+    if value is None:
+        return ""
+    if is_transcript(value):
+        return render_transcript(value)
+    return pretty(value)
+
+
+def _trace_text(item: ItemResult | None) -> str:
+    """The item's trace as one line per step (kind, name, model, input, output, error: what
+    the agent did, without the timings that differ on every run); "" when none was captured."""
+    stored = getattr(item, "trace", None) if item is not None else None
+    return trace_spans.render(stored.steps, max_chars=TRACE_STEP_CHARS) if stored else ""
 
 
 def _verdict_of(evaluation: Any, mark: float | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +38,8 @@ def make_run(
     name: str = "qa",
     *,
     keys: list[str],
-    outputs: dict[str, str] | None = None,
+    outputs: dict[str, Any] | None = None,
+    traces: dict[str, list[dict[str, Any]]] | None = None,
     scores: dict[str, dict[str, float | None]] | None = None,
     errors: dict[str, str] | None = None,
     evaluators: tuple[str, ...] = ("exact", "judge"),
@@ -93,6 +95,7 @@ def make_run(
                 tokens=10 * snapshot.item_index,
                 finished_at=timezone.now(),
                 evaluations=[] if failed else verdicts,
+                trace=(traces or {}).get(key, []),
             )
         )
     services.record_item_outcomes(run.id, outcomes)
@@ -594,6 +597,54 @@ def test_compare_shows_two_outputs_side_by_side(client):
     assert "<del>&lt;script&gt;alert(1)&lt;/script&gt;</del><ins>a better answer</ins>" in side
     page = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001").content.decode()
     assert "<html" in page and "a better answer" in page
+
+
+def step(name: str, kind: str, start: float, output: str, **more: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "startMs": start,
+        "durationMs": 5.0,
+        "output": output,
+        "parent": None,
+        "status": "ok",
+        **more,
+    }
+
+
+def test_compare_diffs_two_conversations_and_two_traces_escaped(client):
+    said = [{"role": "user", "content": "Where is my parcel?"}]
+    a = make_run(
+        keys=keys(2),
+        outputs={"k001": [*said, {"role": "assistant", "content": "It left on Monday."}]},
+        traces={"k001": [step("lookup", "tool", 0.0, XSS), step("chat", "llm", 9.0, "Monday")]},
+    )
+    b = make_run(
+        keys=keys(2),
+        outputs={"k001": [*said, {"role": "assistant", "content": "It arrives on Friday."}]},
+        traces={
+            "k001": [
+                step("lookup", "tool", 3.0, XSS),  # another start time: not a difference
+                step("refund", "tool", 4.0, "", status="error", error="HTTP 500"),
+                step("chat", "llm", 12.0, "Friday"),
+            ]
+        },
+    )
+    side = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001", **target("side")).content
+    side = side.decode()
+    output = re.search(r'<pre class="diff" id="output-diff"[^>]*>(.*?)</pre>', side, re.S)[1]
+    # The transcripts are diffed as the judges read them, turn by turn, not as JSON.
+    assert "Diff of the transcripts, A → B" in side
+    assert output.startswith("user: Where is my parcel?\nassistant: It ")
+    assert "<del>left</del><ins>arrives</ins> on <del>Monday</del><ins>Friday</ins>." in output
+    trace = re.search(r'<pre class="diff" id="trace-diff"[^>]*>(.*?)</pre>', side, re.S)[1]
+    assert trace.startswith("[tool] lookup output=&lt;script&gt;alert(1)&lt;/script&gt;\n")
+    assert "\n<ins>[tool] refund error=HTTP 500\n</ins>[llm] chat" in trace  # a new step
+    assert "output=<del>Monday</del><ins>Friday</ins>" in trace
+    assert XSS not in side
+    # An item with no trace in either run shows no trace section at all.
+    plain = client.get(f"/compare/?a={a.id}&b={b.id}&key=k000", **target("side")).content
+    assert b"trace-diff" not in plain and b"Diff of the outputs" in plain
 
 
 def test_compare_explains_a_bad_run_id(client):
