@@ -182,9 +182,10 @@ def pair_table(
         failed_b | (~np.isnan(after)).any(axis=0)
     )
     keep = np.flatnonzero(present)
-    before, after = before[:, keep], after[:, keep]
-    failed_a, failed_b = failed_a[keep], failed_b[keep]
-    count = len(keep)
+    if len(keep) < count:
+        before, after = before[:, keep], after[:, keep]
+        failed_a, failed_b = failed_a[keep], failed_b[keep]
+        count = len(keep)
     deltas = after - before
     broke = failed_b & ~failed_a
     mended = failed_a & ~failed_b

@@ -176,8 +176,14 @@ class Pairing:
     def matched(self) -> int:
         return len(self.at_a)
 
+    @property
+    def same_keys(self) -> bool:
+        return not len(self.only_a) and not len(self.only_b)
+
     def scores(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The evaluator's scores of the shared keys in A and in B (NaN where unscored)."""
+        if self.same_keys:  # the usual case: the columns themselves, not copies
+            return self.a.column(name), self.b.column(name)
         return self.a.column(name)[self.at_a], self.b.column(name)[self.at_b]
 
     def key(self, i: int) -> str:

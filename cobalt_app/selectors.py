@@ -271,10 +271,24 @@ def _movers(
             for i in order[: min(top, count)].tolist()
         ]
 
-    # Stable sorts over keys in order: equal changes stay in key order.
-    down = moves(np.argsort(deltas, kind="stable"), regressed)
-    up = moves(np.argsort(-deltas, kind="stable"), improved)
+    # Equal changes stay in key order (the keys are in order and the sorts stable).
+    down = moves(_smallest(deltas, min(top, regressed)), regressed)
+    up = moves(_smallest(-deltas, min(top, improved)), improved)
     return down, up, regressed, improved
+
+
+def _smallest(values: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the `count` smallest values, smallest first, ties in position order:
+    a partition finds the `count`-th value, and only the values up to it are sorted."""
+    import numpy as np
+
+    if count <= 0:
+        return np.array([], dtype=np.int64)
+    if count >= len(values):
+        return np.argsort(values, kind="stable")
+    bound = np.partition(values, count - 1)[count - 1]
+    candidates = np.flatnonzero(values <= bound)
+    return candidates[np.argsort(values[candidates], kind="stable")][:count]
 
 
 def _indexes(a: Run, b: Run, movers: set[str]) -> dict[str, dict[str, int]]:

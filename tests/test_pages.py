@@ -544,6 +544,28 @@ def test_score_tables_join_runs_with_different_keys_as_the_key_sets_say():
     assert diff["significance"]["judge"]["onlyInBKeys"] == ["k0", "k4", "ü-8"]
 
 
+def test_compare_lists_the_largest_movers_with_ties_in_key_order():
+    a = make_run(keys=keys(8), evaluators=("judge",))
+    falls = {"k006": 0.0, "k001": 0.0, "k004": 0.0, "k002": 0.5, "k007": 0.9}
+    b = make_run(
+        keys=keys(8), evaluators=("judge",), scores={k: {"judge": v} for k, v in falls.items()}
+    )
+    diff = selectors.compare_runs(a, b, top=3)
+    assert [(m["key"], m["delta"]) for m in diff["regressions"]] == [
+        ("k001", -1.0),
+        ("k004", -1.0),
+        ("k006", -1.0),
+    ]
+    assert diff["evaluators"]["judge"]["regressed"] == 5
+    assert [m["key"] for m in selectors.compare_runs(a, b, top=10)["regressions"]] == [
+        "k001",
+        "k004",
+        "k006",
+        "k002",
+        "k007",
+    ]
+
+
 def test_compare_pages_through_every_matched_item(client):
     a = make_run(keys=keys(120), evaluators=("judge",))
     b = make_run(keys=keys(120), evaluators=("judge",), scores={"k119": {"judge": 0.0}})
