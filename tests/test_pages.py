@@ -109,7 +109,7 @@ def keys(n: int) -> list[str]:
 
 
 def row_keys(html: str) -> list[str]:
-    return re.findall(r'<code class="key" title="item key">([^<]+)</code>', html)
+    return re.findall(r'<code class="key" title="item key"><bdi>([^<]+)</bdi></code>', html)
 
 
 # Runs list ----------------------------------------------------------------------------------
@@ -367,6 +367,8 @@ def test_text_from_agents_is_isolated_for_bidirectional_text(client):
     assert f'<td class="text output" dir="auto">{flipped}</td>' in page
     panel = client.get(f"/runs/{run.id}/items/{run.items.get().id}/").content.decode()
     assert f'id="item-output" dir="auto">{flipped}</pre>' in panel
+    assert '<td class="reason" dir="auto">judge says k000' in panel
+    assert '<pre class="input" dir="auto">' in panel and "<code><bdi>k000</bdi></code>" in panel
 
 
 def test_the_items_table_sorts_by_score_with_unscored_items_last(client):
