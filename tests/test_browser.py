@@ -593,6 +593,41 @@ def test_dark_mode_follows_the_system_and_the_toggle_remembers(site, browser):
         context.close()
 
 
+SCREENS = {
+    "desktop": {"viewport": {"width": 1440, "height": 900}},
+    "mobile": {
+        "viewport": {"width": 390, "height": 844},
+        "device_scale_factor": 2,
+        "is_mobile": True,
+    },
+    "dark": {"viewport": {"width": 1440, "height": 900}, "color_scheme": "dark"},
+}
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_screenshots_of_the_runs_list_a_run_and_a_compare(site, browser, screen):
+    first, second = site.runs
+    pages = {
+        "runs": "/",
+        "run": f"/runs/{second}/",
+        # q05: v1 answered it, v2 said "wrong": a regression with a diff.
+        "compare": f"/compare/?a={first}&b={second}&key=q05",
+    }
+    context = browser.new_context(**SCREENS[screen])
+    tab = context.new_page()
+    try:
+        for name, path in pages.items():
+            tab.goto(site.url + path)
+            tab.wait_for_load_state("networkidle")
+            width = tab.evaluate("document.documentElement.scrollWidth")
+            assert width <= SCREENS[screen]["viewport"]["width"], (path, width)
+            target = ARTIFACTS / f"dashboard-23-{screen}-{name}.png"
+            tab.screenshot(path=str(target), full_page=True)
+            assert target.stat().st_size > 10_000
+    finally:
+        context.close()
+
+
 def test_no_page_is_wider_than_a_phone(site, browser):
     first, second = site.runs
     context = browser.new_context(
