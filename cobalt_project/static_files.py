@@ -5,17 +5,20 @@ immutable` and a gzip copy, but only after `collectstatic` has written them and 
 A pip-installed `cobalt serve` must work without that step, so the first process that needs
 the static files collects them itself (`CollectedStaticStorage`), into a cache folder named by
 a fingerprint of what is installed (`default_root`): an upgrade or an edited stylesheet gets a
-new folder, and every later start finds its files ready. The collection is written to a
+new folder (one no process started on for 30 days is removed), and every later start finds
+its files ready. The collection is written to a
 temporary folder and renamed into place, so processes starting together never see half of it.
 The Docker image collects at build time into `COBALT_STATIC_ROOT`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -26,6 +29,7 @@ MANIFEST = "staticfiles.json"
 # Whose static files are collected besides our own (the admin, the browsable API, API docs).
 STATIC_DISTRIBUTIONS = ("django", "djangorestframework", "drf-spectacular-sidecar", "whitenoise")
 IGNORED = ["CVS", ".*", "*~"]
+UNUSED_DAYS = 30
 
 
 def default_root(sources: Path) -> Path:
@@ -59,6 +63,7 @@ def _cache_dir() -> Path:
 def ensure_collected(root: Path) -> None:
     """Collect every app's static files into `root` unless its manifest is already there."""
     if (root / MANIFEST).is_file():
+        _mark_used(root)
         return
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
@@ -66,16 +71,28 @@ def ensure_collected(root: Path) -> None:
         collect(staging)
         try:
             staging.rename(root)
-        except OSError:  # another process got there first (or an empty leftover is in the way)
+        except OSError:  # the folder exists: another process got there first, or it was given
             if not (root / MANIFEST).is_file():
-                shutil.rmtree(root, ignore_errors=True)
-                staging.rename(root)
+                shutil.copytree(staging, root, dirs_exist_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if root.name.startswith("static-"):  # older fingerprints of the default cache folder
-        for old in root.parent.glob("static-*"):
-            if old != root:
-                shutil.rmtree(old, ignore_errors=True)
+    if root.name.startswith("static-"):
+        _forget_unused(root)
+
+
+def _mark_used(root: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only folder (an image's) is used all the same
+        os.utime(root)
+
+
+def _forget_unused(root: Path) -> None:
+    """Remove other fingerprints of the cache folder that no process has started on for
+    `UNUSED_DAYS` (another install may still use a recent one)."""
+    cutoff = time.time() - UNUSED_DAYS * 86400
+    for other in root.parent.glob("static-*"):
+        with contextlib.suppress(OSError):  # gone already
+            if other != root and other.stat().st_mtime < cutoff:
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def collect(target: Path) -> None:
