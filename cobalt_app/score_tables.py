@@ -6,6 +6,9 @@ repetition). Comparing two runs then joins two stored tables with numpy instead 
 every evaluation of both runs on every request: at 500,000 items a side, reading and pairing
 the raw verdicts took ~8 s per compare; loading and joining two tables takes a fraction of it.
 
+The table also keeps how many items the run page's failures view lists (per evaluator), which
+would otherwise be counted over every verdict of the run on each visit.
+
 `store(run_id)` is the finalisation hook (`results.run_finalise` calls it for every mode);
 `load(run)` reads a stored table, or builds one for a run finalised before tables existed
 (storing it, once) or still running (not stored: it is still changing).
@@ -134,12 +137,32 @@ def store(run_id: str) -> None:
     """Build and store the run's table; called once a run is finalised. A failure is logged,
     never raised: the finalisation stands and `load` builds the table when first needed."""
     try:
-        table = build(run_id)
-        RunScoreTable.objects.update_or_create(
-            run_id=run_id, defaults={"format": FORMAT, "data": table.to_bytes()}
-        )
+        _save(Run.objects.get(id=run_id), build(run_id))
     except Exception:
         logger.exception("could not store the score table of run %s", run_id)
+
+
+def _save(run: Run, table: ScoreTable) -> None:
+    RunScoreTable.objects.update_or_create(
+        run_id=run.id,
+        defaults={"format": FORMAT, "data": table.to_bytes(), "failing": failing_counts(run)},
+    )
+
+
+def failing_counts(run: Run) -> dict[str, int]:
+    """How many items have a failing verdict (`page_items.failing_verdicts`), of any
+    evaluator ("") and of each: the run page's failures view counts them on every visit."""
+    from cobalt_app.page_items import failing_verdicts
+
+    return {name: failing_verdicts(run, name).count() for name in ["", *run.evaluator_names]}
+
+
+def failing_count(run: Run, evaluator: str = "") -> int | None:
+    """The stored count of `failing_counts` for a finished run; None when there is none."""
+    if run.status in UNFINISHED:
+        return None
+    counts = RunScoreTable.objects.filter(run_id=run.id).values_list("failing", flat=True).first()
+    return None if counts is None else counts.get(evaluator)
 
 
 def load(run: Run) -> ScoreTable:
@@ -154,9 +177,7 @@ def load(run: Run) -> ScoreTable:
     if stored is not None:
         return ScoreTable.from_bytes(bytes(stored))
     table = build(run.id)
-    RunScoreTable.objects.update_or_create(
-        run_id=run.id, defaults={"format": FORMAT, "data": table.to_bytes()}
-    )
+    _save(run, table)
     return table
 
 

@@ -311,11 +311,16 @@ def test_failures_come_worst_first_across_pages(client, django_assert_num_querie
     assert row_keys(first)[:30] == sorted(errors)  # crashed, by index
     assert row_keys(first)[30:] == [f"k{i:03d}" for i in range(1, 40, 2)]  # lowest first
     assert "Items 1–50 of 60" in first
-    # run, failed count, failing count, failing ids (no crashed item left), rows, scores,
-    # flaky marks (2)
+    # run, failed count, failing count (stored at finalisation), failing ids (no crashed item
+    # left), rows, scores, flaky marks (2)
     with django_assert_num_queries(8):
         second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
     assert row_keys(second) == [f"k{i:03d}" for i in range(41, 60, 2)]
+    assert RunScoreTable.objects.get(run_id=run.id).failing == {"": 30, "judge": 30}
+    # A run finalised before the counts were stored counts them, the same.
+    RunScoreTable.objects.filter(run_id=run.id).delete()
+    again = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    assert row_keys(again) == row_keys(second) and "Items 51–60 of 60" in again
 
 
 def test_repetitions_show_as_one_row_per_item_with_mean_stddev_and_passes(
