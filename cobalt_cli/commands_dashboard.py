@@ -80,10 +80,15 @@ def serve(
     problem = port_problem(host, port)
     if problem:
         raise fail(problem)
+    from django.conf import settings
     from django.contrib.staticfiles.storage import staticfiles_storage
     from django.db import connections
 
+    from cobalt_project.static_files import MANIFEST
+
     # Static files are hashed and compressed once (see static_files), before workers fork.
+    if not (Path(settings.STATIC_ROOT) / MANIFEST).is_file():
+        print("Preparing the dashboard's static files (once per install)…", file=sys.stderr)
     staticfiles_storage.location  # noqa: B018
     # Worker processes are forked from this one: they must not share its connection.
     connections.close_all()
