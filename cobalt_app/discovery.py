@@ -15,7 +15,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment, collecting
+from cobalt.experiments import Experiment, collecting
 
 
 class PathOutsideProject(ValueError):

@@ -287,3 +287,41 @@ def test_an_interrupted_run_keeps_its_items_and_resumes_only_the_missing_ones(pr
             30,
         )
         assert db.execute("select count(*) from cobalt_app_evaluation").fetchone() == (30,)
+
+
+def _modules_after(argv: list[str], cwd) -> set[str]:
+    """The modules loaded by one `cobalt` command, run in a fresh interpreter."""
+    script = (
+        "import sys\n"
+        f"sys.argv = {['cobalt', *argv]!r}\n"
+        "from cobalt_cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('\\n'.join(sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=cwd, env=cli_env(), capture_output=True, text=True
+    )
+    return set(done.stderr.split())
+
+
+def test_help_and_version_import_neither_django_nor_the_engine(project):
+    heavy = {"django", "opentelemetry", "cobalt.dataset", "cobalt_app.engine", "rich.markdown"}
+    for argv in (["--help"], ["--version"], ["run", "--help"]):
+        loaded = _modules_after(argv, project.path)
+        assert "cobalt_cli.main" in loaded, argv
+        assert not heavy & loaded, (argv, heavy & loaded)
+
+
+def test_the_package_names_load_on_first_use():
+    script = (
+        "import sys, cobalt\n"
+        "assert 'cobalt.dataset' not in sys.modules and 'opentelemetry' not in sys.modules\n"
+        "from cobalt import experiment, Evaluator, span\n"
+        "import cobalt.experiments\n"
+        "assert callable(experiment) and cobalt.experiment is experiment, cobalt.experiment\n"
+        "assert 'opentelemetry' in sys.modules\n"
+        "print(sorted(cobalt.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "'experiment'" in done.stdout and "'span'" in done.stdout
