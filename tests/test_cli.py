@@ -103,6 +103,19 @@ def test_an_experiment_file_that_fails_to_import_is_named_and_fails_the_command(
     assert "Run ID:" in result.stdout  # the good file still ran
 
 
+def test_a_project_folder_hidden_by_an_installed_package_is_explained(project, cobalt_cli):
+    # The OpenAI Agents SDK installs a package named `agents`: it wins over a folder `agents/`
+    # without __init__.py, so `from agents.support import answer` fails.
+    project.write("agents/support.py", "def answer(q):\n    return q\n")
+    project.write("experiments/e.cobalt.py", "from agents.support import answer\n")
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert "the folder agents/ of this project is hidden by the installed package 'agents'" in (
+        result.stderr
+    )
+    assert "add an empty agents/__init__.py" in result.stderr
+
+
 def test_a_bad_dataset_names_the_file_and_line(project, cobalt_cli):
     project.write("datasets/bad.jsonl", '{"input": "ok"}\n{"input": broken}\n')
     project.write(
