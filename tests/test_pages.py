@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from cobalt import Dataset, Evaluator, experiment
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import results, score_tables, selectors, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome
