@@ -148,7 +148,8 @@ def test_ragas_faithfulness_end_to_end(project, fake_provider):
     found = run_with(project, [faithful], "Paris is the capital of France. It has 9 museums.")
     result = found[(0, "faithful")]
     assert (result.status, result.score) == ("ok", 0.5), result.error
-    assert "faithfulness" in result.reason and result.tokens > 0
+    assert result.reason == "Ragas faithfulness = 0.500 (Ragas gives no reason)"
+    assert result.tokens > 0
     prompts = chat_prompts(fake_provider)
     assert len(prompts) == 2
     assert "Paris is the capital and largest city of France." in prompts[1]
@@ -168,21 +169,103 @@ def test_ragas_answer_relevancy_embeds_through_cobalt(project, fake_provider):
     assert fake_provider.request_count("/v1/embeddings") >= 1
 
 
-def test_trace_sources_feed_tool_calls(project, fake_provider):
-    tools = Evaluator(
-        "tools",
-        "ragas",
-        metric="tool_call_accuracy",
-        mapping={"tool_calls": "metadata.calls"},
-    )
-    item = {**ITEM, "expected_tools": [{"name": "search", "arguments": {"q": "capital"}}]}
+def test_tool_call_metrics_read_the_agents_tool_calls(project, fake_provider):
+    import cobalt
+
+    @cobalt.tool
+    def search(q: str) -> str:
+        return "Paris"
 
     def runner(ctx):
-        calls = [{"name": "search", "arguments": {"q": "capital"}}]
-        return {"output": GOOD, "metadata": {"calls": calls}}
+        search("capital")  # a tool step of the trace
+        openai_shaped = [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "capital"}'},
+            }
+        ]
+        return {"output": GOOD, "metadata": {"calls": openai_shaped}}
 
-    found = run_with(project, [tools], None, items=[item], runner=runner)
-    assert (found[(0, "tools")].status, found[(0, "tools")].score) == ("ok", 1.0)
+    evaluators = [
+        Evaluator(
+            "ragas-tools",
+            "ragas",
+            metric="tool_call_accuracy",
+            mapping={"tool_calls": "metadata.calls"},
+        ),
+        Evaluator(
+            "deepeval-tools",
+            "deepeval",
+            metric="ToolCorrectnessMetric",
+            mapping={"tools_called": "trace.tool_calls"},
+        ),
+    ]
+    item = {**ITEM, "expected_tools": [{"name": "search", "arguments": {"q": "capital"}}]}
+    found = run_with(project, evaluators, None, items=[item], runner=runner)
+    for name in ("ragas-tools", "deepeval-tools"):
+        assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 1.0), found[
+            (0, name)
+        ].error
+    wrong = {**item, "expected_tools": ["delete_account"]}
+    found = run_with(project, evaluators, None, items=[wrong], runner=runner)
+    for name in ("ragas-tools", "deepeval-tools"):
+        assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 0.0), found[
+            (0, name)
+        ].error
+
+
+def test_retrieved_documents_come_from_the_trace(project, fake_provider):
+    import cobalt
+
+    script_deepeval_faithfulness(fake_provider)
+    script_ragas_faithfulness(fake_provider)
+
+    def rag_agent(ctx):
+        with cobalt.span("search", kind="retrieval", input=ctx.item["input"]) as step:
+            step.output = ["Paris is the capital of France.", "France is in Europe."]
+        return "Paris is the capital of France. It has 9 museums."
+
+    evaluators = [
+        Evaluator(
+            "deepeval",
+            "deepeval",
+            metric="FaithfulnessMetric",
+            mapping={"retrieval_context": "trace.retrieved"},
+        ),
+        Evaluator("ragas", "ragas", metric="faithfulness"),  # the trace is its last default
+    ]
+    found = run_with(project, evaluators, None, items=[ITEM], runner=rag_agent)
+    assert (found[(0, "deepeval")].status, found[(0, "deepeval")].score) == ("ok", 0.5)
+    assert (found[(0, "ragas")].status, found[(0, "ragas")].score) == ("ok", 0.5)
+    prompts = chat_prompts(fake_provider)
+    truths = next(p for p in prompts if '"truths" key' in p)
+    assert "Paris is the capital of France.\n\nFrance is in Europe." in truths  # two documents
+    nli = next(p for p in prompts if "NLIStatementOutput" in p and "Now perform" in p)
+    assert "France is in Europe." in nli
+
+
+def test_metric_calls_keep_to_the_shared_rate_budget(project, fake_provider):
+    # 6 items, one G-Eval call each, at most 5 requests a second after a burst of 1.
+    project.write(
+        "cobalt.toml",
+        'test_dir = "experiments"\n[rate_limits.openai]\nrequests_per_second = 5\n',
+    )
+    geval = Evaluator("correct", "deepeval", metric="GEval", evaluation_steps=STEPS)
+    with collecting() as found:
+        experiment(
+            "budgeted",
+            Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
+            lambda ctx: f'Paris {ctx.index} [[reply:{{"score": 8, "reason": "ok"}}]]',
+            evaluators=[geval],
+            concurrency=6,
+        )
+    (run,) = launcher.execute(found, load_config(project.path), no_cache=True)
+    results = Evaluation.objects.filter(run=run)
+    assert {e.score for e in results} == {0.8}, [(e.status, e.error) for e in results]
+    times = sorted(r["time"] for r in fake_provider.requests if r["path"] == "/v1/chat/completions")
+    assert len(times) == 6
+    assert times[-1] - times[0] >= 5 * 0.2 * 0.95, times  # spaced by the budget, not at once
 
 
 def test_an_unparseable_reply_is_an_evaluation_error_not_a_zero(project, fake_provider):

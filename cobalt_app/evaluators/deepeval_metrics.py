@@ -165,10 +165,17 @@ def test_case(inputs: dict[str, Any]) -> Any:
     for name in ("tools_called", "expected_tools"):
         if name in inputs:
             fields[name] = [
-                ToolCall(name=c["name"], input_parameters=c["arguments"] or None)
+                ToolCall(name=c["name"], input_parameters=arguments_dict(c["arguments"]))
                 for c in tool_call_list(inputs[name], name)
             ]
     return LLMTestCase(**fields)
+
+
+def arguments_dict(arguments: Any) -> dict[str, Any] | None:
+    """DeepEval's `input_parameters` is a dict: other arguments are wrapped as `input`."""
+    if arguments in (None, {}, ""):
+        return None
+    return arguments if isinstance(arguments, dict) else {"input": arguments}
 
 
 def validate(evaluator: Evaluator) -> list[str]:

@@ -95,11 +95,7 @@ def read_source(target: EvalTarget, source: str) -> Any:
     if source == "trace.tool_calls":
         return trace_spans.tool_calls(target.trace)
     if source == "trace.retrieved":
-        return [
-            step["output"]
-            for step in target.trace
-            if step.get("kind") == "retrieval" and step.get("output")
-        ]
+        return retrieved_documents(target.trace)
     if source == "output" and not isinstance(target.output, str):
         return output_text(target.output)
     lookup = {
@@ -112,6 +108,21 @@ def read_source(target: EvalTarget, source: str) -> Any:
         return _lookup(lookup, source)
     except TemplateError:
         raise KeyError(source) from None
+
+
+def retrieved_documents(steps: list[dict[str, Any]]) -> list[Any]:
+    """The outputs of the trace's retrieval steps, one document per entry of a JSON list."""
+    documents: list[Any] = []
+    for step in steps:
+        output = step.get("output")
+        if step.get("kind") != "retrieval" or not output:
+            continue
+        try:
+            parsed = json.loads(output)
+        except ValueError:
+            parsed = output
+        documents.extend(parsed if isinstance(parsed, list) else [output])
+    return documents
 
 
 def gather_inputs(
@@ -163,30 +174,16 @@ def text_list(value: Any, field: str) -> list[str]:
 
 
 def tool_call_list(value: Any, field: str) -> list[dict[str, Any]]:
-    """Tool calls as `{"name", "arguments"}` from names or dicts (`args`/`input_parameters`
-    accepted for the arguments)."""
+    """Tool calls as `{"name", "arguments"}` from any shape the `tool-calls` evaluator reads
+    (`{"name", "arguments"}`, OpenAI's and Anthropic's), or from bare tool names."""
+    from cobalt_app.evaluators.tool_calls import ANY, normalise_calls
+
     if value is None:
         return []
-    if not isinstance(value, list | tuple):
-        raise EvaluationError(f"`{field}` must be a list of tool calls (got {type(value)})")
-    calls = []
-    for entry in value:
-        if isinstance(entry, str):
-            calls.append({"name": entry, "arguments": {}})
-        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            arguments = entry.get("arguments", entry.get("args", entry.get("input_parameters")))
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments)
-                except ValueError:
-                    arguments = {"input": arguments}
-            calls.append({"name": entry["name"], "arguments": arguments or {}})
-        else:
-            raise EvaluationError(
-                f'`{field}`: each tool call must be a name or {{"name": ..., "arguments": '
-                f"{{...}}}} (got {entry!r})"
-            )
-    return calls
+    if isinstance(value, list | tuple):
+        value = [{"name": v} if isinstance(v, str) else v for v in value]
+    calls = normalise_calls(value, f"`{field}`")
+    return [{"name": c.name, "arguments": {} if c.arguments is ANY else c.arguments} for c in calls]
 
 
 @dataclass

@@ -339,6 +339,11 @@ async def ragas_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) ->
                 score = await metric.multi_turn_ascore(row)
             else:
                 score = await metric.single_turn_ascore(row)
-        return score, ""
+        described = isinstance(score, int | float) and score == score
+        # Ragas' metrics return a bare number: say so rather than invent a reason.
+        return (
+            score,
+            f"Ragas {metric.name} = {score:.3f} (Ragas gives no reason)" if described else "",
+        )
 
     return await scored("ragas", evaluator, env, name, params, inputs, measure)
