@@ -446,7 +446,10 @@ def test_without_the_extra_the_run_stops_with_the_install_command(project, tmp_p
 
 
 GUARD = """
+import pathlib
 import socket
+
+pathlib.Path({log!r} + ".active").touch()  # the guard is in place in the subprocess
 
 allowed = {port}
 real_connect = socket.socket.connect
@@ -516,6 +519,7 @@ def test_no_connection_but_to_the_provider_and_no_telemetry(project, fake_provid
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "correct" in output and "faithful" in output
+    assert (tmp_path / "connections.log.active").exists()
     assert not log.exists(), log.read_text()
     assert len(chat_prompts(fake_provider)) == 3  # both metrics did call the provider
     assert not (project.path / ".deepeval").exists()  # nothing of DeepEval's left behind
