@@ -215,6 +215,23 @@ def test_tool_call_metrics_read_the_agents_tool_calls(project, fake_provider):
         ].error
 
 
+def test_metrics_that_call_no_model_make_no_request(project, fake_provider, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")  # nor need a key
+    evaluators = [
+        Evaluator("de-exact", "deepeval", metric="ExactMatchMetric"),
+        Evaluator("ragas-exact", "ragas", metric="exact_match"),
+    ]
+    item = {**ITEM, "expected_output": GOOD}
+    found = run_with(project, evaluators, GOOD, items=[item])
+    for name in ("de-exact", "ragas-exact"):
+        assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 1.0), found[
+            (0, name)
+        ].error
+    found = run_with(project, evaluators, BAD, items=[item])
+    assert found[(0, "de-exact")].score == found[(0, "ragas-exact")].score == 0.0
+    assert fake_provider.request_count() == 0
+
+
 def test_retrieved_documents_come_from_the_trace(project, fake_provider):
     import cobalt
 
@@ -378,6 +395,17 @@ def test_a_wrong_definition_stops_the_run_before_the_agent_is_called(
         run_with(project, [evaluator], GOOD, runner=lambda ctx: called.append(1) or GOOD)
     assert message in str(refused.value)
     assert called == [] and fake_provider.request_count() == 0
+
+
+def test_a_missing_key_names_the_variable_and_the_metric(project, fake_provider, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    faithful = Evaluator("faithful", "ragas", metric="faithfulness")
+    with pytest.raises(PreflightError) as refused:
+        run_with(project, [faithful], GOOD)
+    assert "OPENAI_API_KEY is not set: the ragas evaluator 'faithful' (faithfulness)" in str(
+        refused.value
+    )
+    assert fake_provider.request_count() == 0
 
 
 def test_a_missing_input_is_an_evaluation_error_naming_it(project, fake_provider):

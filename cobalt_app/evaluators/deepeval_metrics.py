@@ -17,6 +17,7 @@ message. Install with `pip install 'cobalt-agents[deepeval]'`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from typing import Any
 
@@ -114,10 +115,14 @@ def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
     cls = metric_class(evaluator.options.get("metric"))
     params = metric_params(evaluator, cls)
     mapping_of(evaluator, FIELDS, "DeepEval")
-    model = cobalt_model(Judge(evaluator, env, "deepeval"))
-    keywords = dict(params, model=model, async_mode=True, verbose_mode=False)
-    if "name" in inspect.signature(cls.__init__).parameters:
-        keywords["name"] = evaluator.name  # G-Eval's own name
+    accepted = inspect.signature(cls.__init__).parameters
+    ours = {
+        "model": judge_model_class()(Judge(evaluator, env, "deepeval")),
+        "async_mode": True,
+        "verbose_mode": False,
+        "name": evaluator.name,  # G-Eval's own name
+    }
+    keywords = dict(params, **{k: v for k, v in ours.items() if k in accepted})
     try:
         return cls(**keywords), params
     except Exception as exc:
@@ -126,12 +131,15 @@ def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
         ) from exc
 
 
-def cobalt_model(judge: Judge) -> Any:
-    """A `DeepEvalBaseLLM` whose every prompt is a Cobalt judge call."""
+@functools.cache
+def judge_model_class() -> type:
+    """A `DeepEvalBaseLLM` whose every prompt is a Cobalt judge call (made once: DeepEval
+    wraps each subclass's methods in its tracing when the class is created)."""
     from deepeval.models import DeepEvalBaseLLM
 
     class CobaltJudge(DeepEvalBaseLLM):
-        def __init__(self) -> None:
+        def __init__(self, judge: Judge) -> None:
+            self.judge = judge
             self.name = judge.model or "cobalt-judge"
             self.model = self
 
@@ -145,12 +153,12 @@ def cobalt_model(judge: Judge) -> Any:
             raise EvaluationError("DeepEval asked for a synchronous call; Cobalt runs async_mode")
 
         async def a_generate(self, prompt: str, schema: Any = None) -> str:
-            return await judge.ask(str(prompt))
+            return await self.judge.ask(str(prompt))
 
-    return CobaltJudge()
+    return CobaltJudge
 
 
-def test_case(inputs: dict[str, Any]) -> Any:
+def llm_test_case(inputs: dict[str, Any]) -> Any:
     from deepeval.test_case import LLMTestCase, ToolCall
 
     fields: dict[str, Any] = {
@@ -187,14 +195,24 @@ def validate(evaluator: Evaluator) -> list[str]:
     return []
 
 
-@register("deepeval", options=OPTIONS, providers=judge_uses("deepeval"), validate=validate)
+def asks_a_model(evaluator: Evaluator) -> bool:
+    cls = metric_class(evaluator.options.get("metric"))
+    return "model" in inspect.signature(cls.__init__).parameters
+
+
+@register(
+    "deepeval",
+    options=OPTIONS,
+    providers=judge_uses("deepeval", asks_a_model),
+    validate=validate,
+)
 async def deepeval_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     # The first import takes seconds: off the event loop, where other items are running.
     await asyncio.to_thread(import_library, "deepeval", "deepeval.metrics")
     metric, params = build_metric(evaluator, env)
     mapping = mapping_of(evaluator, FIELDS, "DeepEval")
     inputs = gather_inputs(target, mapping, DEFAULTS)
-    case = test_case(inputs)
+    case = llm_test_case(inputs)
     if getattr(metric, "evaluation_params", False) is None:
         # G-Eval judges the test-case fields it is given; by default, those the item holds.
         from deepeval.test_case import SingleTurnParams

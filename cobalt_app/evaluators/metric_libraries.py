@@ -235,8 +235,18 @@ class Judge:
         return reply.text
 
 
-def judge_uses(library: str) -> Callable[[Evaluator, dict[str, Any]], list[ProviderUse]]:
+def judge_uses(
+    library: str, asks_a_model: Callable[[Evaluator], bool]
+) -> Callable[[Evaluator, dict[str, Any]], list[ProviderUse]]:
+    """The judge API a metric calls, if it calls one (`asks_a_model`; an unknown metric calls
+    none: the preflight reports it as such)."""
+
     def uses(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[ProviderUse]:
+        try:
+            if not asks_a_model(evaluator):
+                return []
+        except EvaluationError:
+            return []
         target = judge_settings(evaluator, judge_config)
         metric = evaluator.options.get("metric")
         return [

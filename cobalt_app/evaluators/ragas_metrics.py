@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
 import warnings
 from typing import Any
@@ -144,7 +145,7 @@ def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
     run_config = RunConfig(max_retries=1, max_wait=1)
     judge = Judge(evaluator, env, "ragas")
     if issubclass(cls, MetricWithLLM):
-        keywords["llm"] = cobalt_llm(judge, run_config)
+        keywords["llm"] = llm_class()(judge, run_config=run_config)
     if issubclass(cls, MetricWithEmbeddings):
         keywords["embeddings"] = cobalt_embeddings(evaluator, env, embedding_provider)
     try:
@@ -158,12 +159,17 @@ def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
     return metric, params
 
 
-def cobalt_llm(judge: Judge, run_config: Any) -> Any:
+@functools.cache
+def llm_class() -> type:
     """A `BaseRagasLLM` whose every prompt is a Cobalt judge call."""
     from langchain_core.outputs import Generation, LLMResult
     from ragas.llms.base import BaseRagasLLM
 
     class CobaltLLM(BaseRagasLLM):
+        def __init__(self, judge: Judge, **options: Any) -> None:
+            super().__init__(**options)
+            self.judge = judge
+
         def generate_text(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
             raise EvaluationError("Ragas asked for a synchronous call; Cobalt runs it async")
 
@@ -177,13 +183,13 @@ def cobalt_llm(judge: Judge, run_config: Any) -> Any:
         ) -> Any:
             text = prompt.to_string() if hasattr(prompt, "to_string") else str(prompt)
             # n > 1 asks for varied answers (answer_relevancy's strictness): one call each.
-            replies = [await judge.ask(text, temperature) for _ in range(max(1, n))]
+            replies = [await self.judge.ask(text, temperature) for _ in range(max(1, n))]
             return LLMResult(generations=[[Generation(text=reply) for reply in replies]])
 
         def is_finished(self, response: Any) -> bool:
             return True
 
-    return CobaltLLM(run_config=run_config)
+    return CobaltLLM
 
 
 def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
@@ -318,7 +324,17 @@ def validate(evaluator: Evaluator) -> list[str]:
     return []
 
 
-@register("ragas", options=OPTIONS, providers=judge_uses("ragas"), validate=validate)
+def asks_a_model(evaluator: Evaluator) -> bool:
+    cls = metric_class(evaluator.options.get("metric"))  # first: it imports Ragas or says how
+    from ragas.metrics.base import MetricWithEmbeddings, MetricWithLLM
+
+    embeds = issubclass(cls, MetricWithEmbeddings) and (
+        evaluator.options.get("embedding_provider", "openai") == "openai"
+    )
+    return issubclass(cls, MetricWithLLM) or embeds
+
+
+@register("ragas", options=OPTIONS, providers=judge_uses("ragas", asks_a_model), validate=validate)
 async def ragas_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     await asyncio.to_thread(import_library, "ragas", "ragas.metrics")
     metric, params = build_metric(evaluator, env)
