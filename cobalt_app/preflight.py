@@ -22,7 +22,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.evaluator import Evaluator
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import evaluators, plugins
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 from cobalt_app.providers import ProviderError, resolve_api_key

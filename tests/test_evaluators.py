@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, known_types
 from cobalt_app.evaluators.deterministic import levenshtein_distance

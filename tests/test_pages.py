@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from cobalt import Dataset, Evaluator, experiment
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import results, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome

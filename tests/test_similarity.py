@@ -9,7 +9,7 @@ import math
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.evaluators import EvalTarget, evaluate
 from cobalt_app.models import Evaluation, JudgeCacheEntry
