@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
