@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
-from cobalt.experiment import Experiment, RunContext
+from cobalt.experiments import Experiment, RunContext
 from cobalt_app import (
     liveness,
     recordings,

@@ -52,9 +52,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from opentelemetry import trace as otel_trace
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
 MODES = (RECORD, REPLAY, NEW_ONLY)
 LABELS = {RECORD: "recorded", REPLAY: "replayed", NEW_ONLY: "replayed"}
@@ -306,6 +303,8 @@ class Tape:
 
     def call(self, method: str, url: str, raw: bytes) -> Call | None:
         """The request as a model call to record or replay, or None to let it through."""
+        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
         if not is_model_call(url, self.settings.hosts) or not is_instrumentation_enabled():
             return None  # not a provider, or a judge's/simulated user's call (untraced)
         body = parse_body(raw)
@@ -376,6 +375,8 @@ def _replayed(module: Any, exchange: dict[str, Any]) -> Any:
     body = response_body(response)
     headers = [*response["headers"].items(), ("content-length", str(len(body)))]
     with contextlib.suppress(Exception):  # the model call's span, when traces are captured
+        from opentelemetry import trace as otel_trace
+
         otel_trace.get_current_span().set_attribute(REPLAYED_ATTRIBUTE, True)
     return module.Response(response["status"], headers=headers, stream=module.ByteStream(body))
 

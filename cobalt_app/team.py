@@ -35,7 +35,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import results, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome

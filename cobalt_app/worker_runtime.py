@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, engine, recordings, team, traces
 from cobalt_app.engine import EvalEnv, ItemOutcome
 from cobalt_app.models import ItemResult, Run

@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import discovery, launcher
 from cobalt_app.models import ItemResult, Run
 
@@ -90,6 +90,11 @@ class RunDetailSerializer(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     gitCommit = serializers.CharField(allow_null=True)
     parentRunId = serializers.CharField(allow_null=True)
+    replay = serializers.ChoiceField(
+        choices=["recorded", "replayed"],
+        allow_null=True,
+        help_text="The agent's model calls were recorded, replayed (--replay), or live (null).",
+    )
     config = RunConfigSerializer()
     summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
     progress = ProgressSerializer()
