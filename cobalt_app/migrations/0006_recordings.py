@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cobalt_app", "0004_item_trace"),
+        ("cobalt_app", "0005_run_score_table"),
     ]
 
     operations = [
