@@ -14,8 +14,9 @@ from typing import Any
 from cobalt.config import Config
 from cobalt.experiment import Experiment
 from cobalt_app import aio, discovery, plugins, preflight
-from cobalt_app.engine import Reporter, run_experiment
+from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
+from cobalt_app.runs.embedded import run_experiment
 from cobalt_app.services import RunBusy
 
 GLOB_CHARS = set("*?[")

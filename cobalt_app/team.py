@@ -27,7 +27,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -36,11 +35,12 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiment import Experiment
-from cobalt_app import results, services
+from cobalt_app import services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
-from cobalt_app.services import ItemSnapshot
+from cobalt_app.runs import TeamModeError, lifecycle
+from cobalt_app.runs.claims import UNFINISHED, item_ids, lease_grace
 
 logger = logging.getLogger("cobalt.team")
 
@@ -55,13 +55,7 @@ MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
 WAIT_NOTICE_AFTER = 2.0
 STALL_NOTICE_AFTER = 30.0
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
-RETRY_STATUSES = (ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT, ItemResult.Status.CANCELLED)
-UNFINISHED = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
-
-
-class TeamModeError(RuntimeError):
-    """Team mode is misconfigured; the message says what to set."""
 
 
 class Detached(KeyboardInterrupt):
@@ -70,14 +64,6 @@ class Detached(KeyboardInterrupt):
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
         self.run_id = run_id
-
-
-def lease_grace() -> float:
-    """Seconds a held item survives without a heartbeat (`COBALT_LEASE_GRACE`, default 60)."""
-    try:
-        return max(0.5, float(os.environ.get("COBALT_LEASE_GRACE") or 60))
-    except ValueError:
-        raise TeamModeError("COBALT_LEASE_GRACE must be a number of seconds") from None
 
 
 def beat_interval() -> float:
@@ -117,21 +103,14 @@ def start_run(
     no_cache: bool = False,
 ) -> tuple[Run, list[int]]:
     """Create a team run with its item rows and enqueue every item; returns (run, item ids)."""
-    settings = experiment.settings(
-        default_concurrency=config.get("concurrency", 5),
-        default_timeout=config.get("timeout", 30),
-    )
-    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    settings["queue"] = queue_name()
-    if no_cache:
-        settings["noCache"] = True
-    run = services.run_create(
-        experiment=experiment,
-        settings=settings,
-        file=file,
-        tags=tags or [],
+    run = lifecycle.create(
+        experiment,
+        config,
         mode=Run.Mode.TEAM,
-        project_dir=config.project_dir,
+        overrides=overrides,
+        extra=team_settings(no_cache),
+        tags=tags,
+        file=file,
     )
     ids = item_ids(run.id, UNFINISHED)
     enqueue(run.id, ids)
@@ -140,32 +119,18 @@ def start_run(
 
 def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
     """Put failed, timed-out and cancelled items back to pending and enqueue what is missing."""
-    with transaction.atomic():
-        run = services.run_resume(run_id, grace=lease_grace())
-        services.item_reset_for_retry(run.id, RETRY_STATUSES)
-        config = dict(run.config)
-        config["queue"] = queue_name()
-        if no_cache:
-            config["noCache"] = True
-        Run.objects.filter(id=run.id).update(
-            status=Run.Status.QUEUED,
-            mode=Run.Mode.TEAM,
-            config=config,
-            started_at=None,
-            finished_at=None,
-            failure="",
-        )
+    run = lifecycle.resume(
+        run_id, grace=lease_grace(), mode=Run.Mode.TEAM, extra=team_settings(no_cache)
+    )
     forget_run(run.id)
     watched = item_ids(run.id, UNFINISHED)  # before enqueueing: workers may be quick
     enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]))
-    return Run.objects.get(id=run.id), watched
+    return run, watched
 
 
-def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
-    items = ItemResult.objects.filter(run_id=run_id)
-    if statuses is not None:
-        items = items.filter(status__in=list(statuses))
-    return list(items.order_by("id").values_list("id", flat=True))
+def team_settings(no_cache: bool) -> dict[str, Any]:
+    """What a team run adds to its settings: its queue, and whether to bypass the cache."""
+    return {"queue": queue_name(), **({"noCache": True} if no_cache else {})}
 
 
 def enqueue(run_id: str, ids: list[int]) -> None:
@@ -182,12 +147,11 @@ def enqueue(run_id: str, ids: list[int]) -> None:
     from cobalt_project.celery import app
 
     info = run_info(run_id)
-    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
     size = chunk_size(len(ids), info.queue, info.concurrency)
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
     with app.producer_or_acquire() as producer, _batched(producer):
         for chunk in chunks[: info.concurrency]:
-            task.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
+            tasks.run_lane.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
 
 
@@ -218,10 +182,6 @@ class RunInfo:
     name: str
     file: str
     config: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return "rejudge" if self.config.get("rejudge") else "execute"
 
     @property
     def queue(self) -> str:
@@ -267,227 +227,11 @@ def forget_run(run_id: str) -> None:
     _run_infos.pop(run_id, None)
 
 
-@dataclass
-class Claim:
-    """An item this worker holds: its snapshot, what is stored of it, and which attempt."""
-
-    item_id: int
-    run_id: str
-    attempt: int
-    snapshot: ItemSnapshot
-    stored: dict[str, Any] = field(default_factory=dict)
-
-
-CLAIM_SET = (
-    "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
-    "lease_expires_at = %s, started_at = %s"
-)
-CLAIM_RETURNING = (
-    " RETURNING id, run_id, item_index, run_index, item_key, input, output, metadata, "
-    "latency_ms, tokens, cost, attempts"
-)
-
-
-def claim_sql(count: int, *, start_run: bool) -> str:
-    """Take these pending items (a conditional UPDATE); on PostgreSQL, start the run too."""
-    claim = (
-        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) AND status = %s{CLAIM_RETURNING}"
-    )
-    if not start_run:
-        return claim
-    # The claim and "the run has started" in one round trip.
-    return (
-        f"WITH claimed AS ({claim}), started AS (UPDATE cobalt_app_run SET status = %s, "
-        "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
-        "SELECT * FROM claimed"
-    )
-
-
-def claim_next_sql(*, postgresql: bool) -> str:
-    """Take the run's first few pending items; concurrent lanes skip each other's rows."""
-    pick = (
-        "SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
-        "ORDER BY id LIMIT %s"
-    )
-    if not postgresql:  # SQLite: one writer at a time, the subquery runs once
-        return f"{CLAIM_SET} WHERE id IN ({pick}) AND status = %s{CLAIM_RETURNING}"
-    # A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
-    # for every row it scans, each time taking the next few items: one lane took them all.
-    returning = CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
-    return (
-        f"WITH next AS ({pick} FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
-        f"WHERE cobalt_app_itemresult.id = next.id AND status = %s{returning}"
-    )
-
-
-def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
-    """Take the items of `item_ids` still pending, in id order; the others are someone else's.
-
-    Every claimed item gets a lease that the worker's heartbeat renews until it is recorded.
-    """
-    if not item_ids:
-        return []
-    now = timezone.now()
-    params = [*_claim_set_params(worker, now), *item_ids, ItemResult.Status.PENDING]
-    together = connection.vendor == "postgresql"
-    if together:
-        adapt = connection.ops.adapt_datetimefield_value
-        params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
-    claims = _claimed(claim_sql(len(item_ids), start_run=together), params)
-    if claims and not together:
-        Run.objects.filter(
-            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
-        ).update(status=Run.Status.RUNNING, started_at=now)
-    return claims
-
-
-def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
-    """Take up to `limit` of the run's pending items, first ones first (a lane going on)."""
-    pending = ItemResult.Status.PENDING
-    claim, pick = _claim_set_params(worker, timezone.now()), [run_id, pending, limit]
-    postgresql = connection.vendor == "postgresql"
-    params = [*pick, *claim, pending] if postgresql else [*claim, *pick, pending]
-    return _claimed(claim_next_sql(postgresql=postgresql), params)
-
-
-def _claim_set_params(worker: str, now: Any) -> list[Any]:
-    adapt = connection.ops.adapt_datetimefield_value
-    lease = adapt(now + timedelta(seconds=lease_grace()))
-    return [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now)]
-
-
-def _claimed(sql: str, params: list[Any]) -> list[Claim]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = sorted(cursor.fetchall())
-    claims = []
-    for row in rows:
-        item_id, run_id, index, repetition, key, item, output, metadata = row[:8]
-        latency, tokens, cost, attempt = row[8:]
-        snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
-        stored = {
-            "output": _json(output),
-            "metadata": _json(metadata) or {},
-            "latency_ms": latency,
-            "tokens": tokens,
-            "cost": cost,
-        }
-        claims.append(Claim(item_id, run_id, attempt, snapshot, stored))
-    return claims
-
-
-def run_status(run_id: str) -> str | None:
-    return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
-
-
-def _json(value: Any) -> Any:
-    """JSON columns come back as text from a raw cursor (PostgreSQL and SQLite alike)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def items_record(pairs: list[tuple[Claim, ItemOutcome]]) -> tuple[set[int], set[str]]:
-    """Record outcomes whose claims are still current, in one transaction.
-
-    Returns the ids recorded and the runs that may now be complete (their counter reached
-    the total). An item is recorded exactly once: a claim that was superseded (its lease ran
-    out and another worker took the item) or an item already finished records nothing.
-    """
-    if not pairs:
-        return set(), set()
-    ids = [claim.item_id for claim, _ in pairs]
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, status, attempts FROM cobalt_app_itemresult "
-                f"WHERE id IN ({', '.join(['%s'] * len(ids))}){lock}",
-                ids,
-            )
-            current = {item_id: (status, attempts) for item_id, status, attempts in cursor}
-        by_run: dict[str, list[ItemOutcome]] = {}
-        recorded: set[int] = set()
-        for claim, outcome in pairs:
-            status, attempts = current.get(claim.item_id, (None, None))
-            if status is None or status in ItemResult.FINISHED or attempts != claim.attempt:
-                continue
-            by_run.setdefault(claim.run_id, []).append(outcome)
-            recorded.add(claim.item_id)
-        for run_id, outcomes in by_run.items():
-            # The rows are locked and still ours: no need to check them again inside.
-            services.record_item_outcomes(run_id, outcomes, exclusive=True)
-        due: set[str] = set()
-        if by_run:
-            runs = list(by_run)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT id, finished_items, total_items FROM cobalt_app_run "
-                    f"WHERE id IN ({', '.join(['%s'] * len(runs))})",
-                    runs,
-                )
-                due = {run_id for run_id, done, total in cursor if done >= total}
-    return recorded, due
-
-
-def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:
-    """Finalise the run when no item is left unfinished; only one caller ever does."""
-    if not force:
-        row = Run.objects.filter(id=run_id).values_list("status", "finished_items", "total_items")
-        counts = row.first()
-        if counts is None or counts[0] in Run.FINISHED or counts[1] < counts[2]:
-            return None
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(id=run_id).first()
-        if run is None or run.is_finished:
-            return None
-        if ItemResult.objects.filter(run_id=run_id, status__in=UNFINISHED).exists():
-            return None
-        if run.started_at is None:
-            Run.objects.filter(id=run_id).update(started_at=run.created_at)
-        return results.run_finalise(run_id, status=Run.Status.COMPLETED)
-
-
-def leases_renew(worker: str, ids: list[int]) -> set[int]:
-    """Extend the leases of the items this worker still holds; returns those ids."""
-    held = set(
-        ItemResult.objects.filter(
-            id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
-        ).values_list("id", flat=True)
-    )
-    if held:
-        ItemResult.objects.filter(id__in=held, status=ItemResult.Status.RUNNING).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=lease_grace())
-        )
-    return held
-
-
-def leases_release(worker: str, ids: list[int]) -> int:
-    """Hand back items this worker holds (it is shutting down): pending again, for others."""
-    return ItemResult.objects.filter(
-        id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
-    ).update(status=ItemResult.Status.PENDING, worker="", lease_expires_at=None)
-
-
 def enqueue_lane(run_id: str, then: int) -> None:
     """One lane of the run, to go on on another worker: it claims the run's next items."""
     from cobalt_app import tasks
 
-    info = run_info(run_id)
-    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
-    task.apply_async((run_id, [], then), queue=info.queue)
-
-
-def run_cancel(run_id: str) -> tuple[Run, int]:
-    """Stop a run: unfinished items become cancelled, workers drop what they hold."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
-        if run.is_finished:
-            return run, 0
-        cancelled = services.run_cancel_pending(run.id)
-        if run.started_at is None:
-            Run.objects.filter(id=run_id).update(started_at=run.created_at)
-        run = results.run_finalise(run.id, status=Run.Status.CANCELLED)
-    announce_progress([run.id])
-    return run, cancelled
+    tasks.run_lane.apply_async((run_id, [], then), queue=run_info(run_id).queue)
 
 
 @dataclass
@@ -507,7 +251,9 @@ def sweep() -> SweepReport:
     with transaction.atomic():
         expired = list(
             ItemResult.objects.select_for_update(skip_locked=True)
-            .filter(status=ItemResult.Status.RUNNING, lease_expires_at__lt=now)
+            .filter(
+                status=ItemResult.Status.RUNNING, lease_expires_at__lt=now, run__mode=Run.Mode.TEAM
+            )
             .values_list("id", "run_id", "attempts", "worker")[:SWEEP_BATCH]
         )
         retry = [row for row in expired if row[2] < MAX_ATTEMPTS]
@@ -531,7 +277,7 @@ def sweep() -> SweepReport:
         enqueue(run_id, ids)
         report.requeued += len(ids)
     for run_id in touched:
-        if finish_if_done(run_id):
+        if lifecycle.finish_if_done(run_id):
             report.finalised.append(run_id)
     _sweep_runs(report)
     announce_progress(touched | set(report.finalised))
@@ -563,7 +309,7 @@ def _sweep_runs(report: SweepReport) -> None:
             .annotate(n=Count("id"))
         )
         if not counts:
-            if finish_if_done(run_id, force=True):
+            if lifecycle.finish_if_done(run_id):
                 report.finalised.append(run_id)
             continue
         if counts.get(ItemResult.Status.RUNNING) or not counts.get(ItemResult.Status.PENDING):
@@ -830,10 +576,7 @@ def wait(
             time.sleep(max(0.0, read_at + MIN_POLL_INTERVAL - time.monotonic()))
     finally:
         listener.close()
-    run = Run.objects.get(id=run_id)
-    path = results.write_results_file(run, config.results_dir)
-    Run.objects.filter(id=run_id).update(results_path=str(path))
-    run.results_path = str(path)
+    run = lifecycle.write_results(run_id, config.results_dir)
     if reporter is not None:
         reporter.run_finished(run)
     return run

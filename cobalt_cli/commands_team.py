@@ -253,7 +253,7 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
 
     config = setup()
     os.chdir(config.project_dir)
-    from cobalt_app import team
+    from cobalt_app.runs import lifecycle
     from cobalt_app.selectors import RunNotFound, run_get
 
     try:
@@ -263,7 +263,8 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
     if run.is_finished:
         console.print(f" Run {run.id} is already {run.status}; nothing to cancel.")
         return
-    run, cancelled = team.run_cancel(run.id)
+    run, cancelled = lifecycle.cancel(run.id, config)
+    lifecycle.webhooks_sent()
     console.print(
         f" Cancelled run [bold]{run.id}[/] ({escape(run.name)}): {cancelled} unfinished "
         f"item{'s' * (cancelled != 1)} will not run; {run.total_items - cancelled} finished."

@@ -188,10 +188,10 @@ async def execute(loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any
 async def execute_embedded(
     loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any]
 ) -> list[Any]:
-    """`engine.run_experiment` for each experiment on the process's engine loop (as
+    """`runs.embedded.run_experiment` for each experiment on the process's engine loop (as
     `launcher.execute` does, awaitable and cancellable from this loop)."""
     from cobalt_app import aio, launcher
-    from cobalt_app.engine import run_experiment
+    from cobalt_app.runs.embedded import run_experiment
 
     ended = threading.Event()
 
