@@ -242,8 +242,9 @@ class SweepReport:
     finalised: list[str] = field(default_factory=list)
 
 
-def sweep() -> SweepReport:
-    """Recover the work of vanished workers (safe to run anywhere, any number of times)."""
+def sweep(config: Config | None = None) -> SweepReport:
+    """Recover the work of vanished workers (safe to run anywhere, any number of times);
+    a run it finalises sends its webhooks as any other (`config`: whose webhooks)."""
     report = SweepReport()
     now = timezone.now()
     requeue: dict[str, list[int]] = {}
@@ -277,9 +278,9 @@ def sweep() -> SweepReport:
         enqueue(run_id, ids)
         report.requeued += len(ids)
     for run_id in touched:
-        if lifecycle.finish_if_done(run_id):
+        if lifecycle.finish_if_done(run_id, config=config):
             report.finalised.append(run_id)
-    _sweep_runs(report)
+    _sweep_runs(report, config)
     announce_progress(touched | set(report.finalised))
     return report
 
@@ -296,7 +297,7 @@ def _abandoned(item_id: int, message: str, now) -> ItemOutcome:
     )
 
 
-def _sweep_runs(report: SweepReport) -> None:
+def _sweep_runs(report: SweepReport, config: Config | None) -> None:
     """Active team runs: finalise finished ones, re-enqueue items whose messages were lost."""
     grace = lease_grace()
     queue_sizes: dict[str, int] = {}
@@ -309,7 +310,7 @@ def _sweep_runs(report: SweepReport) -> None:
             .annotate(n=Count("id"))
         )
         if not counts:
-            if lifecycle.finish_if_done(run_id):
+            if lifecycle.finish_if_done(run_id, config=config):
                 report.finalised.append(run_id)
             continue
         if counts.get(ItemResult.Status.RUNNING) or not counts.get(ItemResult.Status.PENDING):

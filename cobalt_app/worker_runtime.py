@@ -107,9 +107,9 @@ class Runtime:
             raise ExperimentUnavailable(f"run {info.id} has no experiment file recorded")
         project = self.config.project_dir
         try:
-            path = discovery.confine(info.file, project, what="experiment file")
+            path = discovery.runnable_file(info.file, self.config, what="experiment file")
             mtime = path.stat().st_mtime_ns
-        except (discovery.PathOutsideProject, OSError) as exc:
+        except (discovery.FileRefused, OSError) as exc:
             raise ExperimentUnavailable(
                 f"{info.file} is not readable on worker {self.name} (project folder {project}):"
                 f" {exc}. Mount the project folder where the worker runs."
@@ -270,7 +270,7 @@ class Runtime:
                         self.loop.call_soon_threadsafe(entry.task.cancel)
         team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
         if team.sweep_turn(self.name):
-            report = aio.guarded(team.sweep)
+            report = aio.guarded(team.sweep, self.config)
             if report.requeued or report.abandoned or report.redispatched:
                 logger.warning("sweeper: %s", report)
 

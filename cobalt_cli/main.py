@@ -202,7 +202,7 @@ def run(
         reporter.stop_progress()
         report_interrupt(exc)
         raise typer.Exit(interrupts.exit_code(exc)) from None
-    except (discovery.PathOutsideProject, FileNotFoundError, launcher.ResumeError) as exc:
+    except (discovery.FileRefused, FileNotFoundError, launcher.ResumeError) as exc:
         raise fail(str(exc)) from None
     except (LookupError, PluginError, TeamModeError) as exc:
         raise fail(str(exc)) from None
@@ -238,7 +238,7 @@ def run_project(paths: list[str]) -> Config:
         raise fail(str(exc)) from None
     try:
         found = discovery.discover(config, paths)
-    except (discovery.PathOutsideProject, FileNotFoundError):
+    except (discovery.FileRefused, FileNotFoundError):
         found = []
     if not found:
         raise fail(str(no_project))

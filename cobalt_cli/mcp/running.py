@@ -146,7 +146,7 @@ def load(project: Project, *, file: str | None, name_filter: str | None) -> Load
     from cobalt_app import discovery, launcher, preflight
 
     config = project.config()
-    paths = [str(discovery.confine(file, project.dir, what="file"))] if file else None
+    paths = [str(discovery.runnable_file(file, config, what="file"))] if file else None
     with database(), project.importing() as modules:
         experiments, errors, files = launcher.load_experiments(
             config, paths, name_filter=name_filter
