@@ -66,6 +66,18 @@ class ItemOutcome:
     stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
     stored_trace: str | None = None  # the trace as JSON (None: no step), by `storable.prepare`
 
+    @classmethod
+    def of(cls, snapshot: ItemSnapshot, **fields: Any) -> ItemOutcome:
+        """The outcome of this item (`ok` unless said otherwise)."""
+        fields.setdefault("status", ItemResult.Status.OK)
+        return cls(
+            id=snapshot.id,
+            item_index=snapshot.item_index,
+            run_index=snapshot.run_index,
+            item_key=snapshot.item_key,
+            **fields,
+        )
+
 
 @dataclass
 class EvalEnv:
@@ -147,14 +159,7 @@ async def execute_item(
     pool: ThreadPoolExecutor,
 ) -> ItemOutcome:
     """Run the agent on one item, then score its output with every evaluator."""
-    outcome = ItemOutcome(
-        id=snapshot.id,
-        item_index=snapshot.item_index,
-        run_index=snapshot.run_index,
-        item_key=snapshot.item_key,
-        status=ItemResult.Status.OK,
-        started_at=timezone.now(),
-    )
+    outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
     context = RunContext(
         item=snapshot.item,
         index=snapshot.item_index,

@@ -118,10 +118,10 @@ def execute(
     """
     preflight.check(experiments, config)
     if config.team_mode:
-        from cobalt_app import team
+        from cobalt_app import team_wait
         from cobalt_app.progress import ProgressReporter
 
-        return team.execute(
+        return team_wait.execute(
             experiments,
             config,
             reporter=ProgressReporter(reporter),  # each experiment's on_progress

@@ -211,12 +211,8 @@ async def rejudge_outcome(
     """Score one stored output with the run's re-judged evaluators (the agent is not called)."""
     selected = run_config.get("rejudge", {}).get("evaluators", [])
     chosen = [e for e in experiment.evaluators if e.name in selected]
-    outcome = ItemOutcome(
-        id=snapshot.id,
-        item_index=snapshot.item_index,
-        run_index=snapshot.run_index,
-        item_key=snapshot.item_key,
-        status=ItemResult.Status.OK,
+    outcome = ItemOutcome.of(
+        snapshot,
         output=stored.get("output"),
         metadata=stored.get("metadata") or {},
         latency_ms=stored.get("latency_ms"),
@@ -273,7 +269,7 @@ def rejudge(
     if not config.team_mode:
         run = rejudge_create(parent, experiment, selected, project_dir=config.project_dir)
         return execute_embedded(run, experiment, config, reporter=reporter, no_cache=no_cache)
-    from cobalt_app import team
+    from cobalt_app import team, team_wait
 
     team.ensure_schema()
     run = rejudge_create(
@@ -291,6 +287,6 @@ def rejudge(
     if reporter is not None:
         reporter.run_started(run, experiment)
     try:
-        return team.wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice)
+        return team_wait.wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice)
     except KeyboardInterrupt:
-        raise team.Detached(run.id) from None
+        raise team_wait.Detached(run.id) from None

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
 from cobalt.experiment import Experiment
-from cobalt_app import aio, discovery, engine, team, traces
+from cobalt_app import aio, discovery, engine, team, team_broker, traces
 from cobalt_app.engine import EvalEnv
 from cobalt_app.runs import claims, lifecycle
 from cobalt_app.runs.lane import Held, LaneHost, RunStatuses, Step, failing_step, run_lane, step_for
@@ -58,7 +58,7 @@ class Runtime:
         )
         self.env: EvalEnv = engine.make_env(config, self.db)
         self.runners = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-run")
-        self.recorder = Recorder(config=config, announce=team.announce_progress)
+        self.recorder = Recorder(config=config, announce=team_broker.announce_progress)
         self.held: dict[int, Held] = {}
         self.lock = threading.Lock()
         self.files: dict[Path, tuple[int, discovery.LoadedFile]] = {}
@@ -243,7 +243,7 @@ class Runtime:
                     self._beat.start()
 
     def _beat_loop(self) -> None:
-        interval = team.beat_interval()
+        interval = team_broker.beat_interval()
         while True:
             try:
                 self.beat()
@@ -268,8 +268,10 @@ class Runtime:
                     entry.dropped = True
                     if entry.task is not None:
                         self.loop.call_soon_threadsafe(entry.task.cancel)
-        team.worker_beat(self.name, self.describe(len(held)), ttl=team.beat_interval() * 3 + 1)
-        if team.sweep_turn(self.name):
+        team_broker.worker_beat(
+            self.name, self.describe(len(held)), ttl=team_broker.beat_interval() * 3 + 1
+        )
+        if team_broker.sweep_turn(self.name):
             report = aio.guarded(team.sweep, self.config)
             if report.requeued or report.abandoned or report.redispatched:
                 logger.warning("sweeper: %s", report)
@@ -297,7 +299,7 @@ class Runtime:
             len(self.held),
         )
         try:
-            team.worker_gone(self.name)
+            team_broker.worker_gone(self.name)
         finally:
             logging.shutdown()
             os._exit(LOOP_STOPPED_EXIT)
@@ -321,7 +323,7 @@ class Runtime:
         if self._beat is not None:
             self._beat.join(timeout=5)
         try:
-            team.worker_gone(self.name)
+            team_broker.worker_gone(self.name)
         except Exception:
             logger.warning("could not unregister worker %s", self.name)
 

@@ -165,7 +165,7 @@ def run(
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
     from cobalt_app.preflight import PreflightError
-    from cobalt_app.team import TeamModeError
+    from cobalt_app.runs import TeamModeError
     from cobalt_cli import commands_ci
 
     ci_options = commands_ci.CiOptions(
@@ -246,7 +246,7 @@ def run_project(paths: list[str]) -> Config:
 
 
 def report_interrupt(exc: KeyboardInterrupt) -> None:
-    from cobalt_app.team import Detached
+    from cobalt_app.team_wait import Detached
 
     if isinstance(exc, Detached):  # team mode: the workers carry on
         err.print(

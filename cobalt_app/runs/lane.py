@@ -62,15 +62,8 @@ def failing_step(message: str) -> Step:
     from cobalt_app.engine import ItemOutcome
 
     async def fail(claim: Claim) -> Any:
-        snapshot = claim.snapshot
-        return ItemOutcome(
-            id=claim.item_id,
-            item_index=snapshot.item_index,
-            run_index=snapshot.run_index,
-            item_key=snapshot.item_key,
-            status=ItemResult.Status.ERROR,
-            error=message,
-            latency_ms=0.0,
+        return ItemOutcome.of(
+            claim.snapshot, status=ItemResult.Status.ERROR, error=message, latency_ms=0.0
         )
 
     return fail

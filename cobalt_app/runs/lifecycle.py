@@ -94,9 +94,9 @@ def cancel(run_id: str, config: Config | None = None) -> tuple[Run, int]:
             Run.objects.filter(id=run_id).update(started_at=run.created_at)
     run = finalise(run_id, status=Run.Status.CANCELLED, config=config) or Run.objects.get(id=run_id)
     if run.mode == Run.Mode.TEAM:
-        from cobalt_app import team
+        from cobalt_app.team_broker import announce_progress
 
-        team.announce_progress([run.id])
+        announce_progress([run.id])
     return run, cancelled
 
 
