@@ -74,6 +74,7 @@ class Runtime:
             statuses=RunStatuses(self._db),
             stopping=self.stopping.is_set,
             drops_items=True,
+            records_before_claims=True,
             hold=self._hold,
             release=self._unhold,
         )

@@ -26,7 +26,7 @@ from cobalt_app.runs.recorder import Recorder
 logger = logging.getLogger("cobalt.engine")
 
 MAX_CLAIM = 250  # items a lane claims at once, at most
-CLAIMS_PER_LANE = 4  # a lane claims at least this many times: the lanes end together
+CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
 
 
 async def run_experiment(

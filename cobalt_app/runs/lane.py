@@ -108,6 +108,9 @@ class LaneHost:
     statuses: RunStatuses
     stopping: Callable[[], bool] = lambda: False  # a warm shutdown: claim nothing more
     drops_items: bool = False  # a team worker drops an item whose lease it lost
+    # Team: a lane holds no more than it claimed, its records committed before it claims
+    # again (workers share the run fairly). Embedded lanes go on while the recorder commits.
+    records_before_claims: bool = False
     hold: Callable[[list[Held]], None] = _nothing
     release: Callable[[list[Held]], None] = _nothing
 
@@ -144,7 +147,8 @@ async def run_lane(
             claims = await _claim_next(run_id, host, size())
         while True:
             await _execute_claims(run_id, claims, step, host, end, handed, on_outcome)
-            await _committed(host, handed)  # a lane holds only the few items it claimed
+            if host.records_before_claims:
+                await _committed(host, handed)
             if await host.statuses.stopped(run_id):
                 break
             if host.stopping() or (deadline is not None and time.monotonic() > deadline):
