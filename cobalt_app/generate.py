@@ -40,7 +40,7 @@ import jsonschema
 
 from cobalt.config import Config
 from cobalt.dataset import item_key
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery
 from cobalt_app.providers import ProviderError, ProviderHub
 from cobalt_app.templating import PLACEHOLDER

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, plugins, preflight
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run

@@ -210,6 +210,24 @@ class ItemTrace(models.Model):
         return f"trace of item {self.item_id}"
 
 
+class RunScoreTable(models.Model):
+    """What comparing a run needs, stored once when it is finalised (see `score_tables`): its
+    item keys, each evaluator's score per key and each key's status, as one numpy archive;
+    and how many items its failures view lists, per evaluator."""
+
+    run = models.OneToOneField(
+        Run, primary_key=True, on_delete=models.CASCADE, related_name="score_table"
+    )
+    format = models.PositiveSmallIntegerField()
+    data = models.BinaryField()
+    failing = models.JSONField(
+        default=dict, help_text="Items with a failing verdict, per evaluator ('' for any)."
+    )
+
+    def __str__(self) -> str:
+        return f"score table of run {self.run_id}"
+
+
 class JudgeCacheEntry(models.Model):
     """A judge (or embedding) reply, keyed by SHA-256 of the canonical request."""
 

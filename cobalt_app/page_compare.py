@@ -1,9 +1,10 @@
 """Reads behind the compare page: the per-evaluator summary, every matched item A against B,
-and one item side by side with a word-level diff of its two outputs.
+and one item side by side with word-level diffs of its two outputs (or transcripts) and of
+its two traces.
 
 The summary is `selectors.compare_runs`, shared with the CLI, the API and the MCP tool; the
-per-item table reuses the same `key_scores` read (one pass over both runs' verdicts), so the
-page pairs every item once per request.
+per-item table reuses the same join of the two runs' score tables (`score_tables`, stored at
+finalisation), so no request reads every verdict of both runs.
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ from typing import Any
 
 from django.db.models import Min
 
+from cobalt_app import score_tables, trace_spans
+from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
 from cobalt_app.page_selectors import pass_marks, score_verdict
-from cobalt_app.selectors import compare_runs, key_scores
+from cobalt_app.score_tables import Pairing
+from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
 
 CHANGES = ("regressed", "improved", "unchanged")
 PAIR_SORTS = ("delta", "-delta", "key")
+TRACE_STEP_CHARS = 500  # of each step's input and output in the diffed trace
 DIFF_LIMIT = 20_000  # characters of each output the diff reads (SequenceMatcher is quadratic)
 EPSILON = 1e-12
-# Every status but ok, listed: an IN stays on the `(run, status)` index where `!= ok` scans.
-NOT_OK = [status for status in ItemResult.Status.values if status != ItemResult.Status.OK]
+STEP = re.compile(r"\s*\[[^\]]*\] \S+")
 
 
 @dataclass
@@ -102,8 +106,8 @@ def compare(
 ) -> Comparison:
     """The compare page: `selectors.compare_runs` per evaluator, and a page of every item
     matched by key (filtered by evaluator and by change, sorted by Δ or key)."""
-    scores = key_scores(a, b)
-    diff = compare_runs(a, b, top=0, alpha=alpha, scores=scores)
+    pairing = score_tables.pair(a, b)
+    diff = compare_runs(a, b, top=0, alpha=alpha, pairing=pairing)
     marks = pass_marks(a) | pass_marks(b)
     evaluators = []
     for name, values in diff["evaluators"].items():
@@ -126,7 +130,7 @@ def compare(
     table = pair_table(
         a,
         b,
-        scores,
+        pairing,
         [evaluator] if evaluator else names,
         marks,
         change=change,
@@ -149,7 +153,7 @@ def compare(
 def pair_table(
     a: Run,
     b: Run,
-    scores: dict[str, dict[str, dict[str, float]]],
+    pairing: Pairing,
     names: list[str],
     marks: dict[str, float],
     *,
@@ -162,32 +166,29 @@ def pair_table(
 
     An item that errored or timed out in one run only counts as regressed (in B) or improved
     (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
-    none fell. The changes of every pair are classified and sorted as arrays; only the shown
-    page becomes rows. Two queries: the failed items of both runs, then the page's item ids.
+    none fell. The changes of every pair are classified and sorted as arrays over the two
+    runs' score tables; only the shown page becomes rows, with one query for its item ids.
     """
     import numpy as np
 
-    failed: dict[str, dict[str, str]] = {a.id: {}, b.id: {}}
-    for run_id, key, status in ItemResult.objects.filter(
-        run_id__in=[a.id, b.id], run_index=0, status__in=NOT_OK
-    ).values_list("run_id", "item_key", "status"):
-        failed[run_id][key] = status
-    by_a = {name: scores[a.id].get(name, {}) for name in names}
-    by_b = {name: scores[b.id].get(name, {}) for name in names}
-    keys_a = set(failed[a.id]).union(*(s.keys() for s in by_a.values()))
-    keys_b = set(failed[b.id]).union(*(s.keys() for s in by_b.values()))
-    keys = sorted(keys_a & keys_b)
-    count = len(keys)
-    nan = float("nan")
-
-    def matrix(by: dict[str, dict[str, float]]) -> Any:
-        rows = [[by[name].get(key, nan) for key in keys] for name in names]
-        return np.array(rows, dtype=float).reshape(len(names), count)
-
-    before, after = matrix(by_a), matrix(by_b)
+    count = pairing.matched
+    columns = [pairing.scores(name) for name in names]
+    before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
+    after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
+    failed_a = pairing.a.failed[pairing.at_a]
+    failed_b = pairing.b.failed[pairing.at_b]
+    # A key is in the table when each run either scored it (on these evaluators) or failed it.
+    present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
+        failed_b | (~np.isnan(after)).any(axis=0)
+    )
+    keep = np.flatnonzero(present)
+    if len(keep) < count:
+        before, after = before[:, keep], after[:, keep]
+        failed_a, failed_b = failed_a[keep], failed_b[keep]
+        count = len(keep)
     deltas = after - before
-    broke = np.fromiter((k in failed[b.id] and k not in failed[a.id] for k in keys), bool, count)
-    mended = np.fromiter((k in failed[a.id] and k not in failed[b.id] for k in keys), bool, count)
+    broke = failed_b & ~failed_a
+    mended = failed_a & ~failed_b
     with np.errstate(invalid="ignore"):
         fell = (deltas < -EPSILON).any(axis=0)
         rose = (deltas > EPSILON).any(axis=0)
@@ -195,9 +196,10 @@ def pair_table(
     improved = ~regressed & (mended | rose)
     changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
     counts = {name: int((changes == i).sum()) for i, name in enumerate(CHANGES)}
-    if names:  # each pair's largest fall and rise (a missing score is no change)
-        lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
-        highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+    if names and count:  # each pair's largest fall and rise (a missing score is no change)
+        with np.errstate(invalid="ignore"):
+            lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+            highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
     else:
         lowest = highest = np.zeros(count)
     worst = np.where(broke, -np.inf, lowest)
@@ -212,12 +214,13 @@ def pair_table(
     total = len(selected)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     shown = selected[(number - 1) * per_page : number * per_page].tolist()
+    statuses = ItemResult.Status.values
     rows = []
     for i in shown:
-        key = keys[i]
+        at = int(keep[i])
         cells = []
         for n, name in enumerate(names):
-            score_a, score_b = by_a[name].get(key), by_b[name].get(key)
+            score_a, score_b = _score(before[n, i]), _score(after[n, i])
             cells.append(
                 {
                     "name": name,
@@ -228,9 +231,9 @@ def pair_table(
                     "verdictB": score_verdict(score_b, marks.get(name)),
                 }
             )
-        status_a = failed[a.id].get(key, ItemResult.Status.OK)
-        status_b = failed[b.id].get(key, ItemResult.Status.OK)
-        rows.append(PairRow(key, cells, status_a, status_b, CHANGES[int(changes[i])]))
+        status_a = statuses[int(pairing.a.status[pairing.at_a[at]])]
+        status_b = statuses[int(pairing.b.status[pairing.at_b[at]])]
+        rows.append(PairRow(pairing.key(at), cells, status_a, status_b, CHANGES[int(changes[i])]))
     if rows:
         ids = (
             ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
@@ -245,6 +248,10 @@ def pair_table(
     return PairTable(
         number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
     )
+
+
+def _score(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
 
 
 # Side by side -------------------------------------------------------------------------------
@@ -267,6 +274,31 @@ def word_diff(before: str, after: str) -> list[tuple[str, str]]:
     return segments
 
 
+def steps_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """Like `word_diff`, for two traces rendered one step a line (`trace_spans.render`): steps
+    are matched by their kind and name, a step in one trace only is one segment, and matched
+    steps are diffed word by word (their inputs, outputs, errors)."""
+    old = before[:DIFF_LIMIT].splitlines(keepends=True)
+    new = after[:DIFF_LIMIT].splitlines(keepends=True)
+    segments: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(None, _steps(old), _steps(new), autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for line_a, line_b in zip(old[i1:i2], new[j1:j2], strict=True):
+                segments += word_diff(line_a, line_b)
+            continue
+        if i2 > i1:
+            segments.append(("del", "".join(old[i1:i2])))
+        if j2 > j1:
+            segments.append(("ins", "".join(new[j1:j2])))
+    return segments
+
+
+def _steps(lines: list[str]) -> list[str]:
+    """Each rendered step's `[kind] name`, with its indentation (its depth)."""
+    return [(STEP.match(line) or [line])[0] for line in lines]
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"\s+|\w+|[^\w\s]", text)
 
@@ -279,6 +311,7 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
     """
     items = (
         ItemResult.objects.filter(run__in=[a, b], item_key=key)
+        .select_related("trace")
         .prefetch_related("evaluations")
         .order_by("run_index")
     )
@@ -297,6 +330,9 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
         }
         output_a = _text(pair["a"].output) if "a" in pair else ""
         output_b = _text(pair["b"].output) if "b" in pair else ""
+        trace_a = _trace_text(pair.get("a"))
+        trace_b = _trace_text(pair.get("b"))
+        transcript = any(is_transcript(item.output) for item in pair.values())
         rows = []
         for name in names:
             va, vb = verdicts.get("a", {}).get(name), verdicts.get("b", {}).get(name)
@@ -316,7 +352,11 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
                 "input": pretty((pair.get("a") or pair.get("b")).input),
                 "outputA": output_a,
                 "outputB": output_b,
+                "outputKind": "transcript" if transcript else "output",
                 "diff": word_diff(output_a, output_b) if len(pair) == 2 else [],
+                "traceA": trace_a,
+                "traceB": trace_b,
+                "traceDiff": steps_diff(trace_a, trace_b) if trace_a and trace_b else [],
                 "verdicts": rows,
             }
         )
@@ -324,7 +364,20 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else pretty(value)
+    """An output as the side-by-side view shows and diffs it: a conversation as its
+    `role: text` lines (as judges read it), anything else as text or indented JSON."""
+    if value is None:
+        return ""
+    if is_transcript(value):
+        return render_transcript(value)
+    return pretty(value)
+
+
+def _trace_text(item: ItemResult | None) -> str:
+    """The item's trace as one line per step (kind, name, model, input, output, error: what
+    the agent did, without the timings that differ on every run); "" when none was captured."""
+    stored = getattr(item, "trace", None) if item is not None else None
+    return trace_spans.render(stored.steps, max_chars=TRACE_STEP_CHARS) if stored else ""
 
 
 def _verdict_of(evaluation: Any, mark: float | None) -> str:

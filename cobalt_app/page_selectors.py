@@ -3,7 +3,8 @@
 Lists read the summaries stored on runs at finalisation; only a run that is still running
 is aggregated from its rows. The histogram, which touches every evaluation of a large run,
 is one SQL pass over the `(run, evaluator, score)` index. Every score is shown against its
-evaluator's pass mark (`pass_threshold`, 0.5 by default): `score_verdict` names the colour.
+evaluator's pass mark (`pass_threshold`, 0.5 by default): `score_verdict` names the colour
+(fail / borderline / pass).
 A run's items and the item panel are read in `page_items`, the compare page in
 `page_compare`.
 """
@@ -20,6 +21,10 @@ from django.utils import timezone
 
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 from cobalt_app.stats import DEFAULT_PASS_SCORE
+
+# Passing scores less than this above their pass mark are shown as borderline (the one place
+# it is set; the pages' legend prints it).
+BORDERLINE_MARGIN = 0.1
 
 HISTOGRAM_BINS = 10
 
@@ -96,10 +101,15 @@ def pass_marks(run: Run) -> dict[str, float]:
 
 
 def score_verdict(score: float | None, mark: float | None) -> str:
-    """ "fail" below the pass mark, "pass" at or above it, "none" without a score."""
+    """ "fail" below the pass mark; "borderline" at or above it by less than
+    `BORDERLINE_MARGIN` (it passes, only just); "pass" above that; "none" without a score."""
     if score is None:
         return "none"
-    return "fail" if score < (DEFAULT_PASS_SCORE if mark is None else mark) else "pass"
+    mark = DEFAULT_PASS_SCORE if mark is None else mark
+    if score < mark:
+        return "fail"
+    # A perfect score is never borderline, however close to 1 the mark is.
+    return "borderline" if score < min(mark + BORDERLINE_MARGIN, 1.0) else "pass"
 
 
 def _scores(run: Run) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,8 @@
 and line of the evaluator and of its experiment, and what to do:
 
 * an evaluator type that no built-in or plugin registers (with a did-you-mean);
-* an option its type does not read (each type declares its options with `register()`);
+* an option its type does not read (each type declares its options with `register()`), and
+  what a type's own `validate` finds (a DeepEval or Ragas metric's name and parameters);
 * a provider API key that an evaluator will need and that is not set (the same lookup the
   provider calls make, `providers.resolve_api_key`). In team mode the workers hold the keys,
   so this part is left to them;
@@ -21,7 +22,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.evaluator import Evaluator
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import evaluators, plugins
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 from cobalt_app.providers import ProviderError, resolve_api_key
@@ -112,11 +113,14 @@ def evaluator_problems(
     registered = evaluators.evaluator_type(evaluator.type)
     if registered is None:
         return [unknown_type(evaluator.type)]
-    found = [
-        unknown_option(option, registered)
-        for option in evaluator.given_options()
-        if option not in registered.accepted
-    ]
+    if registered.validate is not None:
+        found = registered.validate(evaluator)  # its options included
+    else:
+        found = [
+            unknown_option(option, registered)
+            for option in evaluator.given_options()
+            if option not in registered.accepted
+        ]
     if keys and registered.provider_uses is not None:
         found.extend(missing_keys(evaluator, registered, judge_config))
     return found

@@ -158,6 +158,9 @@ def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | 
         run.total_tokens = summary["totalTokens"]
         run.estimated_cost = summary["estimatedCost"]
         run.save()
+    from cobalt_app import score_tables  # numpy: loaded when a run ends, not at start-up
+
+    score_tables.store(run_id)
     if results_dir is not None:
         path = write_results_file(run, results_dir)
         Run.objects.filter(id=run_id).update(results_path=str(path))

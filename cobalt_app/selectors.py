@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import QuerySet
 
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from cobalt_app.score_tables import Pairing
 
 AMBIGUOUS_SHOWN = 5
 
@@ -141,20 +146,8 @@ def scores_by_key(run: Run) -> dict[str, dict[str, float]]:
 
 # Compare ------------------------------------------------------------------------------------
 
-# The keys of each run missing from the other, how many distinct keys A has (matched = those
-# minus A's missing ones), then the item index of each listed mover in either run. The key
-# lookups stay on the `(run, item_key)` index; only the movers' rows are read.
-KEYS_SQL = """
-SELECT 'onlyA', ia.item_key, CAST(NULL AS INTEGER) FROM {item} ia WHERE ia.run_id = %s
-    AND NOT EXISTS (SELECT 1 FROM {item} ib WHERE ib.run_id = %s AND ib.item_key = ia.item_key)
-UNION ALL
-SELECT 'onlyB', ib.item_key, CAST(NULL AS INTEGER) FROM {item} ib WHERE ib.run_id = %s
-    AND NOT EXISTS (SELECT 1 FROM {item} ia WHERE ia.run_id = %s AND ia.item_key = ib.item_key)
-UNION ALL
-SELECT 'keysA', NULL, COUNT(DISTINCT item_key) FROM {item} WHERE run_id = %s
-"""
+# The item index of each listed mover in either run (on the `(run, item_key)` index).
 INDEXES_SQL = """
-UNION ALL
 SELECT '{label}', item_key, MIN(item_index) FROM {item}
 WHERE run_id = %s AND item_key IN ({keys}) GROUP BY item_key
 """
@@ -166,21 +159,22 @@ def compare_runs(
     *,
     top: int = 10,
     alpha: float = 0.05,
-    scores: dict[str, dict[str, dict[str, float]]] | None = None,
+    pairing: Pairing | None = None,
 ) -> dict[str, Any]:
     """Per-evaluator averages and deltas, and the items that changed most, matched by key.
 
-    Two queries: every scored verdict of both runs (an item's repetitions averaged per run),
-    then the keys found in only one run and the movers' item indexes. `significance[name]`
-    is the paired test of B against A at level `alpha` (`significance.paired_compare`);
+    Reads the two runs' score tables (`score_tables`: each item's repetition-averaged score
+    per evaluator, stored at finalisation) joined by key, then the movers' item indexes.
+    `significance[name]` is the paired test of B against A at level `alpha`;
     `evaluators[name]` counts the items that `regressed` and `improved`. Movers are ordered
-    by their change, then by key, so every door lists the same items. `scores` is
-    `key_scores(a, b)` when the caller has already read it (the compare page pairs every item).
+    by their change, then by key, so every door lists the same items. `pairing` is
+    `score_tables.pair(a, b)` when the caller has already joined them (the compare page).
     """
-    from cobalt_app import significance
+    import numpy as np
 
-    scores = key_scores(a, b) if scores is None else scores
-    scores_a, scores_b = scores[a.id], scores[b.id]
+    from cobalt_app import score_tables, significance
+
+    pairing = score_tables.pair(a, b) if pairing is None else pairing
     evaluators = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
     summary: dict[str, dict[str, Any]] = {}
     tests: dict[str, dict[str, Any]] = {}
@@ -188,9 +182,16 @@ def compare_runs(
     rises: list[dict[str, Any]] = []
     regression_count = improvement_count = 0
     for name in evaluators:
-        by_a, by_b = scores_a.get(name, {}), scores_b.get(name, {})
-        tests[name] = significance.paired_compare(by_a, by_b, alpha=alpha)
-        down, up, regressed, improved = _movers(name, by_a, by_b, top)
+        before, after = pairing.scores(name)
+        both = ~np.isnan(before) & ~np.isnan(after)
+        tests[name] = significance.paired_values(
+            before[both],
+            after[both],
+            only_a=_scored_in_one(pairing, name, "a", both),
+            only_b=_scored_in_one(pairing, name, "b", both),
+            alpha=alpha,
+        )
+        down, up, regressed, improved = _movers(name, pairing, both, top)
         falls += down
         rises += up
         regression_count += regressed
@@ -206,7 +207,7 @@ def compare_runs(
         }
     regressions = sorted(falls, key=lambda m: (m["delta"], m["key"]))[:top]
     improvements = sorted(rises, key=lambda m: (-m["delta"], m["key"]))[:top]
-    only_a, only_b, keys_a, indexes = _keys(a, b, {m["key"] for m in regressions + improvements})
+    indexes = _indexes(a, b, {m["key"] for m in regressions + improvements})
     for mover in regressions + improvements:
         mover["indexA"] = indexes["indexA"].get(mover["key"])
         mover["indexB"] = indexes["indexB"].get(mover["key"])
@@ -215,9 +216,9 @@ def compare_runs(
         "runB": {"id": b.id, "name": b.name, "createdAt": b.created_at.isoformat()},
         "evaluators": summary,
         "cost": {"a": a.estimated_cost, "b": b.estimated_cost},
-        "matchedItems": keys_a - len(only_a),
-        "onlyInA": only_a,
-        "onlyInB": only_b,
+        "matchedItems": pairing.matched,
+        "onlyInA": pairing.a.key_list(pairing.only_a),
+        "onlyInB": pairing.b.key_list(pairing.only_b),
         "regressions": regressions,
         "improvements": improvements,
         "regressionCount": regression_count,
@@ -227,23 +228,39 @@ def compare_runs(
     }
 
 
+def _scored_in_one(
+    pairing: Pairing, name: str, side: str, both: np.ndarray, listed: int = 50
+) -> tuple[int, list[str]]:
+    """How many keys the evaluator scored in this run but not in the other, and the first
+    `listed` of them in key order."""
+    import numpy as np
+
+    table = pairing.a if side == "a" else pairing.b
+    own = pairing.only_a if side == "a" else pairing.only_b
+    shared = pairing.at_a if side == "a" else pairing.at_b
+    scored = ~np.isnan(table.column(name))
+    matched_only = shared[~both & scored[shared]]
+    positions = np.sort(np.concatenate([own[scored[own]], matched_only]))
+    return len(positions), table.key_list(positions[:listed])
+
+
 def _movers(
-    name: str, by_a: dict[str, float], by_b: dict[str, float], top: int
+    name: str, pairing: Pairing, both: np.ndarray, top: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
     """One evaluator's `top` largest falls and rises over the keys scored in both runs, and
     how many items fell and rose."""
     import numpy as np
 
-    keys = sorted(by_a.keys() & by_b.keys())
-    before = np.fromiter(map(by_a.__getitem__, keys), dtype=float, count=len(keys))
-    after = np.fromiter(map(by_b.__getitem__, keys), dtype=float, count=len(keys))
+    before, after = pairing.scores(name)
+    where = np.flatnonzero(both)
+    before, after = before[where], after[where]
     deltas = after - before
     regressed, improved = int((deltas < 0).sum()), int((deltas > 0).sum())
 
     def moves(order: np.ndarray, count: int) -> list[dict[str, Any]]:
         return [
             {
-                "key": keys[i],
+                "key": pairing.key(int(where[i])),
                 "indexA": None,
                 "indexB": None,
                 "evaluator": name,
@@ -254,35 +271,41 @@ def _movers(
             for i in order[: min(top, count)].tolist()
         ]
 
-    # Stable sorts over keys in order: equal changes stay in key order.
-    down = moves(np.argsort(deltas, kind="stable"), regressed)
-    up = moves(np.argsort(-deltas, kind="stable"), improved)
+    # Equal changes stay in key order (the keys are in order and the sorts stable).
+    down = moves(_smallest(deltas, min(top, regressed)), regressed)
+    up = moves(_smallest(-deltas, min(top, improved)), improved)
     return down, up, regressed, improved
 
 
-def _keys(
-    a: Run, b: Run, movers: set[str]
-) -> tuple[list[str], list[str], int, dict[str, dict[str, int]]]:
-    """Keys only in A, keys only in B (sorted), A's distinct key count, and per run the item
-    index of each mover key."""
-    item = ItemResult._meta.db_table
-    sql = KEYS_SQL.format(item=item)
-    params: list[Any] = [a.id, b.id, b.id, a.id, a.id]
-    if movers:
-        wanted = sorted(movers)
-        for label, run in (("indexA", a), ("indexB", b)):
-            sql += INDEXES_SQL.format(label=label, item=item, keys=", ".join(["%s"] * len(wanted)))
-            params += [run.id, *wanted]
-    found: dict[str, set[str]] = {"onlyA": set(), "onlyB": set()}
+def _smallest(values: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the `count` smallest values, smallest first, ties in position order:
+    a partition finds the `count`-th value, and only the values up to it are sorted."""
+    import numpy as np
+
+    if count <= 0:
+        return np.array([], dtype=np.int64)
+    if count >= len(values):
+        return np.argsort(values, kind="stable")
+    bound = np.partition(values, count - 1)[count - 1]
+    candidates = np.flatnonzero(values <= bound)
+    return candidates[np.argsort(values[candidates], kind="stable")][:count]
+
+
+def _indexes(a: Run, b: Run, movers: set[str]) -> dict[str, dict[str, int]]:
+    """Per run, the item index of each mover key."""
     indexes: dict[str, dict[str, int]] = {"indexA": {}, "indexB": {}}
-    keys_a = 0
+    if not movers:
+        return indexes
+    wanted = sorted(movers)
+    item = ItemResult._meta.db_table
+    parts, params = [], []
+    for label, run in (("indexA", a), ("indexB", b)):
+        parts.append(
+            INDEXES_SQL.format(label=label, item=item, keys=", ".join(["%s"] * len(wanted)))
+        )
+        params += [run.id, *wanted]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(" UNION ALL ".join(parts), params)
         for kind, key, number in cursor.fetchall():
-            if kind == "keysA":
-                keys_a = number
-            elif kind in found:
-                found[kind].add(key)  # once per repetition of the item
-            else:
-                indexes[kind][key] = number
-    return sorted(found["onlyA"]), sorted(found["onlyB"]), keys_a, indexes
+            indexes[kind][key] = number
+    return indexes

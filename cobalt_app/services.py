@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cobalt.dataset import item_key
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import flaky, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 

@@ -63,6 +63,10 @@ def is_binary(values: Iterable[float]) -> bool:
     return seen
 
 
+def _all_binary(values: np.ndarray) -> bool:
+    return bool(np.all((values == 0) | (values == 1)))
+
+
 def _f(value: Any) -> float | None:
     if value is None:
         return None
@@ -339,14 +343,33 @@ def paired_compare(
     `a` and `b` map item key → that item's score (its mean over repetitions). Items scored in
     only one run are counted and listed (the first `keys_listed`), never silently dropped.
     """
-    alpha = check_alpha(alpha)
     keys = sorted(a.keys() & b.keys())
     only_a = sorted(a.keys() - b.keys())
     only_b = sorted(b.keys() - a.keys())
     values_a = np.array([float(a[k]) for k in keys], dtype=float)
     values_b = np.array([float(b[k]) for k in keys], dtype=float)
-    n = len(keys)
-    binary = n > 0 and is_binary(values_a.tolist()) and is_binary(values_b.tolist())
+    return paired_values(
+        values_a,
+        values_b,
+        only_a=(len(only_a), only_a[:keys_listed]),
+        only_b=(len(only_b), only_b[:keys_listed]),
+        alpha=alpha,
+    )
+
+
+def paired_values(
+    values_a: np.ndarray,
+    values_b: np.ndarray,
+    *,
+    only_a: tuple[int, list[str]],
+    only_b: tuple[int, list[str]],
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """`paired_compare()` of scores already paired (`values_a[i]` and `values_b[i]` are one
+    item's); `only_*` are (how many items only that run scored, the first of their keys)."""
+    alpha = check_alpha(alpha)
+    n = len(values_a)
+    binary = n > 0 and _all_binary(values_a) and _all_binary(values_b)
     result: dict[str, Any] = {
         "n": n,
         "kind": "pass/fail" if binary else "score",
@@ -359,10 +382,10 @@ def paired_compare(
         "alpha": alpha,
         "verdict": INSUFFICIENT,
         "table": None,
-        "onlyInA": len(only_a),
-        "onlyInB": len(only_b),
-        "onlyInAKeys": only_a[:keys_listed],
-        "onlyInBKeys": only_b[:keys_listed],
+        "onlyInA": only_a[0],
+        "onlyInB": only_b[0],
+        "onlyInAKeys": only_a[1],
+        "onlyInBKeys": only_b[1],
     }
     if n < 2:
         return result

@@ -29,7 +29,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.models import ItemResult, Run

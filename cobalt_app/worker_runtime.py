@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, engine, team, team_broker, traces
 from cobalt_app.engine import EvalEnv
 from cobalt_app.runs import claims, lifecycle

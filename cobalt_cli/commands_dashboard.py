@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 import webbrowser
 from enum import StrEnum
 from pathlib import Path
@@ -81,10 +80,16 @@ def serve(
     problem = port_problem(host, port)
     if problem:
         raise fail(problem)
+    from django.conf import settings
+    from django.contrib.staticfiles.storage import staticfiles_storage
     from django.db import connections
 
-    # Static files come from the app folders (WHITENOISE_USE_FINDERS); no collectstatic needed.
-    warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
+    from cobalt_project.static_files import MANIFEST
+
+    # Static files are hashed and compressed once (see static_files), before workers fork.
+    if not (Path(settings.STATIC_ROOT) / MANIFEST).is_file():
+        print("Preparing the dashboard's static files (once per install)…", file=sys.stderr)
+    staticfiles_storage.location  # noqa: B018
     # Worker processes are forked from this one: they must not share its connection.
     connections.close_all()
     open_browser = open_browser or bool(config.get("dashboard.open"))

@@ -280,7 +280,7 @@ def rejudge(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
 ) -> None:
-    """Score a run's stored outputs again (e.g. after editing a judge prompt), as a new run."""
+    """Score a run's stored outputs again as a new run (after editing a judge prompt, say)."""
     from cobalt_cli.main import console, err, fail, setup
 
     config = setup()

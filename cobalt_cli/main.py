@@ -23,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: Typer's Rich help imports Markdown (~50 ms per command)
 )
 console = cli_console()
 err = cli_console(stderr=True)

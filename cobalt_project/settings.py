@@ -10,6 +10,7 @@ from pathlib import Path
 import environ
 
 from cobalt.config import active_config
+from cobalt_project.static_files import default_root as default_static_root
 
 env = environ.Env()
 COBALT = active_config()
@@ -74,7 +75,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "cobalt_project.static_files.CollectingWhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -147,9 +148,15 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [_bundled("static")]
-# Static files are served from the package by whitenoise's finders; no collectstatic needed.
-STATIC_ROOT = env("COBALT_STATIC_ROOT", default=None)
-WHITENOISE_USE_FINDERS = True
+# Hashed, compressed, cached for a year; collected by the first process that serves pages
+# into a cache folder per installed version (see static_files), so there is no setup step.
+STATIC_ROOT = env("COBALT_STATIC_ROOT", default=None) or str(
+    default_static_root(_bundled("static"))
+)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "cobalt_project.static_files.CollectedStaticStorage"},
+}
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

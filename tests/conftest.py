@@ -229,3 +229,22 @@ def team(
         yield team
     finally:
         team.stop_all()
+
+
+def assert_static_files_are_hashed_compressed_and_cached(url: str) -> None:
+    """The page's scripts and stylesheet carry a content hash in their names; Chart.js comes
+    gzipped when asked, with a year-long immutable Cache-Control, so browsers keep it."""
+    import httpx
+
+    page = httpx.get(f"{url}/").text
+    hashed = r"\.[0-9a-f]{12}\."
+    assert re.search(rf'<link rel="stylesheet" href="/static/cobalt/cobalt{hashed}css"', page)
+    assert re.search(rf'<script src="/static/cobalt/cobalt{hashed}js"', page), page[:2000]
+    chart = re.search(rf'<script src="(/static/cobalt/vendor/chart\.umd\.min{hashed}js)"', page)
+    assert chart, page[:2000]
+    reply = httpx.get(f"{url}{chart[1]}", headers={"Accept-Encoding": "gzip"})
+    assert reply.status_code == 200 and reply.headers["content-encoding"] == "gzip"
+    assert int(reply.headers["content-length"]) < 100_000  # 205 KB uncompressed
+    cache = reply.headers["cache-control"]
+    assert "immutable" in cache and int(re.search(r"max-age=(\d+)", cache)[1]) >= 31_536_000
+    assert "Chart.js" in reply.text  # httpx decompressed it: the real library

@@ -33,6 +33,12 @@ else ``"tool said: "`` and the text of those results. ``[[tools:N]]`` in the pro
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
 
+Rules keyed on prompt content come before all of these: ``reply_when(contains, reply)`` makes
+every chat/messages request whose prompt text holds all of ``contains`` (a text or a list)
+answer ``reply`` (JSON unless a string); the first matching rule, in the order added, wins.
+They stand until ``reset()``: the replies an evaluation library's prompts ask for (DeepEval's
+``{"truths": [...]}``, Ragas' ``{"statements": [...]}``), keyed on a phrase of each prompt.
+
 Scripts, consumed in arrival order: ``fail_next(n, status, retry_after, message)`` fails the
 next ``n`` model requests (``message``: the error body's message, as a real API explains a 400);
 ``invalid_json_next(n)`` makes the next ``n`` chat/messages replies prose that is not JSON.
@@ -44,7 +50,8 @@ Cross-process control (for subprocesses and benchmarks):
 * ``GET /_stats`` -> ``{"requests", "by_path", "times", "wall_times", "latency"}``;
 * ``GET /_requests`` -> the recorded requests' ``path`` and ``json`` bodies, in arrival order;
 * ``POST /_control`` with ``{"reset"?, "latency"?, "fail_next"?: {"n", "status",
-  "retry_after", "message"?}, "invalid_json_next"?}`` (``reset`` is applied first).
+  "retry_after", "message"?}, "invalid_json_next"?, "reply_when"?: [{"contains", "reply"}]}``
+  (``reset`` is applied first).
 
 Run standalone: ``python -m tests.fake_provider --port 0 --latency 0.1`` prints
 ``FAKE_PROVIDER_URL=http://127.0.0.1:PORT`` once listening and serves until SIGTERM/SIGINT.
@@ -296,6 +303,7 @@ class FakeProvider:
         self._requests: list[dict[str, Any]] = []
         self._failures: collections.deque[ScriptedFailure] = collections.deque()
         self._invalid_json = 0
+        self._rules: list[tuple[tuple[str, ...], str]] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -367,12 +375,21 @@ class FakeProvider:
         with self._lock:
             self._invalid_json += n
 
+    def reply_when(self, contains: str | list[str], reply: Any) -> None:
+        """Answer every prompt holding all of ``contains`` with ``reply`` (JSON unless a
+        string), before any other rule of the module docstring; earlier rules win."""
+        needles = (contains,) if isinstance(contains, str) else tuple(contains)
+        text = reply if isinstance(reply, str) else json.dumps(reply)
+        with self._lock:
+            self._rules.append((needles, text))
+
     def reset(self) -> None:
-        """Clear recorded requests and pending scripts (``latency`` is kept)."""
+        """Clear recorded requests, pending scripts and rules (``latency`` is kept)."""
         with self._lock:
             self._requests.clear()
             self._failures.clear()
             self._invalid_json = 0
+            self._rules.clear()
 
     # ---- records
 
@@ -418,6 +435,8 @@ class FakeProvider:
             )
         if command.get("invalid_json_next"):
             self.invalid_json_next(int(command["invalid_json_next"]))
+        for rule in command.get("reply_when") or []:
+            self.reply_when(rule["contains"], rule["reply"])
         with self._lock:
             pending = {"fail_next": len(self._failures), "invalid_json_next": self._invalid_json}
         return {"ok": True, "latency": self.latency, **pending}
@@ -446,6 +465,12 @@ class FakeProvider:
             self._invalid_json -= 1
             return True
 
+    def _rule_reply(self, body: dict[str, Any]) -> str | None:
+        text = prompt_text(body)
+        with self._lock:
+            rules = list(self._rules)
+        return next((reply for needles, reply in rules if all(n in text for n in needles)), None)
+
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids):08d}"
 
@@ -472,8 +497,10 @@ class FakeProvider:
             return Reply(200, self._anthropic_tool_use(body, name, arguments))
         if tool_results(body):
             text = after_tools_reply(body)
+        elif self._pop_invalid_json():
+            text = INVALID_JSON_REPLY
         else:
-            text = INVALID_JSON_REPLY if self._pop_invalid_json() else choose_reply(body)
+            text = self._rule_reply(body) or choose_reply(body)
         if path == CHAT_PATH:
             return Reply(200, self._chat_completion(body, text))
         return Reply(200, self._anthropic_message(body, text))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
@@ -241,7 +241,7 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
     evaluator = Evaluator("facts", "autoevals", autoeval="Factuality")
     outcome = asyncio.run(evaluate(evaluator, EvalTarget(ITEM, "Paris"), None))
     assert outcome.status == "error"
-    assert "pip install 'cobalt[autoevals]'" in outcome.error
+    assert "pip install 'cobalt-agents[autoevals]'" in outcome.error
 
 
 def test_autoevals_calls_keep_to_the_shared_rate_budget(project, fake_provider):

@@ -20,7 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, Project, cli_env, start_server
+from tests.conftest import (
+    REPO,
+    Project,
+    assert_static_files_are_hashed_compressed_and_cached,
+    cli_env,
+    start_server,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -280,6 +286,41 @@ def test_the_run_page_opens_on_its_failures_worst_first_in_colour(site, browser)
         context.close()
 
 
+def test_scores_read_fail_borderline_or_pass_on_one_scale_with_a_legend(site, page):
+    from playwright.sync_api import expect
+
+    _, second = site.runs
+    page.goto(f"{site.url}/runs/{second}/?view=all")
+    rows = page.locator(".item-row")
+    # `length` scores "wrong" 0.50, right at its 0.5 pass mark: it passes, only just.
+    wrong = rows.filter(has_text="#1").first  # q00 answered "wrong" in v2
+    cells = {
+        verdict: wrong.locator(f".score-cell.score-{verdict}").first
+        for verdict in ("fail", "borderline")
+    }
+    cells["pass"] = rows.filter(has_text="#2").first.locator(".score-cell.score-pass").first
+    expect(cells["fail"]).to_have_text("0.00")  # exact
+    expect(cells["borderline"]).to_have_text("0.50")  # length, at the mark
+    expect(cells["pass"]).to_have_text("1.00")
+
+    def style(cell) -> tuple[str, str, str]:
+        return tuple(
+            cell.evaluate(
+                "c => [getComputedStyle(c).color, getComputedStyle(c).backgroundColor,"
+                " getComputedStyle(c, '::before').content]"
+            )
+        )
+
+    fail, borderline, passed = (style(cells[v]) for v in ("fail", "borderline", "pass"))
+    assert len({fail[:2], borderline[:2], passed[:2]}) == 3  # three colours
+    assert "rgba(0, 0, 0, 0)" not in (fail[1], borderline[1], passed[1])
+    # Beyond colour: a mark before fail and borderline values, none before a pass.
+    assert (fail[2], borderline[2], passed[2]) == ('"✗ "', '"≈ "', "none")
+    legend = page.locator(".score-legend")
+    expect(legend).to_contain_text("borderline at or above it by less than 0.10")
+    assert "by less than 0.10" in legend.get_attribute("title")
+
+
 def test_flaky_marks_only_count_runs_of_the_same_version(site, page):
     from playwright.sync_api import expect
 
@@ -319,6 +360,10 @@ def test_the_item_panel_has_its_own_url_with_back_forward_and_j_k(site, page):
     page.go_back()
     page.wait_for_url(f"**/runs/{second}/?view=all")
     expect(page.locator("#item-panel")).to_have_count(0)
+
+
+def test_static_files_have_hashed_names_and_are_served_compressed_and_cached_long(site):
+    assert_static_files_are_hashed_compressed_and_cached(site.url)
 
 
 def test_compare_two_runs_item_by_item_with_a_diff(site, page):
@@ -544,6 +589,41 @@ def test_dark_mode_follows_the_system_and_the_toggle_remembers(site, browser):
         tab.reload()
         expect(tab.locator("html")).to_have_attribute("data-theme", "light")
         assert luminance(background()) > 200
+    finally:
+        context.close()
+
+
+SCREENS = {
+    "desktop": {"viewport": {"width": 1440, "height": 900}},
+    "mobile": {
+        "viewport": {"width": 390, "height": 844},
+        "device_scale_factor": 2,
+        "is_mobile": True,
+    },
+    "dark": {"viewport": {"width": 1440, "height": 900}, "color_scheme": "dark"},
+}
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_screenshots_of_the_runs_list_a_run_and_a_compare(site, browser, screen):
+    first, second = site.runs
+    pages = {
+        "runs": "/",
+        "run": f"/runs/{second}/",
+        # q05: v1 answered it, v2 said "wrong": a regression with a diff.
+        "compare": f"/compare/?a={first}&b={second}&key=q05",
+    }
+    context = browser.new_context(**SCREENS[screen])
+    tab = context.new_page()
+    try:
+        for name, path in pages.items():
+            tab.goto(site.url + path)
+            tab.wait_for_load_state("networkidle")
+            width = tab.evaluate("document.documentElement.scrollWidth")
+            assert width <= SCREENS[screen]["viewport"]["width"], (path, width)
+            target = ARTIFACTS / f"dashboard-23-{screen}-{name}.png"
+            tab.screenshot(path=str(target), full_page=True)
+            assert target.stat().st_size > 10_000
     finally:
         context.close()
 

@@ -103,6 +103,19 @@ def test_an_experiment_file_that_fails_to_import_is_named_and_fails_the_command(
     assert "Run ID:" in result.stdout  # the good file still ran
 
 
+def test_a_project_folder_hidden_by_an_installed_package_is_explained(project, cobalt_cli):
+    # The OpenAI Agents SDK installs a package named `agents`: it wins over a folder `agents/`
+    # without __init__.py, so `from agents.support import answer` fails.
+    project.write("agents/support.py", "def answer(q):\n    return q\n")
+    project.write("experiments/e.cobalt.py", "from agents.support import answer\n")
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 2
+    assert "the folder agents/ of this project is hidden by the installed package 'agents'" in (
+        result.stderr
+    )
+    assert "add an empty agents/__init__.py" in result.stderr
+
+
 def test_a_bad_dataset_names_the_file_and_line(project, cobalt_cli):
     project.write("datasets/bad.jsonl", '{"input": "ok"}\n{"input": broken}\n')
     project.write(
@@ -287,3 +300,41 @@ def test_an_interrupted_run_keeps_its_items_and_resumes_only_the_missing_ones(pr
             30,
         )
         assert db.execute("select count(*) from cobalt_app_evaluation").fetchone() == (30,)
+
+
+def _modules_after(argv: list[str], cwd) -> set[str]:
+    """The modules loaded by one `cobalt` command, run in a fresh interpreter."""
+    script = (
+        "import sys\n"
+        f"sys.argv = {['cobalt', *argv]!r}\n"
+        "from cobalt_cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('\\n'.join(sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=cwd, env=cli_env(), capture_output=True, text=True
+    )
+    return set(done.stderr.split())
+
+
+def test_help_and_version_import_neither_django_nor_the_engine(project):
+    heavy = {"django", "opentelemetry", "cobalt.dataset", "cobalt_app.engine", "rich.markdown"}
+    for argv in (["--help"], ["--version"], ["run", "--help"]):
+        loaded = _modules_after(argv, project.path)
+        assert "cobalt_cli.main" in loaded, argv
+        assert not heavy & loaded, (argv, heavy & loaded)
+
+
+def test_the_package_names_load_on_first_use():
+    script = (
+        "import sys, cobalt\n"
+        "assert 'cobalt.dataset' not in sys.modules and 'opentelemetry' not in sys.modules\n"
+        "from cobalt import experiment, Evaluator, span\n"
+        "import cobalt.experiments\n"
+        "assert callable(experiment) and cobalt.experiment is experiment, cobalt.experiment\n"
+        "assert 'opentelemetry' in sys.modules\n"
+        "print(sorted(cobalt.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "'experiment'" in done.stdout and "'span'" in done.stdout

@@ -346,7 +346,7 @@ def test_runners_see_the_dataset_and_on_progress_is_called_as_items_finish(proje
 
 def test_on_progress_must_be_a_function():
     from cobalt import Dataset, experiment
-    from cobalt.experiment import collecting
+    from cobalt.experiments import collecting
 
     with collecting(), pytest.raises(TypeError, match="`on_progress` must be a function"):
         experiment("p", Dataset([{"input": 1}]), lambda ctx: 1, on_progress="print")
@@ -518,7 +518,7 @@ COT_REPLY = (
 @pytest.mark.django_db(transaction=True)
 def test_the_judges_chain_of_thought_is_kept_beside_the_reason(project, fake_provider, client):
     from cobalt import Dataset, Evaluator, experiment, load_config
-    from cobalt.experiment import collecting
+    from cobalt.experiments import collecting
     from cobalt_app import launcher
     from cobalt_app.models import Evaluation
 
@@ -611,7 +611,7 @@ def test_an_unpriced_embedding_model_is_named_too(project, cobalt_cli):
 @pytest.mark.django_db(transaction=True)
 def test_the_run_page_names_the_unpriced_models(project, client):
     from cobalt import Dataset, Evaluator, experiment, load_config
-    from cobalt.experiment import collecting
+    from cobalt.experiments import collecting
     from cobalt_app import launcher
 
     with collecting() as found:

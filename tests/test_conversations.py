@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import ItemResult, Run
 from tests.team_harness import Team

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cobalt import Dataset, EvalResult, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import Evaluation, ItemResult, Run
 

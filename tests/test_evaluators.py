@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, known_types
 from cobalt_app.evaluators.deterministic import levenshtein_distance
@@ -61,6 +61,8 @@ BUILTIN_TYPES = {
     "tool-calls",
     "trajectory",
     "autoevals",
+    "deepeval",
+    "ragas",
     "steps",
     "tool-errors",
     "loops",
@@ -413,10 +415,14 @@ def test_api_key_env_picks_the_evaluators_own_key(project, fake_provider, monkey
 # ---------------------------------------------------------------------- every type, offline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "all_evaluators.cobalt.py"
-ALL_TYPES_AVAILABLE = embeddings.local_available() and importlib.util.find_spec("autoevals")
+ALL_TYPES_AVAILABLE = embeddings.local_available() and all(
+    importlib.util.find_spec(extra) for extra in ("autoevals", "deepeval", "ragas")
+)
 
 
-@pytest.mark.skipif(not ALL_TYPES_AVAILABLE, reason="needs the `local` and `autoevals` extras")
+@pytest.mark.skipif(
+    not ALL_TYPES_AVAILABLE, reason="needs the `local`, `autoevals`, `deepeval` and `ragas` extras"
+)
 def test_an_experiment_with_every_evaluator_type_runs_offline(project, cobalt_cli):
     project.write("experiments/all.cobalt.py", FIXTURE.read_text(encoding="utf-8"))
     result = cobalt_cli(project, "run")
@@ -445,6 +451,8 @@ def test_an_experiment_with_every_evaluator_type_runs_offline(project, cobalt_cl
     assert fr["searched"]["reason"] == "called: search"  # read from the trace
     assert fr["factuality"]["score"] == 1.0
     assert "agrees with the expert" in fr["factuality"]["reason"]
+    assert (fr["geval"]["score"], fr["geval"]["reason"]) == (0.9, "It names the capital.")
+    assert fr["ragas-exact"]["score"] == 1.0
     assert fr["cheap"]["reason"].startswith("$0.000036 within")
     for name in names:
         assert name in result.stdout  # the summary table lists every evaluator

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import evaluators, launcher, preflight
 from cobalt_app.engine import NOTHING_RETURNED
 from cobalt_app.gates import error_cause

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import flaky, launcher, results, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import cobalt
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_static_files_are_hashed_compressed_and_cached
 
 IGNORED = shutil.ignore_patterns(
     ".git", "__pycache__", "*.pyc", "*.egg-info", ".venv", "build", "dist", ".cobalt", "*_cache"
@@ -116,6 +117,27 @@ def test_a_fresh_virtualenv_installs_cobalt_and_runs_the_example_project(tmp_pat
     assert (package / "templates" / "cobalt" / "base.html").is_file()
     assert (package / "static" / "cobalt" / "cobalt.js").is_file()
     assert (package.parent / "cobalt_app" / "migrations" / "0001_initial.py").is_file()
+
+    # `cobalt serve` with no setup step serves hashed, compressed, long-cached static files.
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # nothing collected beforehand
+    server = subprocess.Popen(
+        ["cobalt", "serve", "--port", "0"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = next(
+            match[1]
+            for line in server.stdout
+            if (match := re.search(r"Cobalt dashboard: (http://\S+?)/ ", line))
+        )
+        assert_static_files_are_hashed_compressed_and_cached(url)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_cobalt_version_prints_the_distribution_and_its_version():

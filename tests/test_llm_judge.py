@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.evaluators.llm_judge import parse_judgement
 from cobalt_app.models import Evaluation, JudgeCacheEntry

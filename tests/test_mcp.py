@@ -19,7 +19,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from cobalt.experiment import RunContext
+from cobalt.experiments import RunContext
 from cobalt_app import discovery
 from cobalt_app.generate import GenerateError, parse_spec, render_experiment
 from tests.conftest import Project, cli_env

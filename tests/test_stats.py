@@ -44,7 +44,7 @@ def test_a_runs_95_percent_interval_stays_inside_the_score_range(project):
     mean, its bottom and the other statistics are as computed."""
     from cobalt import Dataset, Evaluator
     from cobalt.config import load_config
-    from cobalt.experiment import Experiment
+    from cobalt.experiments import Experiment
     from cobalt_app import launcher
 
     dataset = Dataset(items=[{"id": str(i), "score": s} for i, s in enumerate(SCORES)])

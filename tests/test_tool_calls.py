@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.evaluators.tool_calls import normalise_calls

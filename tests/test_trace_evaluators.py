@@ -10,7 +10,7 @@ import pytest
 
 import cobalt
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.models import Evaluation

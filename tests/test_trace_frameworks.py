@@ -9,7 +9,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace
 

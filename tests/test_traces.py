@@ -14,7 +14,7 @@ import pytest
 
 import cobalt
 from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiment import collecting
+from cobalt.experiments import collecting
 from cobalt_app import launcher, results
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace
 from cobalt_app.pricing import estimate_cost

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import launcher
 from cobalt_app.models import Run
 from cobalt_app.selectors import run_get

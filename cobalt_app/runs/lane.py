@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
 from cobalt_app.runs.recorder import Batch, Recorder

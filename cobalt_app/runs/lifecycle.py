@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 
 from cobalt.config import Config, active_config
-from cobalt.experiment import Experiment
+from cobalt.experiments import Experiment
 from cobalt_app import aio, results, services, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED

@@ -150,3 +150,11 @@ def sort_value(column: str, current: str) -> str:
 def sort_query(context: template.Context, column: str, current: str) -> str:
     """The current query string sorting by `column` (see `sort_value`), from page 1."""
     return query(context, sort=sort_value(column, current), page=None)
+
+
+@register.inclusion_tag("cobalt/_score_legend.html")
+def score_legend() -> dict[str, Any]:
+    """What the score colours mean, with the borderline margin `score_verdict` uses."""
+    from cobalt_app.page_selectors import BORDERLINE_MARGIN
+
+    return {"margin": BORDERLINE_MARGIN}

@@ -257,7 +257,7 @@ def _caller() -> tuple[str | None, int | None]:
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.endswith(("cobalt/experiment.py", "cobalt\\experiment.py")):
+        if filename != __file__:
             return filename, frame.f_lineno
         frame = frame.f_back
     return None, None

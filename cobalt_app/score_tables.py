@@ -1,0 +1,230 @@
+"""Per-run score tables: what comparing two runs needs, computed once when a run is finalised.
+
+A table holds a run's item keys (sorted, unique), each evaluator's score per key (the mean
+over the item's repetitions; NaN where it has none) and each key's status (of its first
+repetition). Comparing two runs then joins two stored tables with numpy instead of reading
+every evaluation of both runs on every request: at 500,000 items a side, reading and pairing
+the raw verdicts took ~8 s per compare; loading and joining two tables takes a fraction of it.
+
+The table also keeps how many items the run page's failures view lists (per evaluator), which
+would otherwise be counted over every verdict of the run on each visit.
+
+`store(run_id)` is the finalisation hook (`results.run_finalise` calls it for every mode);
+`load(run)` reads a stored table, or builds one for a run finalised before tables existed
+(storing it, once) or still running (not stored: it is still changing).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import connection
+
+from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the archive's arrays change: older tables are rebuilt on first use
+STATUSES = tuple(ItemResult.Status.values)
+OK = STATUSES.index(ItemResult.Status.OK)
+UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
+
+ITEMS_SQL = "SELECT item_key, status FROM {item} WHERE run_id = %s AND run_index = 0"
+SCORES_SQL = """
+SELECT e.evaluator, i.item_key, e.score
+FROM {evaluation} e INNER JOIN {item} i ON i.id = e.item_id
+WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL
+"""
+
+
+@dataclass(frozen=True)
+class ScoreTable:
+    """One run's keys (UTF-8 bytes, sorted), scores (evaluators × keys) and statuses."""
+
+    keys: np.ndarray
+    evaluators: tuple[str, ...]
+    scores: np.ndarray
+    status: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def column(self, name: str) -> np.ndarray:
+        """The evaluator's score per key; all NaN when this run has no such evaluator."""
+        if name in self.evaluators:
+            return self.scores[self.evaluators.index(name)]
+        return np.full(len(self.keys), np.nan)
+
+    @property
+    def failed(self) -> np.ndarray:
+        """Keys whose item did not finish ok (errored, timed out, cancelled, unfinished)."""
+        return self.status != OK
+
+    def key(self, position: int) -> str:
+        return self.keys[position].decode()
+
+    def key_list(self, positions: np.ndarray) -> list[str]:
+        return [key.decode() for key in self.keys[positions].tolist()]
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(
+            buffer,
+            keys=self.keys,
+            evaluators=np.array(self.evaluators, dtype=str),
+            scores=self.scores,
+            status=self.status,
+        )
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ScoreTable:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return cls(
+                keys=archive["keys"],
+                evaluators=tuple(archive["evaluators"].tolist()),
+                scores=archive["scores"],
+                status=archive["status"],
+            )
+
+
+def build(run_id: str) -> ScoreTable:
+    """The run's table from its item and evaluation rows (two plain-cursor reads).
+
+    Keys are compared as UTF-8 bytes, whose order is Python's string order. (numpy drops
+    trailing NUL bytes of fixed-width strings: a key ending in U+0000 would lose it.)
+    """
+    item = ItemResult._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(ITEMS_SQL.format(item=item), [run_id])
+        statuses = {key: status for key, status in cursor.fetchall()}
+    ordered = sorted(statuses)
+    position = {key: i for i, key in enumerate(ordered)}
+    status = np.fromiter(
+        (STATUSES.index(statuses[key]) for key in ordered), dtype=np.int8, count=len(ordered)
+    )
+    evaluators: dict[str, int] = {}
+    rows: list[int] = []
+    columns: list[int] = []
+    values: list[float] = []
+    sql = SCORES_SQL.format(evaluation=Evaluation._meta.db_table, item=item)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id, Evaluation.Status.OK])
+        while chunk := cursor.fetchmany(20000):
+            for evaluator, key, score in chunk:
+                at = position.get(key)
+                if at is None:  # a key with no first repetition: nothing to pair it by
+                    continue
+                rows.append(evaluators.setdefault(evaluator, len(evaluators)))
+                columns.append(at)
+                values.append(score)
+    shape = (len(evaluators), len(ordered))
+    totals, counts = np.zeros(shape), np.zeros(shape)
+    np.add.at(totals, (rows, columns), values)
+    np.add.at(counts, (rows, columns), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = np.where(counts > 0, totals / counts, np.nan)
+    keys = np.array([key.encode() for key in ordered], dtype=bytes)
+    if not len(keys):
+        keys = np.array([], dtype="S1")
+    return ScoreTable(keys=keys, evaluators=tuple(evaluators), scores=scores, status=status)
+
+
+def store(run_id: str) -> None:
+    """Build and store the run's table; called once a run is finalised. A failure is logged,
+    never raised: the finalisation stands and `load` builds the table when first needed."""
+    try:
+        _save(Run.objects.get(id=run_id), build(run_id))
+    except Exception:
+        logger.exception("could not store the score table of run %s", run_id)
+
+
+def _save(run: Run, table: ScoreTable) -> None:
+    RunScoreTable.objects.update_or_create(
+        run_id=run.id,
+        defaults={"format": FORMAT, "data": table.to_bytes(), "failing": failing_counts(run)},
+    )
+
+
+def failing_counts(run: Run) -> dict[str, int]:
+    """How many items have a failing verdict (`page_items.failing_verdicts`), of any
+    evaluator ("") and of each: the run page's failures view counts them on every visit."""
+    from cobalt_app.page_items import failing_verdicts
+
+    return {name: failing_verdicts(run, name).count() for name in ["", *run.evaluator_names]}
+
+
+def failing_count(run: Run, evaluator: str = "") -> int | None:
+    """The stored count of `failing_counts` for a finished run; None when there is none."""
+    if run.status in UNFINISHED:
+        return None
+    counts = RunScoreTable.objects.filter(run_id=run.id).values_list("failing", flat=True).first()
+    return None if counts is None else counts.get(evaluator)
+
+
+def load(run: Run) -> ScoreTable:
+    """The run's table: the stored one, else built now (and stored, if the run is over)."""
+    if run.status in UNFINISHED:
+        return build(run.id)
+    stored = (
+        RunScoreTable.objects.filter(run_id=run.id, format=FORMAT)
+        .values_list("data", flat=True)
+        .first()
+    )
+    if stored is not None:
+        return ScoreTable.from_bytes(bytes(stored))
+    table = build(run.id)
+    _save(run, table)
+    return table
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Two runs' tables joined by key: `at_a[i]` and `at_b[i]` are the positions of the i-th
+    shared key (in key order); `only_a`/`only_b` the positions of keys in one run only."""
+
+    a: ScoreTable
+    b: ScoreTable
+    at_a: np.ndarray
+    at_b: np.ndarray
+    only_a: np.ndarray
+    only_b: np.ndarray
+
+    @property
+    def matched(self) -> int:
+        return len(self.at_a)
+
+    @property
+    def same_keys(self) -> bool:
+        return not len(self.only_a) and not len(self.only_b)
+
+    def scores(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The evaluator's scores of the shared keys in A and in B (NaN where unscored)."""
+        if self.same_keys:  # the usual case: the columns themselves, not copies
+            return self.a.column(name), self.b.column(name)
+        return self.a.column(name)[self.at_a], self.b.column(name)[self.at_b]
+
+    def key(self, i: int) -> str:
+        return self.a.key(int(self.at_a[i]))
+
+
+def pair(a: Run, b: Run) -> Pairing:
+    return join(load(a), load(b))
+
+
+def join(a: ScoreTable, b: ScoreTable) -> Pairing:
+    """Match two tables' sorted keys: a binary search of A's keys in B's."""
+    if len(a.keys) == len(b.keys) and np.array_equal(a.keys, b.keys):
+        everything = np.arange(len(a.keys))
+        none = np.array([], dtype=np.int64)
+        return Pairing(a, b, everything, everything, none, none)
+    found = np.searchsorted(b.keys, a.keys)
+    clipped = np.minimum(found, max(len(b.keys) - 1, 0))
+    in_b = (found < len(b.keys)) & (b.keys[clipped] == a.keys) if len(b.keys) else found < 0
+    at_a = np.flatnonzero(in_b)
+    at_b = clipped[in_b]
+    only_b = np.setdiff1d(np.arange(len(b.keys)), at_b, assume_unique=True)
+    return Pairing(a, b, at_a, at_b, np.flatnonzero(~in_b), only_b)
