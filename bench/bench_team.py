@@ -115,6 +115,7 @@ def publish_cost(folder: Path, env: dict[str, str], n: int) -> float:
         from cobalt_project import bootstrap
         config = bootstrap.setup(load_config({str(folder)!r}))
         from cobalt_app import launcher, team
+        from cobalt_app.runs import lifecycle
         experiments, _, _ = launcher.load_experiments(config)
         original = team.enqueue
         spent = []
@@ -124,7 +125,7 @@ def publish_cost(folder: Path, env: dict[str, str], n: int) -> float:
             spent.append((time.perf_counter() - started) / max(len(ids), 1) * 1000)
         team.enqueue = measured
         run, ids = team.start_run(experiments[0], config, file="experiments/bench.cobalt.py")
-        team.run_cancel(run.id)
+        lifecycle.cancel(run.id)
         print(spent[0])
         """
     )

@@ -125,3 +125,14 @@ class DatabaseThread:
 
         self.pool.submit(connections.close_all).result()
         self.pool.shutdown(wait=True)
+
+
+def guarded(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call an ORM function on a long-lived thread; drop the connection if it broke."""
+    from django.db import DatabaseError, connection
+
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        connection.close_if_unusable_or_obsolete()  # the next call reconnects
+        raise

@@ -1,7 +1,8 @@
 """Find experiment files and import them (they register; they do not run).
 
-Files are `*.cobalt.py` / `*.experiment.py` under the test directory. Paths given by a user
-(CLI, API, MCP) must resolve inside the project folder.
+Files are `*.cobalt.py` / `*.experiment.py` under the test directory. Which file may run is
+one rule (`runnable_file`) that every door applies: the CLI, the API, the MCP server and the
+workers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from cobalt.config import Config
 from cobalt.experiments import Experiment, collecting
 
 
-class PathOutsideProject(ValueError):
+class FileRefused(ValueError):
+    """A file a user named may not be used; the message says why and what may."""
+
+
+class PathOutsideProject(FileRefused):
+    pass
+
+
+class NotAnExperimentFile(FileRefused):
     pass
 
 
@@ -45,6 +54,40 @@ def confine(path: str | Path, root: Path, *, what: str = "path") -> Path:
     return resolved
 
 
+def runnable_file(path: str | Path, config: Config, *, what: str = "file") -> Path:
+    """The one rule for which file may run, whoever asks (the CLI, the API, the MCP server, a
+    worker): an experiment file inside the project (symlinks resolved), under its test
+    directory, whose name matches `test_match`. Nothing is imported to decide."""
+    resolved = confine(path, config.project_dir, what=what)
+    test_dir = config.test_dir.resolve()
+    if test_dir not in resolved.parents:
+        shown = _relative(test_dir, config.project_dir)
+        raise NotAnExperimentFile(
+            f"{str(path)!r} is not under the test directory {shown}/; experiment files run only "
+            "from there (test_dir)"
+        )
+    if not resolved.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist or is not a file")
+    patterns = test_patterns(config)
+    if not matches(resolved, patterns, test_dir):
+        raise NotAnExperimentFile(
+            f"{str(path)!r} is not an experiment file: its name must match "
+            f"{', '.join(patterns)} (test_match)"
+        )
+    return resolved
+
+
+def test_patterns(config: Config) -> list[str]:
+    return config.get("test_match") or ["**/*.cobalt.py", "**/*.experiment.py"]
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def matches(path: Path, patterns: list[str], base: Path) -> bool:
     relative = path.relative_to(base).as_posix() if base in path.parents else path.name
     for pattern in patterns:
@@ -55,7 +98,7 @@ def matches(path: Path, patterns: list[str], base: Path) -> bool:
 
 def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
     """Experiment files: the given files/folders, or everything under the test directory."""
-    patterns = config.get("test_match") or ["**/*.cobalt.py", "**/*.experiment.py"]
+    patterns = test_patterns(config)
     roots: list[Path] = []
     files: list[Path] = []
     for given in paths or []:
@@ -63,7 +106,7 @@ def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
         if resolved.is_dir():
             roots.append(resolved)
         elif resolved.is_file():
-            files.append(resolved)
+            files.append(runnable_file(resolved, config, what="experiment path"))
         else:
             raise FileNotFoundError(f"experiment path {given!r} does not exist")
     if not paths:
@@ -78,9 +121,11 @@ def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
                 continue
             if matches(candidate, patterns, root):
                 try:
-                    files.append(confine(candidate, config.project_dir))
+                    files.append(runnable_file(candidate, config))
                 except PathOutsideProject:
                     files.append(candidate)  # listed under its name; load_file refuses it
+                except NotAnExperimentFile:
+                    continue  # outside the test directory
     return list(dict.fromkeys(files))
 
 

@@ -1,22 +1,18 @@
-"""The experiment engine: execute an item, evaluate it, record it, finalise the run.
+"""The experiment engine: execute one item and evaluate it.
 
 `execute_item()` runs the agent on one snapshotted item (with its timeout) and then every
-evaluator. The embedded mode (`execute_run()`) calls it for all pending items of a run with
-the configured concurrency and records outcomes in batches; team-mode workers call the same
-function for one item per task.
+evaluator. It is the per-item step of every run (`cobalt_app.runs.lane.step_for`), whoever
+executes it: a lane of the embedded mode or of a team worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import dataclasses
 import inspect
-import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,16 +22,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
-from cobalt_app import (
-    liveness,
-    recordings,
-    results,
-    services,
-    storable,
-    trace_spans,
-    traces,
-    webhooks,
-)
+from cobalt_app import recordings, storable, trace_spans, traces
 from cobalt_app.aio import DatabaseThread
 from cobalt_app.conversation import (
     Conversation,
@@ -47,15 +34,10 @@ from cobalt_app.conversation import (
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
-from cobalt_app.progress import Progress
 from cobalt_app.providers import ProviderHub
 from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
 
-logger = logging.getLogger("cobalt.engine")
-
-FLUSH_SIZE = 500
-FLUSH_INTERVAL = 0.25
 NOTHING_RETURNED = (
     "the runner returned nothing (the output is None): did it forget to `return` its output?"
 )
@@ -83,6 +65,18 @@ class ItemOutcome:
     trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
     stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
     stored_trace: str | None = None  # the trace as JSON (None: no step), by `storable.prepare`
+
+    @classmethod
+    def of(cls, snapshot: ItemSnapshot, **fields: Any) -> ItemOutcome:
+        """The outcome of this item (`ok` unless said otherwise)."""
+        fields.setdefault("status", ItemResult.Status.OK)
+        return cls(
+            id=snapshot.id,
+            item_index=snapshot.item_index,
+            run_index=snapshot.run_index,
+            item_key=snapshot.item_key,
+            **fields,
+        )
 
 
 @dataclass
@@ -166,14 +160,7 @@ async def execute_item(
     pool: ThreadPoolExecutor,
 ) -> ItemOutcome:
     """Run the agent on one item, then score its output with every evaluator."""
-    outcome = ItemOutcome(
-        id=snapshot.id,
-        item_index=snapshot.item_index,
-        run_index=snapshot.run_index,
-        item_key=snapshot.item_key,
-        status=ItemResult.Status.OK,
-        started_at=timezone.now(),
-    )
+    outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
     context = RunContext(
         item=snapshot.item,
         index=snapshot.item_index,
@@ -358,237 +345,3 @@ async def score(
     return EvalOutcome(
         evaluator.name, sum(scores) / len(scores), reason=reason, tokens=tokens, cost=cost
     )
-
-
-class OutcomeWriter:
-    """Buffers outcomes and records them in batches on the database thread.
-
-    An outcome is recorded within FLUSH_INTERVAL even when no other item finishes meanwhile
-    (a slow next item must not hide it from the dashboard).
-    """
-
-    def __init__(self, run_id: str, db: DatabaseThread) -> None:
-        self.run_id = run_id
-        self.db = db
-        self.buffer: list[ItemOutcome] = []
-        self.last_flush = time.monotonic()
-        self._lock = asyncio.Lock()
-        self._timer: asyncio.Task | None = None
-        self._failure: BaseException | None = None  # of a timed flush, raised by the next call
-
-    async def add(self, outcome: ItemOutcome) -> None:
-        self._raise_failure()
-        self.buffer.append(outcome)
-        due = time.monotonic() - self.last_flush >= FLUSH_INTERVAL
-        if len(self.buffer) >= FLUSH_SIZE or due:
-            await self.flush()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().create_task(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(FLUSH_INTERVAL)
-        self._timer = None  # from here on, flush() no longer cancels this task
-        try:
-            await self.flush()
-        except Exception as exc:  # noqa: BLE001 - nobody awaits this task: hand it over
-            self._failure = exc
-
-    async def flush(self) -> None:
-        """Record what is buffered; raises if this or an earlier timed flush failed."""
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()  # still asleep: what it would record is recorded now
-        async with self._lock:
-            batch, self.buffer = self.buffer, []
-            self.last_flush = time.monotonic()
-            if batch:
-                await self.db(services.record_item_outcomes_apart, self.run_id, batch)
-        self._raise_failure()
-
-    def _raise_failure(self) -> None:
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise RuntimeError(f"recording finished items failed: {failure}") from failure
-
-
-Step = Callable[[Any], Awaitable[ItemOutcome]]  # one pending entry → its outcome
-
-
-async def execute_run(
-    run: Run,
-    experiment: Experiment,
-    env: EvalEnv,
-    *,
-    reporter: Reporter | None = None,
-    on_item: Callable[[ItemOutcome], None] | None = None,
-    pending: list[Any] | None = None,
-    step: Step | None = None,
-) -> None:
-    """Execute every pending item of a run in this process (the embedded mode): `concurrency`
-    lanes over the pending entries, each outcome reported and recorded in batches.
-
-    By default the pending items' snapshots, each run by `execute_item`; a re-judge passes its
-    own `pending` entries and `step` (the evaluators only)."""
-    settings = run.config
-    concurrency = int(settings.get("concurrency", 5))
-    timeout = float(settings.get("timeout", 30))
-    if pending is None:
-        pending = await env.db(services.item_snapshots, run.id)
-    done = run.total_items - len(pending)
-    total = run.total_items
-    writer = OutcomeWriter(run.id, env.db)
-    entries = iter(pending)
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
-    progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
-    if step is None:
-
-        async def step(snapshot: ItemSnapshot) -> ItemOutcome:
-            return await execute_item(experiment, snapshot, env, timeout=timeout, pool=pool)
-
-    async def work() -> None:
-        nonlocal done
-        for entry in entries:
-            outcome = await step(entry)
-            done += 1
-            if reporter is not None:
-                reporter.item_finished(outcome, done, total)
-            if on_item is not None:
-                on_item(outcome)
-            if progress is not None:
-                await progress.notify(done, total)
-            await writer.add(outcome)
-
-    try:
-        with traces.enabled(env.trace):
-            await asyncio.gather(*(work() for _ in range(min(concurrency, len(pending)) or 1)))
-    finally:
-        await asyncio.shield(writer.flush())
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-@contextlib.asynccontextmanager
-async def keep_alive(run_id: str, db: DatabaseThread) -> AsyncIterator[asyncio.Event]:
-    """Touch the run every few seconds while this process executes it: a run whose heartbeat
-    stops (the process was killed) reads as `interrupted` (see `liveness`). A beat that finds
-    the run ended — cancelled from another process (`cobalt cancel`, the API, the dashboard)
-    — cancels the execution here; the yielded event says that is why it was cancelled."""
-    executing = asyncio.current_task()
-    stopped_elsewhere = asyncio.Event()
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(liveness.beat_interval())
-            try:
-                alive = await db(services.run_heartbeat, run_id)
-            except Exception as exc:  # noqa: BLE001 - a missed beat is not worth a failed run
-                logger.warning("could not record the heartbeat of run %s: %s", run_id, exc)
-                continue
-            if not alive and executing is not None:
-                stopped_elsewhere.set()
-                executing.cancel()
-                return
-
-    task = asyncio.get_running_loop().create_task(beat())
-    try:
-        yield stopped_elsewhere
-    finally:
-        task.cancel()
-
-
-async def run_experiment(
-    experiment: Experiment,
-    config: Config,
-    *,
-    db: DatabaseThread,
-    reporter: Reporter | None = None,
-    no_cache: bool = False,
-    overrides: dict[str, Any] | None = None,
-    tags: list[str] | None = None,
-    file: str = "",
-    resume_run_id: str | None = None,
-    on_start: Callable[[str], None] | None = None,
-) -> Run:
-    """Create (or resume) a run of an experiment, execute it in-process and finalise it.
-
-    `on_start` gets the run's id as soon as it exists (to name it if the run is interrupted).
-    """
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    settings = experiment.settings(
-        default_concurrency=config.get("concurrency", 5),
-        default_timeout=config.get("timeout", 30),
-    )
-    settings.update(overrides)
-    if resume_run_id:
-        run = await db(services.run_resume, resume_run_id, grace=liveness.grace())
-        await db(
-            services.item_reset_for_retry,
-            run.id,
-            [ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT, ItemResult.Status.CANCELLED],
-        )
-    else:
-        run = await db(
-            services.run_create,
-            experiment=experiment,
-            settings=settings,
-            file=file,
-            tags=tags or [],
-            project_dir=config.project_dir,
-        )
-    if on_start is not None:
-        on_start(run.id)
-    env = make_env(config, db, no_cache=no_cache)
-    env.replay = recordings.settings_for(config, run.config, run.id)
-    return await drive_run(run, experiment, config, env, reporter=reporter)
-
-
-async def drive_run(
-    run: Run,
-    experiment: Experiment,
-    config: Config,
-    env: EvalEnv,
-    *,
-    reporter: Reporter | None = None,
-    pending: Callable[[str], list[Any]] | None = None,
-    step: Step | None = None,
-) -> Run:
-    """The life of an embedded run once it exists, the same for a run and a re-judge: start
-    it, execute its pending entries (`execute_run`) while keeping it alive, and finalise it
-    whatever happens — `completed`, `cancelled` (Ctrl-C, a client gone, or `cobalt cancel`
-    from elsewhere) or `failed` — then send the webhooks."""
-    db = env.db
-    status = Run.Status.COMPLETED
-    stopped_elsewhere = asyncio.Event()
-    try:
-        started = await db(services.run_start, run.id)
-        run = await db(Run.objects.get, id=run.id)
-        if reporter is not None:
-            reporter.run_started(run, experiment)
-        if not started:  # cancelled from elsewhere between its creation and now
-            status = Run.Status.CANCELLED
-        else:
-            async with keep_alive(run.id, db) as stopped_elsewhere:
-                entries = None if pending is None else await db(pending, run.id)
-                await execute_run(
-                    run, experiment, env, reporter=reporter, pending=entries, step=step
-                )
-    except asyncio.CancelledError:
-        status = Run.Status.CANCELLED
-        await asyncio.shield(db(services.run_cancel_pending, run.id))
-        if not stopped_elsewhere.is_set():
-            raise  # Ctrl-C, a client gone: the caller is being cancelled too
-        asyncio.current_task().uncancel()  # cancelled by another process: a finished run
-    except Exception as exc:
-        status = Run.Status.FAILED
-        await asyncio.shield(db(services.run_fail, run.id, f"{type(exc).__name__}: {exc}"))
-        raise
-    finally:
-        run = await asyncio.shield(
-            db(results.run_finalise, run.id, status=status, results_dir=config.results_dir)
-        )
-        await env.hub.aclose()
-        if status == Run.Status.FAILED:
-            await webhooks.notify_run(config, run)
-    if reporter is not None:
-        await db(reporter.run_finished, run)
-    await webhooks.notify_run(config, run)  # never raises; delivery failures are logged
-    return run

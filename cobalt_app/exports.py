@@ -190,17 +190,7 @@ def _status_line(summary: dict[str, Any]) -> str:
 
 def export_json(run: Run) -> Iterator[str]:
     """The results document (the `.cobalt/results/*.json` format), streamed."""
-    head = json.dumps(results.run_header(run), ensure_ascii=False, indent=2, default=str)
-    yield head[:-2] + ',\n  "items": ['
-    first = True
-    chunk: list[str] = []
-    for entry in results.iter_item_entries(run):
-        chunk.append(("\n    " if first else ",\n    ") + json.dumps(entry, ensure_ascii=False))
-        first = False
-        if len(chunk) >= 500:
-            yield "".join(chunk)
-            chunk = []
-    yield "".join(chunk) + "\n  ]\n}\n"
+    return results.results_document(run)
 
 
 # Helpers ------------------------------------------------------------------------------------

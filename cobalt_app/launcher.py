@@ -14,8 +14,9 @@ from typing import Any
 from cobalt.config import Config
 from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, plugins, preflight
-from cobalt_app.engine import Reporter, run_experiment
+from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
+from cobalt_app.runs.embedded import run_experiment
 from cobalt_app.services import RunBusy
 
 GLOB_CHARS = set("*?[")
@@ -117,10 +118,10 @@ def execute(
     """
     preflight.check(experiments, config)
     if config.team_mode:
-        from cobalt_app import team
+        from cobalt_app import team_wait
         from cobalt_app.progress import ProgressReporter
 
-        return team.execute(
+        return team_wait.execute(
             experiments,
             config,
             reporter=ProgressReporter(reporter),  # each experiment's on_progress

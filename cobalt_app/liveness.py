@@ -1,7 +1,7 @@
 """Runs whose process vanished are `interrupted`, not `running` forever.
 
 While an embedded run executes, its process touches `Run.heartbeat_at` every few seconds
-(`engine.keep_alive`, on the database thread). A run still `running` whose heartbeat is older
+(`runs.embedded.keep_alive`, on the database thread). A run still `running` whose heartbeat is older
 than the grace period (`COBALT_RUN_GRACE` seconds, default 60) lost its process: SIGKILL, a
 crash, a closed laptop. The doors that show runs (`cobalt history`, the pages, the API, MCP)
 pass them through `settle()`, which stores such a run as `interrupted` the first time it is

@@ -237,13 +237,15 @@ def retry_delay(exc: Exception, attempt: int) -> float | None:
     cap = backoff_cap()
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or {}
-    hinted = _retry_after(headers)
+    hinted = retry_after(headers)
     if hinted is not None:
         return min(max(hinted, 0.0), cap)
     return min(0.5 * 2**attempt + random.uniform(0, 0.25), cap)
 
 
-def _retry_after(headers: Any) -> float | None:
+def retry_after(headers: Any) -> float | None:
+    """Seconds a server asks to wait (`Retry-After`: seconds or an HTTP date; or
+    `retry-after-ms`), or None."""
     try:
         millis = headers.get("retry-after-ms")
         if millis:

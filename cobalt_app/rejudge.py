@@ -5,7 +5,7 @@ original's, outputs included. The evaluators (all, or the one named) come from t
 experiment file as it is now — say, after a judge prompt changed. The other evaluators'
 verdicts are copied (marked cached, costing nothing). Items that errored or timed out have
 no output to score and are copied as they were. Embedded mode scores in this process; team
-mode enqueues it, as lanes of `rejudge_items` tasks, like any team run.
+mode enqueues it, like any team run: the same lanes, whose step re-scores instead of executing.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cobalt_app import aio, engine, preflight, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
+from cobalt_app.runs import claims, embedded, lifecycle
 from cobalt_app.selectors import item_trace
 from cobalt_app.services import ItemSnapshot
 
@@ -200,33 +201,6 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
     )
 
 
-def pending_items(run_id: str) -> list[tuple[ItemSnapshot, dict[str, Any]]]:
-    rows = (
-        ItemResult.objects.filter(run_id=run_id, status=ItemResult.Status.PENDING)
-        .order_by("item_index", "run_index")
-        .values_list(
-            "id",
-            "item_index",
-            "run_index",
-            "item_key",
-            "input",
-            "output",
-            "metadata",
-            "latency_ms",
-            "tokens",
-            "cost",
-        )
-    )
-    return [
-        (
-            ItemSnapshot(*row[:5]),
-            {"output": row[5], "metadata": row[6], "latency_ms": row[7], "tokens": row[8],
-             "cost": row[9]},
-        )
-        for row in rows.iterator(chunk_size=COPY_BATCH)
-    ]  # fmt: skip
-
-
 async def rejudge_outcome(
     experiment: Experiment,
     run_config: dict[str, Any],
@@ -237,12 +211,8 @@ async def rejudge_outcome(
     """Score one stored output with the run's re-judged evaluators (the agent is not called)."""
     selected = run_config.get("rejudge", {}).get("evaluators", [])
     chosen = [e for e in experiment.evaluators if e.name in selected]
-    outcome = ItemOutcome(
-        id=snapshot.id,
-        item_index=snapshot.item_index,
-        run_index=snapshot.run_index,
-        item_key=snapshot.item_key,
-        status=ItemResult.Status.OK,
+    outcome = ItemOutcome.of(
+        snapshot,
         output=stored.get("output"),
         metadata=stored.get("metadata") or {},
         latency_ms=stored.get("latency_ms"),
@@ -275,21 +245,12 @@ def execute_embedded(
     reporter: Reporter | None = None,
     no_cache: bool = False,
 ) -> Run:
-    """Score a re-judge run in this process: the engine's run with the evaluators as its
-    per-item step (started, kept alive, cancelled and finalised as every embedded run)."""
-
-    async def score(entry: tuple[ItemSnapshot, dict[str, Any]]) -> ItemOutcome:
-        snapshot, stored = entry
-        return await rejudge_outcome(experiment, run.config, snapshot, stored, env)
-
+    """Score a re-judge run in this process: an embedded run whose lanes' step is the
+    evaluators (`runs.lane.step_for`), started, cancelled and finalised as every run."""
     db = aio.DatabaseThread()
     env = engine.make_env(config, db, no_cache=no_cache)
     try:
-        return aio.run(
-            engine.drive_run(
-                run, experiment, config, env, reporter=reporter, pending=pending_items, step=score
-            )
-        )
+        return aio.run(embedded.drive_run(run, experiment, config, env, reporter=reporter))
     finally:
         db.close()
 
@@ -308,27 +269,24 @@ def rejudge(
     if not config.team_mode:
         run = rejudge_create(parent, experiment, selected, project_dir=config.project_dir)
         return execute_embedded(run, experiment, config, reporter=reporter, no_cache=no_cache)
-    from cobalt_app import team
+    from cobalt_app import team, team_wait
 
     team.ensure_schema()
-    extra: dict[str, Any] = {"queue": team.queue_name()}
-    if no_cache:
-        extra["noCache"] = True
     run = rejudge_create(
         parent,
         experiment,
         selected,
         mode=Run.Mode.TEAM,
         project_dir=config.project_dir,
-        extra_config=extra,
+        extra_config=team.team_settings(no_cache),
     )
-    ids = team.item_ids(run.id, team.UNFINISHED)
+    ids = claims.item_ids(run.id, claims.UNFINISHED)
     team.enqueue(run.id, ids)
     if not ids:
-        team.finish_if_done(run.id, force=True)
+        lifecycle.finish_if_done(run.id, config=config)
     if reporter is not None:
         reporter.run_started(run, experiment)
     try:
-        return team.wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice)
+        return team_wait.wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice)
     except KeyboardInterrupt:
-        raise team.Detached(run.id) from None
+        raise team_wait.Detached(run.id) from None

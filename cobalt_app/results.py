@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from datetime import UTC
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,7 @@ def run_header(run: Run) -> dict[str, Any]:
     return {
         "id": run.id,
         "name": run.name,
-        "timestamp": _iso(run.created_at),
+        "timestamp": iso(run.created_at),
         "status": run.status,
         "file": run.file,
         "tags": run.tags,
@@ -307,19 +308,32 @@ def write_results_file(run: Run, results_dir: Path) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / results_filename(run)
     temporary = path.with_suffix(".json.tmp")
-    header = run_header(run)
     with temporary.open("w", encoding="utf-8") as fh:
-        head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
-        fh.write(head[:-2] + ',\n  "items": [')
-        first = True
-        for entry in iter_item_entries(run):
-            fh.write("\n    " if first else ",\n    ")
-            fh.write(json.dumps(entry, ensure_ascii=False, default=str))
-            first = False
-        fh.write("\n  ]\n}\n")
+        fh.writelines(results_document(run))
     temporary.replace(path)
     return path
 
 
-def _iso(value) -> str:
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def results_document(run: Run, *, chunk: int = 500) -> Iterator[str]:
+    """The results document as text, `chunk` items at a time: the results file and the
+    downloads stream it, never holding a big run in memory."""
+    head = json.dumps(run_header(run), ensure_ascii=False, indent=2, default=str)
+    yield head[:-2] + ',\n  "items": ['
+    first = True
+    pending: list[str] = []
+    for entry in iter_item_entries(run):
+        pending.append(
+            ("\n    " if first else ",\n    ") + json.dumps(entry, ensure_ascii=False, default=str)
+        )
+        first = False
+        if len(pending) >= chunk:
+            yield "".join(pending)
+            pending = []
+    yield "".join(pending) + "\n  ]\n}\n"
+
+
+def iso(value: datetime | None = None) -> str:
+    """An ISO-8601 UTC timestamp in milliseconds (`…Z`), of `value` or of now: the one
+    format of the results file, the API, webhooks and CI reports."""
+    moment = datetime.now(UTC) if value is None else value.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

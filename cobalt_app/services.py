@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,15 +15,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from cobalt.dataset import item_key
 from cobalt.experiments import Experiment
 from cobalt_app import flaky, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
-
-logger = logging.getLogger("cobalt.services")
 
 CREATE_BATCH = 2000
 
@@ -133,7 +130,14 @@ def run_interrupt(run_id: str, last_heartbeat: datetime | None) -> bool:
         silent = silent.filter(heartbeat_at__isnull=True)
     else:
         silent = silent.filter(heartbeat_at=last_heartbeat)
-    return silent.update(status=Run.Status.INTERRUPTED) == 1
+    with transaction.atomic():
+        if silent.update(status=Run.Status.INTERRUPTED) != 1:
+            return False
+        # The items its lanes held when the process died wait for `--resume`, as pending.
+        ItemResult.objects.filter(run_id=run_id, status=ItemResult.Status.RUNNING).update(
+            status=ItemResult.Status.PENDING, worker="", lease_expires_at=None
+        )
+    return True
 
 
 class RunBusy(ValueError):
@@ -302,29 +306,6 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
     return recorded
 
 
-def record_item_outcomes_apart(run_id: str, outcomes: Sequence[Any]) -> int:
-    """`record_item_outcomes` for the only executor of these items (embedded mode), where one
-    outcome the database refuses never rolls back the others: the batch is retried one by
-    one, and an outcome refused alone is recorded as an item error saying why."""
-    try:
-        with transaction.atomic():
-            return record_item_outcomes(run_id, outcomes, exclusive=True)
-    except (DatabaseError, ValueError):  # ValueError: what a driver refuses before sending
-        logger.warning("a batch of %d items failed; recording them one by one", len(outcomes))
-    recorded = 0
-    for outcome in outcomes:
-        try:
-            with transaction.atomic():
-                recorded += record_item_outcomes(run_id, [outcome], exclusive=True)
-            continue
-        except (DatabaseError, ValueError) as exc:
-            logger.exception("could not record item %s of run %s", outcome.id, run_id)
-            failure = unstorable_outcome(outcome, f"the result could not be stored: {exc}")
-        with transaction.atomic():  # raises if even the error cannot be stored: the run fails
-            recorded += record_item_outcomes(run_id, [failure], exclusive=True)
-    return recorded
-
-
 def unstorable_outcome(outcome: Any, message: str) -> Any:
     """The outcome as an item error with only `message`: nothing else of it is stored."""
     return dataclasses.replace(
@@ -356,12 +337,6 @@ def run_cancel_pending(run_id: str) -> int:
     return ItemResult.objects.filter(
         run_id=run_id, status__in=[ItemResult.Status.PENDING, ItemResult.Status.RUNNING]
     ).update(status=ItemResult.Status.CANCELLED, finished_at=timezone.now())
-
-
-def run_fail(run_id: str, reason: str) -> None:
-    Run.objects.filter(id=run_id).update(
-        status=Run.Status.FAILED, failure=reason, finished_at=timezone.now()
-    )
 
 
 def git_commit(project_dir: Path | None) -> str:

@@ -1,15 +1,13 @@
 """Team mode: runs executed by `cobalt worker` processes through Celery, on a shared database.
 
-- `start_run()` creates the run and its item rows with the same `services.run_create` as the
-  embedded mode, then enqueues it; `wait()` streams finished items to the reporter as
-  workers announce them, then writes the results file where the run was started.
+- `start_run()` creates the run and its item rows (`runs.lifecycle.create`, as the embedded
+  mode does), then enqueues it; `team_wait.wait()` follows it where it was started.
 - A run is dispatched as lanes: at most `concurrency` messages, each naming a first few
-  items. A worker claims them with one conditional UPDATE (pending → running, with a lease),
-  executes them one after another with the engine's `execute_item`, records each with
-  `items_record` (which only accepts the claim that is still current), then claims the run's
-  next pending items itself, until none is left. The last item finalises the run, found by
-  counting in the database (no chords).
-- Every worker renews the leases of the items it holds (`leases_renew`). `sweep()` (one
+  items. A worker runs the lane of `runs.lane` — the embedded mode's loop too: claim with one
+  conditional UPDATE (pending → running, with a lease), execute, record only the claim still
+  current, claim the run's next pending items — for a bounded time, then enqueues the lane's
+  continuation. The last item finalises the run, found by counting in the database (no chords).
+- Every worker renews the leases of the items it holds (`claims.leases_renew`). `sweep()` (one
   worker at a time) puts items whose lease ran out back to pending and enqueues them again
   (new lanes for the ones that died), gives up on an item whose workers died
   `MAX_ATTEMPTS` times, re-enqueues runs whose lanes all vanished with their workers, and
@@ -20,14 +18,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -36,53 +30,29 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app import results, services
-from cobalt_app.engine import ItemOutcome, Reporter
-from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
-from cobalt_app.services import ItemSnapshot
+from cobalt_app import services
+from cobalt_app.engine import ItemOutcome
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.runs import lifecycle
+from cobalt_app.runs.claims import UNFINISHED, item_ids, lease_grace
+from cobalt_app.team_broker import (
+    KEY,
+    announce_progress,
+    dispatched_at,
+    live_workers,
+    queue_size,
+    redis_client,
+)
 
 logger = logging.getLogger("cobalt.team")
 
-KEY = "cobalt:"
 DEFAULT_QUEUE = "cobalt"
 MAX_ATTEMPTS = 3
 MAX_CHUNK = 8  # items a lane claims at once, at most
 CLAIMS_PER_LANE = 2  # fewer claims than this per lane: one item at a time
 SWEEP_BATCH = 500
-POLL_INTERVAL = 0.5  # between database reads while no worker announces progress
-MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
-WAIT_NOTICE_AFTER = 2.0
-STALL_NOTICE_AFTER = 30.0
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
-RETRY_STATUSES = (ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT, ItemResult.Status.CANCELLED)
-UNFINISHED = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
-
-
-class TeamModeError(RuntimeError):
-    """Team mode is misconfigured; the message says what to set."""
-
-
-class Detached(KeyboardInterrupt):
-    """Ctrl-C while waiting: the run goes on on the workers."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(run_id)
-        self.run_id = run_id
-
-
-def lease_grace() -> float:
-    """Seconds a held item survives without a heartbeat (`COBALT_LEASE_GRACE`, default 60)."""
-    try:
-        return max(0.5, float(os.environ.get("COBALT_LEASE_GRACE") or 60))
-    except ValueError:
-        raise TeamModeError("COBALT_LEASE_GRACE must be a number of seconds") from None
-
-
-def beat_interval() -> float:
-    """How often workers renew leases, announce themselves and sweep."""
-    return max(0.2, min(10.0, lease_grace() / 4))
 
 
 def queue_name() -> str:
@@ -117,21 +87,14 @@ def start_run(
     no_cache: bool = False,
 ) -> tuple[Run, list[int]]:
     """Create a team run with its item rows and enqueue every item; returns (run, item ids)."""
-    settings = experiment.settings(
-        default_concurrency=config.get("concurrency", 5),
-        default_timeout=config.get("timeout", 30),
-    )
-    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    settings["queue"] = queue_name()
-    if no_cache:
-        settings["noCache"] = True
-    run = services.run_create(
-        experiment=experiment,
-        settings=settings,
-        file=file,
-        tags=tags or [],
+    run = lifecycle.create(
+        experiment,
+        config,
         mode=Run.Mode.TEAM,
-        project_dir=config.project_dir,
+        overrides=overrides,
+        extra=team_settings(no_cache),
+        tags=tags,
+        file=file,
     )
     ids = item_ids(run.id, UNFINISHED)
     enqueue(run.id, ids)
@@ -140,32 +103,18 @@ def start_run(
 
 def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
     """Put failed, timed-out and cancelled items back to pending and enqueue what is missing."""
-    with transaction.atomic():
-        run = services.run_resume(run_id, grace=lease_grace())
-        services.item_reset_for_retry(run.id, RETRY_STATUSES)
-        config = dict(run.config)
-        config["queue"] = queue_name()
-        if no_cache:
-            config["noCache"] = True
-        Run.objects.filter(id=run.id).update(
-            status=Run.Status.QUEUED,
-            mode=Run.Mode.TEAM,
-            config=config,
-            started_at=None,
-            finished_at=None,
-            failure="",
-        )
+    run = lifecycle.resume(
+        run_id, grace=lease_grace(), mode=Run.Mode.TEAM, extra=team_settings(no_cache)
+    )
     forget_run(run.id)
     watched = item_ids(run.id, UNFINISHED)  # before enqueueing: workers may be quick
     enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]))
-    return Run.objects.get(id=run.id), watched
+    return run, watched
 
 
-def item_ids(run_id: str, statuses: Iterable[str] | None = None) -> list[int]:
-    items = ItemResult.objects.filter(run_id=run_id)
-    if statuses is not None:
-        items = items.filter(status__in=list(statuses))
-    return list(items.order_by("id").values_list("id", flat=True))
+def team_settings(no_cache: bool) -> dict[str, Any]:
+    """What a team run adds to its settings: its queue, and whether to bypass the cache."""
+    return {"queue": queue_name(), **({"noCache": True} if no_cache else {})}
 
 
 def enqueue(run_id: str, ids: list[int]) -> None:
@@ -182,12 +131,11 @@ def enqueue(run_id: str, ids: list[int]) -> None:
     from cobalt_project.celery import app
 
     info = run_info(run_id)
-    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
     size = chunk_size(len(ids), info.queue, info.concurrency)
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
     with app.producer_or_acquire() as producer, _batched(producer):
         for chunk in chunks[: info.concurrency]:
-            task.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
+            tasks.run_lane.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
 
 
@@ -218,10 +166,6 @@ class RunInfo:
     name: str
     file: str
     config: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return "rejudge" if self.config.get("rejudge") else "execute"
 
     @property
     def queue(self) -> str:
@@ -267,227 +211,11 @@ def forget_run(run_id: str) -> None:
     _run_infos.pop(run_id, None)
 
 
-@dataclass
-class Claim:
-    """An item this worker holds: its snapshot, what is stored of it, and which attempt."""
-
-    item_id: int
-    run_id: str
-    attempt: int
-    snapshot: ItemSnapshot
-    stored: dict[str, Any] = field(default_factory=dict)
-
-
-CLAIM_SET = (
-    "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
-    "lease_expires_at = %s, started_at = %s"
-)
-CLAIM_RETURNING = (
-    " RETURNING id, run_id, item_index, run_index, item_key, input, output, metadata, "
-    "latency_ms, tokens, cost, attempts"
-)
-
-
-def claim_sql(count: int, *, start_run: bool) -> str:
-    """Take these pending items (a conditional UPDATE); on PostgreSQL, start the run too."""
-    claim = (
-        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) AND status = %s{CLAIM_RETURNING}"
-    )
-    if not start_run:
-        return claim
-    # The claim and "the run has started" in one round trip.
-    return (
-        f"WITH claimed AS ({claim}), started AS (UPDATE cobalt_app_run SET status = %s, "
-        "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
-        "SELECT * FROM claimed"
-    )
-
-
-def claim_next_sql(*, postgresql: bool) -> str:
-    """Take the run's first few pending items; concurrent lanes skip each other's rows."""
-    pick = (
-        "SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
-        "ORDER BY id LIMIT %s"
-    )
-    if not postgresql:  # SQLite: one writer at a time, the subquery runs once
-        return f"{CLAIM_SET} WHERE id IN ({pick}) AND status = %s{CLAIM_RETURNING}"
-    # A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
-    # for every row it scans, each time taking the next few items: one lane took them all.
-    returning = CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
-    return (
-        f"WITH next AS ({pick} FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
-        f"WHERE cobalt_app_itemresult.id = next.id AND status = %s{returning}"
-    )
-
-
-def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
-    """Take the items of `item_ids` still pending, in id order; the others are someone else's.
-
-    Every claimed item gets a lease that the worker's heartbeat renews until it is recorded.
-    """
-    if not item_ids:
-        return []
-    now = timezone.now()
-    params = [*_claim_set_params(worker, now), *item_ids, ItemResult.Status.PENDING]
-    together = connection.vendor == "postgresql"
-    if together:
-        adapt = connection.ops.adapt_datetimefield_value
-        params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
-    claims = _claimed(claim_sql(len(item_ids), start_run=together), params)
-    if claims and not together:
-        Run.objects.filter(
-            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
-        ).update(status=Run.Status.RUNNING, started_at=now)
-    return claims
-
-
-def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
-    """Take up to `limit` of the run's pending items, first ones first (a lane going on)."""
-    pending = ItemResult.Status.PENDING
-    claim, pick = _claim_set_params(worker, timezone.now()), [run_id, pending, limit]
-    postgresql = connection.vendor == "postgresql"
-    params = [*pick, *claim, pending] if postgresql else [*claim, *pick, pending]
-    return _claimed(claim_next_sql(postgresql=postgresql), params)
-
-
-def _claim_set_params(worker: str, now: Any) -> list[Any]:
-    adapt = connection.ops.adapt_datetimefield_value
-    lease = adapt(now + timedelta(seconds=lease_grace()))
-    return [ItemResult.Status.RUNNING, worker[:200], lease, adapt(now)]
-
-
-def _claimed(sql: str, params: list[Any]) -> list[Claim]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = sorted(cursor.fetchall())
-    claims = []
-    for row in rows:
-        item_id, run_id, index, repetition, key, item, output, metadata = row[:8]
-        latency, tokens, cost, attempt = row[8:]
-        snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
-        stored = {
-            "output": _json(output),
-            "metadata": _json(metadata) or {},
-            "latency_ms": latency,
-            "tokens": tokens,
-            "cost": cost,
-        }
-        claims.append(Claim(item_id, run_id, attempt, snapshot, stored))
-    return claims
-
-
-def run_status(run_id: str) -> str | None:
-    return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
-
-
-def _json(value: Any) -> Any:
-    """JSON columns come back as text from a raw cursor (PostgreSQL and SQLite alike)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def items_record(pairs: list[tuple[Claim, ItemOutcome]]) -> tuple[set[int], set[str]]:
-    """Record outcomes whose claims are still current, in one transaction.
-
-    Returns the ids recorded and the runs that may now be complete (their counter reached
-    the total). An item is recorded exactly once: a claim that was superseded (its lease ran
-    out and another worker took the item) or an item already finished records nothing.
-    """
-    if not pairs:
-        return set(), set()
-    ids = [claim.item_id for claim, _ in pairs]
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, status, attempts FROM cobalt_app_itemresult "
-                f"WHERE id IN ({', '.join(['%s'] * len(ids))}){lock}",
-                ids,
-            )
-            current = {item_id: (status, attempts) for item_id, status, attempts in cursor}
-        by_run: dict[str, list[ItemOutcome]] = {}
-        recorded: set[int] = set()
-        for claim, outcome in pairs:
-            status, attempts = current.get(claim.item_id, (None, None))
-            if status is None or status in ItemResult.FINISHED or attempts != claim.attempt:
-                continue
-            by_run.setdefault(claim.run_id, []).append(outcome)
-            recorded.add(claim.item_id)
-        for run_id, outcomes in by_run.items():
-            # The rows are locked and still ours: no need to check them again inside.
-            services.record_item_outcomes(run_id, outcomes, exclusive=True)
-        due: set[str] = set()
-        if by_run:
-            runs = list(by_run)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT id, finished_items, total_items FROM cobalt_app_run "
-                    f"WHERE id IN ({', '.join(['%s'] * len(runs))})",
-                    runs,
-                )
-                due = {run_id for run_id, done, total in cursor if done >= total}
-    return recorded, due
-
-
-def finish_if_done(run_id: str, *, force: bool = False) -> Run | None:
-    """Finalise the run when no item is left unfinished; only one caller ever does."""
-    if not force:
-        row = Run.objects.filter(id=run_id).values_list("status", "finished_items", "total_items")
-        counts = row.first()
-        if counts is None or counts[0] in Run.FINISHED or counts[1] < counts[2]:
-            return None
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(id=run_id).first()
-        if run is None or run.is_finished:
-            return None
-        if ItemResult.objects.filter(run_id=run_id, status__in=UNFINISHED).exists():
-            return None
-        if run.started_at is None:
-            Run.objects.filter(id=run_id).update(started_at=run.created_at)
-        return results.run_finalise(run_id, status=Run.Status.COMPLETED)
-
-
-def leases_renew(worker: str, ids: list[int]) -> set[int]:
-    """Extend the leases of the items this worker still holds; returns those ids."""
-    held = set(
-        ItemResult.objects.filter(
-            id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
-        ).values_list("id", flat=True)
-    )
-    if held:
-        ItemResult.objects.filter(id__in=held, status=ItemResult.Status.RUNNING).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=lease_grace())
-        )
-    return held
-
-
-def leases_release(worker: str, ids: list[int]) -> int:
-    """Hand back items this worker holds (it is shutting down): pending again, for others."""
-    return ItemResult.objects.filter(
-        id__in=ids, status=ItemResult.Status.RUNNING, worker=worker[:200]
-    ).update(status=ItemResult.Status.PENDING, worker="", lease_expires_at=None)
-
-
 def enqueue_lane(run_id: str, then: int) -> None:
     """One lane of the run, to go on on another worker: it claims the run's next items."""
     from cobalt_app import tasks
 
-    info = run_info(run_id)
-    task = tasks.rejudge_items if info.kind == "rejudge" else tasks.execute_items
-    task.apply_async((run_id, [], then), queue=info.queue)
-
-
-def run_cancel(run_id: str) -> tuple[Run, int]:
-    """Stop a run: unfinished items become cancelled, workers drop what they hold."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
-        if run.is_finished:
-            return run, 0
-        cancelled = services.run_cancel_pending(run.id)
-        if run.started_at is None:
-            Run.objects.filter(id=run_id).update(started_at=run.created_at)
-        run = results.run_finalise(run.id, status=Run.Status.CANCELLED)
-    announce_progress([run.id])
-    return run, cancelled
+    tasks.run_lane.apply_async((run_id, [], then), queue=run_info(run_id).queue)
 
 
 @dataclass
@@ -498,8 +226,9 @@ class SweepReport:
     finalised: list[str] = field(default_factory=list)
 
 
-def sweep() -> SweepReport:
-    """Recover the work of vanished workers (safe to run anywhere, any number of times)."""
+def sweep(config: Config | None = None) -> SweepReport:
+    """Recover the work of vanished workers (safe to run anywhere, any number of times);
+    a run it finalises sends its webhooks as any other (`config`: whose webhooks)."""
     report = SweepReport()
     now = timezone.now()
     requeue: dict[str, list[int]] = {}
@@ -507,7 +236,9 @@ def sweep() -> SweepReport:
     with transaction.atomic():
         expired = list(
             ItemResult.objects.select_for_update(skip_locked=True)
-            .filter(status=ItemResult.Status.RUNNING, lease_expires_at__lt=now)
+            .filter(
+                status=ItemResult.Status.RUNNING, lease_expires_at__lt=now, run__mode=Run.Mode.TEAM
+            )
             .values_list("id", "run_id", "attempts", "worker")[:SWEEP_BATCH]
         )
         retry = [row for row in expired if row[2] < MAX_ATTEMPTS]
@@ -531,9 +262,9 @@ def sweep() -> SweepReport:
         enqueue(run_id, ids)
         report.requeued += len(ids)
     for run_id in touched:
-        if finish_if_done(run_id):
+        if lifecycle.finish_if_done(run_id, config=config):
             report.finalised.append(run_id)
-    _sweep_runs(report)
+    _sweep_runs(report, config)
     announce_progress(touched | set(report.finalised))
     return report
 
@@ -550,7 +281,7 @@ def _abandoned(item_id: int, message: str, now) -> ItemOutcome:
     )
 
 
-def _sweep_runs(report: SweepReport) -> None:
+def _sweep_runs(report: SweepReport, config: Config | None) -> None:
     """Active team runs: finalise finished ones, re-enqueue items whose messages were lost."""
     grace = lease_grace()
     queue_sizes: dict[str, int] = {}
@@ -563,7 +294,7 @@ def _sweep_runs(report: SweepReport) -> None:
             .annotate(n=Count("id"))
         )
         if not counts:
-            if finish_if_done(run_id, force=True):
+            if lifecycle.finish_if_done(run_id, config=config):
                 report.finalised.append(run_id)
             continue
         if counts.get(ItemResult.Status.RUNNING) or not counts.get(ItemResult.Status.PENDING):
@@ -583,340 +314,3 @@ def _sweep_runs(report: SweepReport) -> None:
         ids = item_ids(run_id, [ItemResult.Status.PENDING])
         enqueue(run_id, ids)
         report.redispatched += len(ids)
-
-
-# ------------------------------------------------------------------------------- redis
-
-
-_redis: Any = None
-
-
-def redis_client() -> Any:
-    global _redis
-    if _redis is None:
-        import redis
-        from django.conf import settings
-
-        if not settings.BROKER_URL.startswith(("redis://", "rediss://", "unix://")):
-            raise TeamModeError(
-                "team mode needs a Redis broker: set COBALT_BROKER_URL=redis://host:6379/0"
-            )
-        _redis = redis.Redis.from_url(settings.BROKER_URL)
-    return _redis
-
-
-def check_broker() -> None:
-    """Fail before creating anything when the broker does not answer."""
-    from cobalt.config import redact
-
-    try:
-        redis_client().ping()
-    except TeamModeError:
-        raise
-    except Exception as exc:
-        from django.conf import settings
-
-        where = redact(settings.BROKER_URL, "broker_url")
-        raise TeamModeError(f"cannot reach the broker at {where}: {exc}") from None
-
-
-def dispatched_at(run_id: str) -> float:
-    """When the run's items were last enqueued (unknown: from now on)."""
-    client = redis_client()
-    value = client.get(f"{KEY}dispatched:{run_id}")
-    if value is None:
-        client.set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
-        return time.time()
-    return float(value)
-
-
-def queue_size(queue: str) -> int:
-    """Messages waiting in a queue (not those a worker has received)."""
-    from cobalt_project.celery import app
-
-    with app.connection_for_read() as conn:
-        try:
-            return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
-        except Exception:  # an empty Redis queue does not exist at all
-            return 0
-
-
-def worker_beat(name: str, info: dict[str, Any], ttl: float) -> None:
-    redis_client().set(f"{KEY}worker:{name}", json.dumps(info), px=int(ttl * 1000))
-
-
-def worker_gone(name: str) -> None:
-    redis_client().delete(f"{KEY}worker:{name}")
-
-
-def live_workers() -> list[dict[str, Any]]:
-    """Workers that announced themselves within their last few heartbeats."""
-    client = redis_client()
-    keys = sorted(client.scan_iter(match=f"{KEY}worker:*", count=500))
-    values = client.mget(keys) if keys else []
-    return [json.loads(v) for v in values if v]
-
-
-def sweep_turn(name: str) -> bool:
-    """One sweeper per interval across all workers."""
-    interval_ms = int(beat_interval() * 1000)
-    return bool(redis_client().set(f"{KEY}sweeper", name, nx=True, px=interval_ms))
-
-
-def progress_channel(run_id: str) -> str:
-    return f"{KEY}progress:{run_id}"
-
-
-def announce_progress(run_ids: Iterable[str]) -> None:
-    """Wake whoever waits on these runs (`cobalt run`, `cobalt watch`): items were recorded.
-
-    Best effort: a waiting client also reads the database every `POLL_INTERVAL` anyway.
-    """
-    run_ids = list(run_ids)
-    if not run_ids:
-        return
-    try:
-        client = redis_client()
-        with client.pipeline(transaction=False) as pipe:
-            for run_id in run_ids:
-                pipe.publish(progress_channel(run_id), "1")
-            pipe.execute()
-    except Exception as exc:  # noqa: BLE001 - the waiting side polls; never fail a record
-        logger.debug("could not announce progress of %s: %s", run_ids, exc)
-
-
-class ProgressListener:
-    """Sleeps until a worker announces progress on a run, or `timeout` passes."""
-
-    def __init__(self, run_id: str) -> None:
-        self.pubsub = None
-        try:
-            self.pubsub = redis_client().pubsub(ignore_subscribe_messages=True)
-            self.pubsub.subscribe(progress_channel(run_id))
-        except Exception as exc:  # noqa: BLE001 - without it, wait() polls the database
-            logger.debug("progress announcements unavailable: %s", exc)
-            self.pubsub = None
-
-    def wait(self, timeout: float) -> None:
-        if self.pubsub is None:
-            time.sleep(timeout)
-            return
-        try:
-            message = self.pubsub.get_message(timeout=timeout)
-            while message is not None:  # several announcements make one wake-up
-                message = self.pubsub.get_message(timeout=0)
-        except Exception:  # noqa: BLE001 - the connection broke: fall back to polling
-            self.close()
-            time.sleep(timeout)
-
-    def close(self) -> None:
-        if self.pubsub is not None:
-            with contextlib.suppress(Exception):
-                self.pubsub.close()
-            self.pubsub = None
-
-
-# ------------------------------------------------------------------------------ waiting
-
-
-def execute(
-    experiments: list[Experiment],
-    config: Config,
-    *,
-    reporter: Reporter | None = None,
-    no_cache: bool = False,
-    overrides: dict[str, Any] | None = None,
-    resume_run_id: str | None = None,
-    tags: list[str] | None = None,
-    on_notice: Callable[[str], None] | None = None,
-) -> list[Run]:
-    """`cobalt run` in team mode: enqueue every experiment's run, then stream each to the end."""
-    from cobalt_app.launcher import relative_file
-
-    check_broker()
-    ensure_schema()
-    on_notice = on_notice or _print_notice
-    started: list[tuple[Run, Experiment, list[int]]] = []
-    for experiment in experiments:
-        if resume_run_id:
-            run, ids = resume_run(resume_run_id, no_cache=no_cache)
-        else:
-            run, ids = start_run(
-                experiment,
-                config,
-                overrides=overrides,
-                tags=tags,
-                file=relative_file(config, experiment),
-                no_cache=no_cache,
-            )
-        started.append((run, experiment, ids))
-    runs: list[Run] = []
-    for run, experiment, ids in started:
-        if reporter is not None:
-            reporter.run_started(run, experiment)
-        capped = capacity_notice(run_info(run.id).concurrency)
-        if capped:
-            on_notice(capped)
-        try:
-            runs.append(wait(run.id, config, reporter=reporter, ids=ids, on_notice=on_notice))
-        except KeyboardInterrupt:
-            raise Detached(run.id) from None
-    return runs
-
-
-def wait(
-    run_id: str,
-    config: Config,
-    *,
-    reporter: Reporter | None = None,
-    ids: list[int] | None = None,
-    on_notice: Callable[[str], None] | None = None,
-    poll: float = POLL_INTERVAL,
-) -> Run:
-    """Stream the items of `ids` (default: all) as they finish; write the results file."""
-    watched = sorted(item_ids(run_id) if ids is None else ids)
-    waiting = set(watched)
-    cursor = 0
-    total, run_config = Run.objects.values_list("total_items", "config").get(id=run_id)
-    order = [e["name"] for e in (run_config or {}).get("evaluators", [])]
-    done = total - len(waiting)
-    began = last_progress = next_check = time.monotonic()
-    noticed_queue = noticed_stall = False
-    counted, fetched_at = -1, 0.0
-    listener = ProgressListener(run_id)
-    try:
-        while True:
-            read_at = time.monotonic()
-            status, finished = Run.objects.values_list("status", "finished_items").get(id=run_id)
-            while cursor < len(watched) and watched[cursor] not in waiting:
-                cursor += 1
-            fresh = []
-            # Read the items only when the run's counter moved (or now and then, to be sure).
-            stale = time.monotonic() - fetched_at > 2
-            look = finished != counted or status in Run.FINISHED or stale
-            if cursor < len(watched) and look:
-                counted, fetched_at = finished, time.monotonic()
-                ended = ItemResult.objects.filter(
-                    run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
-                ).values_list("id", flat=True)
-                fresh = [i for i in ended if i in waiting]
-            if fresh:
-                waiting.difference_update(fresh)
-                last_progress = time.monotonic()
-                noticed_stall = False
-                for outcome in outcomes(fresh, order=order):
-                    done += 1
-                    if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
-                        reporter.item_finished(outcome, done, total)
-            if status in Run.FINISHED:
-                break
-            now = time.monotonic()
-            if on_notice and now >= next_check:
-                next_check = now + WAIT_NOTICE_AFTER
-                if status == Run.Status.QUEUED and not noticed_queue:
-                    if now - began >= WAIT_NOTICE_AFTER:
-                        on_notice(waiting_message())
-                        noticed_queue = True
-                elif (
-                    not noticed_stall
-                    and now - last_progress >= STALL_NOTICE_AFTER
-                    and not live_workers()
-                ):
-                    on_notice(waiting_message())
-                    noticed_stall = True
-            # Until a worker announces recorded items (or `poll` passes); a busy run is read
-            # at most every MIN_POLL_INTERVAL, not on every announcement.
-            listener.wait(poll)
-            time.sleep(max(0.0, read_at + MIN_POLL_INTERVAL - time.monotonic()))
-    finally:
-        listener.close()
-    run = Run.objects.get(id=run_id)
-    path = results.write_results_file(run, config.results_dir)
-    Run.objects.filter(id=run_id).update(results_path=str(path))
-    run.results_path = str(path)
-    if reporter is not None:
-        reporter.run_finished(run)
-    return run
-
-
-def _print_notice(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def capacity_notice(asked: int) -> str | None:
-    """Why fewer items than the experiment's `concurrency` will run at once, if so: the live
-    workers of this queue have fewer lanes in all. None when they have enough (or none is up:
-    `waiting_message` says that)."""
-    queue = queue_name()
-    lanes = sum(
-        int(w.get("concurrency") or 0) for w in live_workers() if queue in w.get("queues", [])
-    )
-    if not lanes or lanes >= asked:
-        return None
-    return (
-        f"the experiment asks for concurrency {asked}, but the live workers of queue {queue!r} "
-        f"run {lanes} lanes in all: at most {lanes} items at once (start more workers, or "
-        "`cobalt worker --concurrency N`)"
-    )
-
-
-def waiting_message() -> str:
-    workers = live_workers()
-    if not workers:
-        return (
-            "waiting for workers… none is running: start one with `cobalt worker` "
-            "(same COBALT_DATABASE_URL and COBALT_BROKER_URL)"
-        )
-    return (
-        f"waiting for workers… {len(workers)} running, none has picked up this run yet "
-        f"(busy, or listening on other queues than {queue_name()!r})"
-    )
-
-
-ITEM_FIELDS = (
-    "id",
-    "item_index",
-    "run_index",
-    "item_key",
-    "status",
-    "output",
-    "metadata",
-    "error",
-    "traceback",
-    "latency_ms",
-    "tokens",
-    "cost",
-    "started_at",
-    "finished_at",
-)
-EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
-
-
-def outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
-    """Finished item rows as the reporter sees them in the embedded mode."""
-    rank = {name: position for position, name in enumerate(order or [])}
-    evaluations: dict[int, list[EvalOutcome]] = {}
-    rows = Evaluation.objects.filter(item_id__in=ids).values_list(*EVALUATION_FIELDS)
-    for item_id, evaluator, score, reason, status, error, cached in rows:
-        evaluations.setdefault(item_id, []).append(
-            EvalOutcome(evaluator, score, reason=reason, status=status, error=error, cached=cached)
-        )
-    items = (
-        ItemResult.objects.filter(id__in=ids)
-        .order_by("finished_at", "id")
-        .values_list(*ITEM_FIELDS)
-    )
-    found = []
-    for values in items:
-        outcome = ItemOutcome(**dict(zip(ITEM_FIELDS, values, strict=True)))
-        outcome.evaluations = sorted(
-            evaluations.get(outcome.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
-        )
-        found.append(outcome)
-    # The traces of failed items only: their lines give the step count.
-    failed = [o.id for o in found if o.status != ItemResult.Status.OK]
-    if failed:
-        traces = dict(ItemTrace.objects.filter(item_id__in=failed).values_list("item_id", "steps"))
-        for outcome in found:
-            outcome.trace = traces.get(outcome.id) or []
-    return found

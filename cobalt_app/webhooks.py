@@ -17,14 +17,15 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 import cobalt
 from cobalt.config import Config
+from cobalt_app.ratelimit import retry_after
 from cobalt_app.redaction import redact
+from cobalt_app.results import iso
 
 logger = logging.getLogger("cobalt.webhooks")
 
@@ -52,10 +53,6 @@ def subscribers(config: Config, event: str) -> list[dict[str, Any]]:
     return [h for h in hooks if event in (h.get("events") or DEFAULT_EVENTS)]
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def ci_context() -> dict[str, str] | None:
     """Where the build ran, when it ran on GitHub Actions (links back from a notification)."""
     if os.environ.get("GITHUB_ACTIONS") != "true":
@@ -73,7 +70,7 @@ def ci_context() -> dict[str, str] | None:
 def run_payload(event: str, run: Any) -> dict[str, Any]:
     return {
         "event": event,
-        "timestamp": now_iso(),
+        "timestamp": iso(),
         "cobalt": cobalt.__version__,
         "run": {
             "id": run.id,
@@ -94,7 +91,7 @@ def run_payload(event: str, run: Any) -> dict[str, Any]:
 def ci_payload(event: str, outcome: Any) -> dict[str, Any]:
     return {
         "event": event,
-        "timestamp": now_iso(),
+        "timestamp": iso(),
         "cobalt": cobalt.__version__,
         "exitCode": outcome.exit_code,
         "passed": outcome.passed,
@@ -131,10 +128,9 @@ def secret_of(hook: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 
 def retry_delay(attempt: int, response: httpx.Response | None) -> float:
-    if response is not None:
-        after = response.headers.get("retry-after", "")
-        if after.replace(".", "", 1).isdigit():
-            return min(float(after), BACKOFF_CAP)
+    hinted = None if response is None else retry_after(response.headers)
+    if hinted is not None:
+        return min(max(hinted, 0.0), BACKOFF_CAP)
     return min(BACKOFF_BASE * 2**attempt, BACKOFF_CAP)
 
 

@@ -12,7 +12,6 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,16 +21,13 @@ from rich.markup import escape
 import cobalt
 from cobalt_app import recordings
 from cobalt_app.gates import Check, CiOutcome, GateReport, fmt_number
+from cobalt_app.results import iso
 from cobalt_cli.reporter import steps_note
 
 # Characters XML 1.0 cannot carry (ANSI escapes in a traceback would make the file invalid).
 XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 ITEM_LINES_SHOWN = 10
 ERROR_CLASSES_SHOWN = 10
-
-
-def iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class JsonLinesReporter:
@@ -65,7 +61,7 @@ class JsonLinesReporter:
         config = run.config or {}
         self.emit(
             "run.started",
-            timestamp=iso_now(),
+            timestamp=iso(),
             runId=run.id,
             name=run.name,
             file=run.file,
@@ -106,7 +102,7 @@ class JsonLinesReporter:
     def run_finished(self, run: Any) -> None:
         self.emit(
             "run.finished",
-            timestamp=iso_now(),
+            timestamp=iso(),
             runId=run.id,
             name=run.name,
             status=run.status,
@@ -279,7 +275,7 @@ def junit_document(outcome: CiOutcome) -> ET.ElementTree:
             root,
             "testsuite",
             name=report.name,
-            timestamp=iso_now(),
+            timestamp=iso(),
             time=f"{duration:.3f}",
             file=report.file,
         )
@@ -321,7 +317,7 @@ def junit_document(outcome: CiOutcome) -> ET.ElementTree:
             suite.set(key, str(value))
             totals[key] += value
     if outcome.import_failures or outcome.config_errors or outcome.global_checks:
-        suite = _element(root, "testsuite", name="cobalt setup", timestamp=iso_now(), time="0")
+        suite = _element(root, "testsuite", name="cobalt setup", timestamp=iso(), time="0")
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for failure in outcome.import_failures:
             case = _element(suite, "testcase", classname="cobalt.import", name=failure.file)

@@ -35,7 +35,8 @@ def _team_setup():
             "this command needs team mode: set COBALT_BROKER_URL=redis://… and "
             "COBALT_DATABASE_URL=postgresql://… (or broker_url / database_url in cobalt.toml)"
         )
-    from cobalt_app.team import TeamModeError, check_broker
+    from cobalt_app.runs import TeamModeError
+    from cobalt_app.team_broker import check_broker
 
     try:
         check_broker()  # a clear message (the URL's password hidden), not a traceback
@@ -189,10 +190,10 @@ def workers(
     _team_setup()
     from rich.table import Table
 
-    from cobalt_app import team
+    from cobalt_app import team_broker
     from cobalt_cli.main import console
 
-    alive = team.live_workers()
+    alive = team_broker.live_workers()
     if here:
         alive = [w for w in alive if w.get("host") == socket.gethostname()]
     if not alive:
@@ -221,7 +222,7 @@ def watch(
 ) -> None:
     """Re-attach to a team run: stream its items and summary until it ends."""
     config = _team_setup()
-    from cobalt_app import team
+    from cobalt_app import team_wait
     from cobalt_app.models import Run
     from cobalt_app.selectors import RunNotFound, run_get
     from cobalt_cli.main import console, err, fail
@@ -235,7 +236,7 @@ def watch(
     reporter.banner()
     reporter.run_started(run, None)
     try:
-        run = team.wait(run.id, config, reporter=reporter, on_notice=notice)
+        run = team_wait.wait(run.id, config, reporter=reporter, on_notice=notice)
     except KeyboardInterrupt:
         reporter.stop_progress()
         err.print(
@@ -253,7 +254,7 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
 
     config = setup()
     os.chdir(config.project_dir)
-    from cobalt_app import team
+    from cobalt_app.runs import lifecycle
     from cobalt_app.selectors import RunNotFound, run_get
 
     try:
@@ -263,7 +264,8 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
     if run.is_finished:
         console.print(f" Run {run.id} is already {run.status}; nothing to cancel.")
         return
-    run, cancelled = team.run_cancel(run.id)
+    run, cancelled = lifecycle.cancel(run.id, config)
+    lifecycle.webhooks_sent()
     console.print(
         f" Cancelled run [bold]{run.id}[/] ({escape(run.name)}): {cancelled} unfinished "
         f"item{'s' * (cancelled != 1)} will not run; {run.total_items - cancelled} finished."
@@ -284,7 +286,7 @@ def rejudge(
     config = setup()
     os.chdir(config.project_dir)
     from cobalt_app import rejudge as rejudging
-    from cobalt_app import team
+    from cobalt_app import team_wait
     from cobalt_app.selectors import RunNotFound
     from cobalt_cli.reporter import ConsoleReporter
 
@@ -301,7 +303,7 @@ def rejudge(
         )
     except (RunNotFound, rejudging.RejudgeError) as exc:
         raise fail(str(exc)) from None
-    except team.Detached as exc:
+    except team_wait.Detached as exc:
         reporter.stop_progress()
         err.print(
             f"\n[yellow]Interrupted.[/] Re-judge run {exc.run_id} goes on on the workers; "

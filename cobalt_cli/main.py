@@ -188,7 +188,7 @@ def run(
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
     from cobalt_app.preflight import PreflightError
-    from cobalt_app.team import TeamModeError
+    from cobalt_app.runs import TeamModeError
     from cobalt_cli import commands_ci
 
     ci_options = commands_ci.CiOptions(
@@ -227,7 +227,7 @@ def run(
         reporter.stop_progress()
         report_interrupt(exc)
         raise typer.Exit(interrupts.exit_code(exc)) from None
-    except (discovery.PathOutsideProject, FileNotFoundError, launcher.ResumeError) as exc:
+    except (discovery.FileRefused, FileNotFoundError, launcher.ResumeError) as exc:
         raise fail(str(exc)) from None
     except (LookupError, PluginError, TeamModeError) as exc:
         raise fail(str(exc)) from None
@@ -263,7 +263,7 @@ def run_project(paths: list[str]) -> Config:
         raise fail(str(exc)) from None
     try:
         found = discovery.discover(config, paths)
-    except (discovery.PathOutsideProject, FileNotFoundError):
+    except (discovery.FileRefused, FileNotFoundError):
         found = []
     if not found:
         raise fail(str(no_project))
@@ -271,7 +271,7 @@ def run_project(paths: list[str]) -> Config:
 
 
 def report_interrupt(exc: KeyboardInterrupt) -> None:
-    from cobalt_app.team import Detached
+    from cobalt_app.team_wait import Detached
 
     if isinstance(exc, Detached):  # team mode: the workers carry on
         err.print(

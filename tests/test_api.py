@@ -473,12 +473,12 @@ def test_a_run_executing_elsewhere_is_cancelled_in_the_database(api_project, api
 
 
 def test_a_run_cancelled_by_another_server_process_stops_here(api_project, api):
-    from cobalt_app import team
+    from cobalt_app.runs import lifecycle
 
     run_id = api.post("/api/runs/", {"file": "experiments/slow.cobalt.py"}, format="json").json()[
         "id"
     ]
-    team.run_cancel(run_id)  # what a cancel request served by another worker process does
+    lifecycle.cancel(run_id)  # what a cancel request served by another worker process does
     deadline = time.monotonic() + DEADLINE
     while any(t.name.startswith("cobalt-api-run-") for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the run went on executing"

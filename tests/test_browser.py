@@ -788,8 +788,8 @@ def test_a_conversation_shows_as_a_chat_with_scores_per_turn(site, page):
     # Last in this file: it adds a run to the site's project.
     from playwright.sync_api import expect
 
-    site.project.write("chats/chat.cobalt.py", CHAT_EXPERIMENT)
-    run_id = cobalt_run(site.project, "chats/chat.cobalt.py", env=site.env)
+    site.project.write("experiments/chats/chat.cobalt.py", CHAT_EXPERIMENT)
+    run_id = cobalt_run(site.project, "experiments/chats/chat.cobalt.py", env=site.env)
     page.goto(f"{site.url}/runs/{run_id}/?view=all")
     page.get_by_role("link", name="#1", exact=True).click()
     chat = page.locator("#item-conversation")

@@ -2,6 +2,8 @@
 
 import asyncio
 import json
+import os
+import socket
 import threading
 import time
 
@@ -298,3 +300,29 @@ def test_recording_a_batch_of_outcomes_takes_a_constant_number_of_queries(
     # recording the same outcomes again (a redelivered task) changes nothing
     assert services.record_item_outcomes(run.id, outcomes) == 0
     assert Run.objects.get(id=run.id).finished_items == 500
+
+
+def test_an_embedded_run_claims_and_records_its_items_as_team_workers_do(project):
+    # One engine: the embedded lanes take items with the claim of team mode (each item
+    # claimed once, by this process) and never hold more than `concurrency` at once.
+    running: list[int] = []
+    most = 0
+    lock = threading.Lock()
+
+    def runner(ctx):
+        nonlocal most
+        with lock:
+            running.append(ctx.index)
+            most = max(most, len(running))
+        time.sleep(0.02)
+        with lock:
+            running.remove(ctx.index)
+        return "x"
+
+    (run,) = execute(project, define("claimed", items(30), runner, concurrency=3))
+    rows = list(ItemResult.objects.filter(run=run).values_list("status", "attempts", "worker"))
+    assert {status for status, _, _ in rows} == {"ok"} and len(rows) == 30
+    assert {attempts for _, attempts, _ in rows} == {1}
+    assert {worker for _, _, worker in rows} == {f"{socket.gethostname()}:{os.getpid()}"}
+    assert 1 < most <= 3
+    assert Run.objects.get(id=run.id).status == "completed"

@@ -585,3 +585,23 @@ def test_generate_calls_its_llm_without_holding_up_runs(initialised, fake_provid
     run_session(initialised, fake_provider, scenario)
 
     assert order == ["ran", "generated"]
+
+
+def test_cobalt_run_keeps_to_the_rule_every_door_applies(initialised, fake_provider_server):
+    # The same rule as the CLI, the API and the workers (`discovery.runnable_file`): an
+    # experiment file under the test directory whose name matches test_match.
+    initialised.write("experiments/helper.py", "open('PWNED', 'w').write('imported')\n")
+    initialised.write("scripts/side.cobalt.py", "open('PWNED', 'w').write('imported')\n")
+    messages: dict[str, str] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        for name in ("experiments/helper.py", "scripts/side.cobalt.py"):
+            result = await session.call_tool("cobalt_run", {"file": name})
+            assert result.is_error, name
+            messages[name] = text_of(result)
+
+    run_session(initialised, fake_provider_server, scenario)
+    assert "is not an experiment file" in messages["experiments/helper.py"]
+    assert "(test_match)" in messages["experiments/helper.py"]
+    assert "is not under the test directory experiments/" in messages["scripts/side.cobalt.py"]
+    assert not (initialised.path / "PWNED").exists()

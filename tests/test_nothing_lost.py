@@ -251,9 +251,10 @@ def test_sync_evaluators_run_beside_each_other_off_the_event_loop(project):
 @pytestmark_db
 def test_a_failing_batch_write_is_retried_item_by_item_and_loses_no_neighbour(project):
     # A value only the database refuses (SQLite's JSON check on a raw NaN): it slips past
-    # nothing in normal use, so it is handed to the writer directly.
-    from cobalt_app import services
+    # nothing in normal use, so it is handed to the recorder directly.
     from cobalt_app.engine import ItemOutcome
+    from cobalt_app.runs.claims import items_claim
+    from cobalt_app.runs.recorder import record_batch
 
     definition = define("batch", Dataset(items=[{"n": i} for i in range(3)]), lambda ctx: "x")
     (run,) = execute(project, definition)
@@ -262,12 +263,14 @@ def test_a_failing_batch_write_is_retried_item_by_item_and_loses_no_neighbour(pr
     )
     ItemResult.objects.filter(run=run).update(status="pending")
     Run.objects.filter(id=run.id).update(finished_items=0)
+    claims = items_claim(ids, "test")
     outcomes = [
         ItemOutcome(id=i, item_index=n, run_index=0, item_key=str(n), status="ok", output=f"v{n}")
         for n, i in enumerate(ids)
     ]
     outcomes[1].stored = ('"fine"', '{"x": NaN}')  # prepared wrongly: the database refuses it
-    assert services.record_item_outcomes_apart(run.id, outcomes) == 3
+    recorded = record_batch(list(zip(claims, outcomes, strict=True)))
+    assert recorded.ids == set(ids) and not recorded.failed
     rows = {r.item_index: r for r in ItemResult.objects.filter(run=run)}
     assert rows[0].output == "v0" and rows[2].output == "v2" and rows[0].status == "ok"
     assert rows[1].status == "error" and rows[1].error.startswith("the result could not be stored")

@@ -7,6 +7,7 @@ import hmac
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -212,3 +213,33 @@ def test_webhook_urls_and_secrets_are_redacted_wherever_the_config_is_shown(tmp_
     )
     (hook,) = load_config(tmp_path).redacted()["webhooks"]
     assert hook == {"url": "https://hooks.slack.com/…", "secret": "***"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_the_sweeper_finalises_sends_its_webhook_too(project, receiver):
+    # A team run whose last worker died after recording the last item, before finalising:
+    # the sweeper finalises it, and its webhook goes out as for any other run.
+    from cobalt_app import launcher, team
+    from cobalt_app.models import Run
+
+    configure(project, "")
+    config = load_config(project.path)
+    experiments, _, _ = launcher.load_experiments(config)
+    (run,) = launcher.execute(experiments, config)
+    Run.objects.filter(id=run.id).update(status="running", mode="team", summary={})
+    configure(
+        project, f'[[webhooks]]\nurl = "{receiver.url("/swept")}"\nevents = ["run.completed"]\n'
+    )
+
+    report = team.sweep(load_config(project.path))
+
+    assert report.finalised == [run.id]
+    assert Run.objects.get(id=run.id).status == "completed"
+    deadline = time.monotonic() + 10
+    while not receiver.requests:
+        assert time.monotonic() < deadline, "the swept run sent no webhook"
+        time.sleep(0.05)
+    [request] = receiver.requests
+    assert request.path == "/swept" and request.json["event"] == "run.completed"
+    assert request.json["run"]["id"] == run.id
+    assert request.json["run"]["summary"]["scores"]["half"]["avg"] == 0.5

@@ -140,10 +140,10 @@ def cancel_run(run_id: str, *, timeout: float = CANCEL_TIMEOUT) -> Run:
         return _wait_finished(run.id, timeout)
     # Executed by workers or by another process: cancel in the database. Unfinished items
     # become `cancelled`; workers drop them, and the process executing an embedded run
-    # notices at its next heartbeat (`engine.keep_alive`) and stops.
-    from cobalt_app import team
+    # notices at its next heartbeat (`runs.embedded.keep_alive`) and stops.
+    from cobalt_app.runs import lifecycle
 
-    run, _ = team.run_cancel(run.id)
+    run, _ = lifecycle.cancel(run.id)
     if run.status != Run.Status.CANCELLED:
         raise RunAlreadyFinished(run)
     return run

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cobalt.config import Config
 from cobalt_app import launcher, page_selectors
+from cobalt_app.results import iso
 
 TREND_FIELDS = ("avg", "min", "max", "p50", "p95", "p99", "stddev", "passRate", "count", "errors")
 
@@ -90,7 +90,3 @@ def relative(path: Path, root: Path) -> str:
         except ValueError:
             continue
     return str(path)
-
-
-def iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

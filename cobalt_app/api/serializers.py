@@ -345,23 +345,9 @@ class StartRunSerializer(serializers.Serializer):
         if "\x00" in value:
             raise serializers.ValidationError("the path contains a NUL character")
         try:
-            path = discovery.confine(value, config.project_dir, what="file")
-        except discovery.PathOutsideProject as exc:
+            path = discovery.runnable_file(value, config, what="file")
+        except (discovery.FileRefused, FileNotFoundError) as exc:
             raise serializers.ValidationError(str(exc)) from None
-        test_dir = config.test_dir
-        if test_dir not in path.parents:
-            raise serializers.ValidationError(
-                f"{value!r} is not under the test directory "
-                f"{_relative(test_dir, config)}/; experiment files run only from there"
-            )
-        if not path.is_file():
-            raise serializers.ValidationError(f"{value!r} does not exist or is not a file")
-        patterns = config.get("test_match") or []
-        if not discovery.matches(path, patterns, test_dir):
-            raise serializers.ValidationError(
-                f"{value!r} is not an experiment file: its name must match "
-                f"{', '.join(patterns)} (test_match)"
-            )
         return path
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

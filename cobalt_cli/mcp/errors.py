@@ -16,14 +16,14 @@ log = logging.getLogger("cobalt.mcp")
 def anticipated() -> tuple[type[Exception], ...]:
     """Failures with a message meant for the user (logged without a traceback)."""
     from cobalt.dataset import DatasetError
-    from cobalt_app.discovery import PathOutsideProject
+    from cobalt_app.discovery import FileRefused
     from cobalt_app.generate import GenerateError
     from cobalt_app.preflight import PreflightError
     from cobalt_app.providers import ProviderError
     from cobalt_app.selectors import RunNotFound
 
     return (
-        PathOutsideProject,
+        FileRefused,
         ConfigError,
         RunNotFound,
         GenerateError,
@@ -36,10 +36,10 @@ def anticipated() -> tuple[type[Exception], ...]:
 
 def describe(exc: BaseException) -> str:
     """A message for the client: what went wrong and, where known, what to do."""
-    from cobalt_app.discovery import PathOutsideProject
+    from cobalt_app.discovery import FileRefused
     from cobalt_app.selectors import RunNotFound
 
-    if isinstance(exc, PathOutsideProject):
+    if isinstance(exc, FileRefused):
         return f"refused: {exc}"
     if isinstance(exc, ConfigError):
         return f"configuration error: {exc}"

@@ -147,7 +147,7 @@ def load(project: Project, *, file: str | None, name_filter: str | None) -> Load
     from cobalt_app import discovery, launcher, preflight
 
     config = project.config()
-    paths = [str(discovery.confine(file, project.dir, what="file"))] if file else None
+    paths = [str(discovery.runnable_file(file, config, what="file"))] if file else None
     with database(), project.importing() as modules:
         experiments, errors, files = launcher.load_experiments(
             config, paths, name_filter=name_filter
@@ -189,10 +189,10 @@ async def execute(loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any
 async def execute_embedded(
     loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any]
 ) -> list[Any]:
-    """`engine.run_experiment` for each experiment on the process's engine loop (as
+    """`runs.embedded.run_experiment` for each experiment on the process's engine loop (as
     `launcher.execute` does, awaitable and cancellable from this loop)."""
     from cobalt_app import aio, launcher
-    from cobalt_app.engine import run_experiment
+    from cobalt_app.runs.embedded import run_experiment
 
     ended = threading.Event()
 

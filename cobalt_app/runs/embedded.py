@@ -1,0 +1,192 @@
+"""The embedded mode: a run executed by the process that started it (`cobalt run`, the API,
+the MCP server, a script or a notebook), as `concurrency` lanes on its long-lived loop over
+the same claim and record functions as team workers, on its own database thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from cobalt.config import Config
+from cobalt.experiments import Experiment
+from cobalt_app import liveness, recordings, services, traces
+from cobalt_app.aio import DatabaseThread
+from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.progress import Progress
+from cobalt_app.runs import lifecycle
+from cobalt_app.runs.lane import LaneHost, RunStatuses, run_lane, step_for, worker_name
+from cobalt_app.runs.recorder import Recorder
+
+logger = logging.getLogger("cobalt.engine")
+
+MAX_CLAIM = 250  # items a lane claims at once, at most
+CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
+
+
+async def run_experiment(
+    experiment: Experiment,
+    config: Config,
+    *,
+    db: DatabaseThread,
+    reporter: Reporter | None = None,
+    no_cache: bool = False,
+    overrides: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+    file: str = "",
+    resume_run_id: str | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> Run:
+    """Create (or resume) a run of an experiment, execute it in this process, finalise it.
+
+    `on_start` gets the run's id as soon as it exists (to name it if the run is interrupted).
+    """
+    if resume_run_id:
+        run = await db(lifecycle.resume, resume_run_id, grace=liveness.grace())
+    else:
+        run = await db(
+            lifecycle.create, experiment, config, overrides=overrides, tags=tags, file=file
+        )
+    if on_start is not None:
+        on_start(run.id)
+    env = make_env(config, db, no_cache=no_cache)
+    env.replay = recordings.settings_for(config, run.config, run.id)
+    return await drive_run(run, experiment, config, env, reporter=reporter)
+
+
+async def drive_run(
+    run: Run,
+    experiment: Experiment,
+    config: Config,
+    env: EvalEnv,
+    *,
+    reporter: Reporter | None = None,
+) -> Run:
+    """The life of an embedded run once it exists, the same for a run and a re-judge: start
+    it, execute it (`execute_lanes`) while keeping it alive, and finalise it whatever happens
+    — `completed`, `cancelled` (Ctrl-C, a client gone, or `cobalt cancel` from elsewhere) or
+    `failed` — then write its results file and wait for its webhooks."""
+    db = env.db
+    status, failure = Run.Status.COMPLETED, ""
+    stopped_elsewhere = asyncio.Event()
+    try:
+        started = await db(services.run_start, run.id)
+        run = await db(Run.objects.get, id=run.id)
+        if reporter is not None:
+            reporter.run_started(run, experiment)
+        if not started:  # cancelled from elsewhere between its creation and now
+            status = Run.Status.CANCELLED
+        else:
+            async with keep_alive(run.id, db) as stopped_elsewhere:
+                await execute_lanes(run, experiment, config, env, reporter=reporter)
+    except asyncio.CancelledError:
+        status = Run.Status.CANCELLED
+        await asyncio.shield(db(services.run_cancel_pending, run.id))
+        if not stopped_elsewhere.is_set():
+            raise  # Ctrl-C, a client gone: the caller is being cancelled too
+        asyncio.current_task().uncancel()  # cancelled by another process: a finished run
+    except Exception as exc:
+        status, failure = Run.Status.FAILED, f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        run = await asyncio.shield(_end(run.id, status, failure, config, db))
+        await env.hub.aclose()
+        if status == Run.Status.FAILED:
+            await lifecycle.webhooks_delivered()
+    if reporter is not None:
+        await db(reporter.run_finished, run)
+    await lifecycle.webhooks_delivered()  # never raises; delivery failures are logged
+    return run
+
+
+async def _end(run_id: str, status: str, failure: str, config: Config, db: DatabaseThread) -> Run:
+    await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
+    return await db(lifecycle.write_results, run_id, config.results_dir)
+
+
+async def execute_lanes(
+    run: Run,
+    experiment: Experiment,
+    config: Config,
+    env: EvalEnv,
+    *,
+    reporter: Reporter | None = None,
+) -> None:
+    """`concurrency` lanes over the run's pending items; each outcome reported as it comes."""
+    db = env.db
+    concurrency = int(run.config.get("concurrency", 5))
+    pending = await db(
+        ItemResult.objects.filter(run_id=run.id, status=ItemResult.Status.PENDING).count
+    )
+    total = run.total_items
+    done = total - pending
+    lanes = min(concurrency, pending) or 1
+    unclaimed = pending
+    progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
+
+    def size() -> int:
+        """Big claims while there is plenty left, one at a time towards the end."""
+        nonlocal unclaimed
+        count = max(1, min(MAX_CLAIM, unclaimed // (lanes * CLAIMS_PER_LANE)))
+        unclaimed = max(0, unclaimed - count)
+        return count
+
+    async def finished(outcome: ItemOutcome) -> None:
+        nonlocal done
+        done += 1
+        if reporter is not None:
+            reporter.item_finished(outcome, done, total)
+        if progress is not None:
+            await progress.notify(done, total)
+
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
+    recorder = Recorder(config=config, commit_on=db.pool)
+    host = LaneHost(name=worker_name(), db=db, recorder=recorder, statuses=RunStatuses(db))
+    step = step_for(experiment, run.config, env, pool)
+    tasks = [
+        asyncio.ensure_future(run_lane(run.id, step, host, size=size, on_outcome=finished))
+        for _ in range(lanes)
+    ]
+    try:
+        with traces.enabled(env.trace):
+            await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:  # one lane failed: the others stop too
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        recorder.close(wait=False)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.asynccontextmanager
+async def keep_alive(run_id: str, db: DatabaseThread) -> AsyncIterator[asyncio.Event]:
+    """Touch the run every few seconds while this process executes it: a run whose heartbeat
+    stops (the process was killed) reads as `interrupted` (see `liveness`). A beat that finds
+    the run ended — cancelled from another process (`cobalt cancel`, the API, the dashboard)
+    — cancels the execution here; the yielded event says that is why it was cancelled."""
+    executing = asyncio.current_task()
+    stopped_elsewhere = asyncio.Event()
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(liveness.beat_interval())
+            try:
+                alive = await db(services.run_heartbeat, run_id)
+            except Exception as exc:  # noqa: BLE001 - a missed beat is not worth a failed run
+                logger.warning("could not record the heartbeat of run %s: %s", run_id, exc)
+                continue
+            if not alive and executing is not None:
+                stopped_elsewhere.set()
+                executing.cancel()
+                return
+
+    task = asyncio.get_running_loop().create_task(beat())
+    try:
+        yield stopped_elsewhere
+    finally:
+        task.cancel()

@@ -1,0 +1,222 @@
+"""The lane: the one loop that executes a run, in every mode.
+
+A lane claims a few of the run's pending items (`claims.items_claim_next`), executes each
+with the run's per-item step (`step_for`: the agent and the evaluators, or for a re-judge the
+evaluators only), hands each outcome to the recorder, and claims again — until no item is
+left, the run was cancelled, or (team mode) its time is up and a continuation takes over.
+The embedded mode runs `concurrency` lanes on this process's loop (`embedded`); a team worker
+runs one lane per Celery message (`worker_runtime`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from cobalt.experiments import Experiment
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
+from cobalt_app.runs.recorder import Batch, Recorder
+
+Step = Callable[[Claim], Awaitable[Any]]  # a claimed item → its outcome (`ItemOutcome`)
+STATUS_TTL = 1.0  # seconds a run's status is trusted before a lane reads it again
+
+
+def worker_name() -> str:
+    """Who holds a claim: this host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def step_for(
+    experiment: Experiment, run_config: dict[str, Any], env: Any, pool: ThreadPoolExecutor
+) -> Step:
+    """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
+    from cobalt_app import engine, rejudge
+
+    if run_config.get("rejudge"):
+
+        async def rescore(claim: Claim) -> Any:
+            return await rejudge.rejudge_outcome(
+                experiment, run_config, claim.snapshot, claim.stored, env
+            )
+
+        return rescore
+    timeout = float(run_config.get("timeout", 30))
+
+    async def execute(claim: Claim) -> Any:
+        return await engine.execute_item(
+            experiment, claim.snapshot, env, timeout=timeout, pool=pool
+        )
+
+    return execute
+
+
+def failing_step(message: str) -> Step:
+    """Every item an error saying `message` (the run's experiment cannot be loaded here)."""
+    from cobalt_app.engine import ItemOutcome
+
+    async def fail(claim: Claim) -> Any:
+        return ItemOutcome.of(
+            claim.snapshot, status=ItemResult.Status.ERROR, error=message, latency_ms=0.0
+        )
+
+    return fail
+
+
+@dataclass
+class Held:
+    """A claimed item while its lane holds it."""
+
+    claim: Claim
+    task: asyncio.Future | None = None  # while its step runs
+    dropped: bool = False  # cancelled, or its lease went to another worker
+
+
+class RunStatuses:
+    """Whether a run was cancelled (or ended): read at most once a second per run."""
+
+    def __init__(self, db: Callable[..., Awaitable[Any]]) -> None:
+        self.db = db
+        self.checked: dict[str, tuple[float, str | None]] = {}
+
+    async def stopped(self, run_id: str) -> bool:
+        checked = self.checked.get(run_id)
+        if checked is None or time.monotonic() - checked[0] > STATUS_TTL:
+            checked = (time.monotonic(), await self.db(run_status, run_id))
+            self.checked[run_id] = checked
+        return checked[1] is None or checked[1] in Run.FINISHED
+
+
+def _nothing(entries: list[Held]) -> None:
+    return None
+
+
+@dataclass
+class LaneHost:
+    """Where lanes run: the claiming worker's name, its database calls and its recorder; a
+    team worker also tracks what it holds (to renew leases and hand items back at shutdown)."""
+
+    name: str
+    db: Callable[..., Awaitable[Any]]  # an ORM function and its arguments, awaited
+    recorder: Recorder
+    statuses: RunStatuses
+    stopping: Callable[[], bool] = lambda: False  # a warm shutdown: claim nothing more
+    drops_items: bool = False  # a team worker drops an item whose lease it lost
+    # Team: a lane holds no more than it claimed, its records committed before it claims
+    # again (workers share the run fairly). Embedded lanes go on while the recorder commits.
+    records_before_claims: bool = False
+    hold: Callable[[list[Held]], None] = _nothing
+    release: Callable[[list[Held]], None] = _nothing
+
+
+@dataclass
+class LaneEnd:
+    executed: int = 0  # items whose step ran
+    recorded: int = 0  # of those, recorded (not superseded by another claim)
+    more: bool = False  # it stopped with work left: its continuation must be enqueued
+
+
+async def run_lane(
+    run_id: str,
+    step: Step,
+    host: LaneHost,
+    *,
+    size: Callable[[], int],
+    first: list[int] | None = None,
+    deadline: float | None = None,
+    on_outcome: Callable[[Any], Awaitable[None]] | None = None,
+) -> LaneEnd:
+    """Claim (`first`, else `size()` of the run's next pending items), execute, record, claim
+    again; returns once every outcome it handed over is committed (team: then the message
+    is acknowledged). `size()` of 0: no claim after the first. `deadline` (monotonic): past
+    it, the lane stops and says `more`."""
+    end = LaneEnd()
+    handed: dict[int, tuple[Batch, list[int]]] = {}  # the batches recording its items
+    try:
+        if host.stopping():
+            claims = []
+        elif first:
+            claims = await host.db(items_claim, first, host.name)
+        else:
+            claims = await _claim_next(run_id, host, size())
+        while True:
+            await _execute_claims(run_id, claims, step, host, end, handed, on_outcome)
+            if host.records_before_claims:
+                await _committed(host, handed)
+            if await host.statuses.stopped(run_id):
+                break
+            if host.stopping() or (deadline is not None and time.monotonic() > deadline):
+                end.more = True
+                break
+            claims = await _claim_next(run_id, host, size())
+            if not claims:
+                break
+    finally:
+        # What was handed over is committed before the lane ends, cancelled or not.
+        await asyncio.shield(_committed(host, handed))
+    for batch, item_ids in handed.values():
+        failure = batch.done.exception()
+        if failure is None:
+            done = batch.done.result()
+            failure = next((done.failed[i] for i in item_ids if i in done.failed), None)
+            end.recorded += len(done.ids.intersection(item_ids))
+        if failure is not None:
+            raise RuntimeError(f"recording finished items failed: {failure}") from failure
+    return end
+
+
+async def _committed(host: LaneHost, handed: dict[int, tuple[Batch, list[int]]]) -> None:
+    """Until the batches recording this lane's outcomes are committed (or failed)."""
+    waits = [asyncio.wrap_future(b.done) for b, _ in handed.values() if not b.done.done()]
+    if waits:
+        host.recorder.flush()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _claim_next(run_id: str, host: LaneHost, count: int) -> list[Claim]:
+    if count < 1 or host.stopping():
+        return []
+    return await host.db(items_claim_next, run_id, host.name, count)
+
+
+async def _execute_claims(
+    run_id: str,
+    claims: list[Claim],
+    step: Step,
+    host: LaneHost,
+    end: LaneEnd,
+    handed: dict[int, tuple[Batch, list[int]]],
+    on_outcome: Callable[[Any], Awaitable[None]] | None,
+) -> None:
+    """The claimed items one after another; the others wait their turn, leased."""
+    entries = [Held(claim) for claim in claims]
+    host.hold(entries)
+    try:
+        for position, held in enumerate(entries):
+            stopped = bool(position) and await host.statuses.stopped(run_id)
+            if stopped or held.dropped or host.stopping():
+                continue  # cancelled: already finished; handed back: pending again
+            if host.drops_items:  # its own task, which the worker may cancel alone
+                held.task = asyncio.ensure_future(step(held.claim))
+                try:
+                    outcome = await held.task
+                except asyncio.CancelledError:
+                    if not held.dropped:
+                        raise  # the lane itself is cancelled, not this item
+                    continue
+            else:
+                outcome = await step(held.claim)
+            end.executed += 1
+            batch = host.recorder.submit(held.claim, outcome)
+            handed.setdefault(id(batch), (batch, []))[1].append(held.claim.item_id)
+            host.release([held])  # the recorder has it: no lease to renew, nothing to hand back
+            if on_outcome is not None:
+                await on_outcome(outcome)
+    finally:
+        host.release(entries)

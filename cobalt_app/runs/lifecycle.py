@@ -1,0 +1,162 @@
+"""Create, resume, cancel and finalise a run: the same functions in every mode.
+
+`finalise` is the one way a run ends. Whoever gets there — the lane that records the last
+item, `cobalt cancel` (or the API, MCP, the dashboard), an embedded run stopped by Ctrl-C or
+a crash, the team sweeper — it stores the same summary and sends the webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from cobalt.config import Config, active_config
+from cobalt.experiments import Experiment
+from cobalt_app import aio, results, services, webhooks
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
+
+logger = logging.getLogger("cobalt.runs")
+
+_deliveries: set[concurrent.futures.Future] = set()  # webhooks on their way
+
+
+def run_settings(
+    experiment: Experiment, config: Config, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The run's settings: the experiment's, the project's defaults, then the overrides given
+    (`--concurrency`, an API or MCP argument); None means not given."""
+    settings = experiment.settings(
+        default_concurrency=config.get("concurrency", 5),
+        default_timeout=config.get("timeout", 30),
+    )
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return settings
+
+
+def create(
+    experiment: Experiment,
+    config: Config,
+    *,
+    mode: str = Run.Mode.EMBEDDED,
+    overrides: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+    file: str = "",
+) -> Run:
+    """A new run with its item rows, all pending; `extra` joins its settings (team: queue)."""
+    return services.run_create(
+        experiment=experiment,
+        settings={**run_settings(experiment, config, overrides), **(extra or {})},
+        file=file,
+        tags=tags or [],
+        mode=mode,
+        project_dir=config.project_dir,
+    )
+
+
+def resume(
+    run_id: str, *, grace: float, mode: str = Run.Mode.EMBEDDED, extra: dict[str, Any] | None = None
+) -> Run:
+    """Take an earlier run over (`RunBusy` while another process executes it) and put its
+    failed, timed-out, cancelled and abandoned items back to pending."""
+    with transaction.atomic():
+        run = services.run_resume(run_id, grace=grace)
+        services.item_reset_for_retry(run.id, [*RETRY_STATUSES, ItemResult.Status.RUNNING])
+        if mode == Run.Mode.TEAM:  # queued until a worker claims an item
+            run.config = {**run.config, **(extra or {})}
+            Run.objects.filter(id=run.id).update(
+                status=Run.Status.QUEUED,
+                mode=mode,
+                config=run.config,
+                started_at=None,
+                finished_at=None,
+                failure="",
+            )
+    return Run.objects.get(id=run.id)
+
+
+def cancel(run_id: str, config: Config | None = None) -> tuple[Run, int]:
+    """Stop a run from anywhere: unfinished items become `cancelled` and the run is finalised
+    `cancelled`; the lanes executing it notice between items (and the embedded process at its
+    next heartbeat) and stop. Returns (the run, how many items were cancelled)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.is_finished:
+            return run, 0
+        cancelled = services.run_cancel_pending(run.id)
+        if run.started_at is None:
+            Run.objects.filter(id=run_id).update(started_at=run.created_at)
+    run = finalise(run_id, status=Run.Status.CANCELLED, config=config) or Run.objects.get(id=run_id)
+    if run.mode == Run.Mode.TEAM:
+        from cobalt_app.team_broker import announce_progress
+
+        announce_progress([run.id])
+    return run, cancelled
+
+
+def finish_if_done(run_id: str, *, config: Config | None = None) -> Run | None:
+    """Finalise the run `completed` when no item is left unfinished; only one caller does."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None or run.is_finished:
+            return None
+        if ItemResult.objects.filter(run_id=run_id, status__in=UNFINISHED).exists():
+            return None
+        if run.started_at is None:
+            Run.objects.filter(id=run_id).update(started_at=run.created_at)
+    return finalise(run_id, status=Run.Status.COMPLETED, config=config)
+
+
+def finalise(
+    run_id: str, *, status: str, failure: str = "", config: Config | None = None
+) -> Run | None:
+    """End the run: store its final status and summary, then send the webhooks (on the
+    process's long-lived loop; `webhooks_sent` waits for them). None when it was finalised
+    already — by a cancel from elsewhere, or by the lane that recorded its last item."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None or (run.is_finished and run.summary):
+            return None
+        if failure:
+            Run.objects.filter(id=run_id).update(failure=failure)
+        run = results.run_finalise(run_id, status=status)
+    _send_webhooks(config or active_config(), run)
+    return run
+
+
+def write_results(run_id: str, results_dir: Path) -> Run:
+    """The results file, where the run was started (its process, or `cobalt run` waiting on
+    the workers); the run remembers its path."""
+    run = Run.objects.get(id=run_id)
+    path = results.write_results_file(run, results_dir)
+    Run.objects.filter(id=run_id).update(results_path=str(path))
+    run.results_path = str(path)
+    return run
+
+
+def _send_webhooks(config: Config, run: Run) -> None:
+    if not webhooks.subscribers(config, webhooks.RUN_EVENTS.get(run.status, "")):
+        return
+    future = asyncio.run_coroutine_threadsafe(
+        webhooks.notify_run(config, run), aio.loop_thread().loop
+    )
+    _deliveries.add(future)
+    future.add_done_callback(_deliveries.discard)
+
+
+def webhooks_sent(timeout: float = 60) -> None:
+    """Wait for the webhooks of the runs finalised by this process (before it exits)."""
+    if _deliveries:
+        concurrent.futures.wait(list(_deliveries), timeout=timeout)
+
+
+async def webhooks_delivered() -> None:
+    """`webhooks_sent` from a coroutine on the long-lived loop."""
+    if _deliveries:
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in list(_deliveries)))
