@@ -394,6 +394,11 @@ class Team:
             except subprocess.TimeoutExpired:
                 process.popen.kill()
                 process.popen.wait(timeout=10)
+        # A killed worker (or a pool process of one) stays announced until its key expires;
+        # the next test must not count it as running.
+        client = self.services.redis()
+        for key in client.scan_iter(match="cobalt:worker:*"):
+            client.delete(key)
 
     # database reads
 

@@ -178,6 +178,15 @@ def items_record(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with transaction.atomic():
         with connection.cursor() as cursor:
+            if lock:
+                # Runs before items, as `lifecycle.cancel` takes them: the other order
+                # deadlocks against a cancel (the counters below lock the run anyway).
+                runs = sorted({claim.run_id for claim, _ in pairs})
+                cursor.execute(
+                    f"SELECT id FROM cobalt_app_run WHERE id IN ({', '.join(['%s'] * len(runs))})"
+                    f" ORDER BY id{lock}",
+                    runs,
+                )
             cursor.execute(
                 f"SELECT id, status, attempts FROM cobalt_app_itemresult "
                 f"WHERE id IN ({', '.join(['%s'] * len(ids))}){lock}",

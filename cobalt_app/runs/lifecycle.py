@@ -13,13 +13,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
 from cobalt_app import aio, results, services, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
+
+DEADLOCK_RETRIES = 3
 
 logger = logging.getLogger("cobalt.runs")
 
@@ -85,13 +87,21 @@ def cancel(run_id: str, config: Config | None = None) -> tuple[Run, int]:
     """Stop a run from anywhere: unfinished items become `cancelled` and the run is finalised
     `cancelled`; the lanes executing it notice between items (and the embedded process at its
     next heartbeat) and stop. Returns (the run, how many items were cancelled)."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
-        if run.is_finished:
-            return run, 0
-        cancelled = services.run_cancel_pending(run.id)
-        if run.started_at is None:
-            Run.objects.filter(id=run_id).update(started_at=run.created_at)
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            with transaction.atomic():
+                run = Run.objects.select_for_update().get(id=run_id)
+                if run.is_finished:
+                    return run, 0
+                cancelled = services.run_cancel_pending(run.id)
+                if run.started_at is None:
+                    Run.objects.filter(id=run_id).update(started_at=run.created_at)
+            break
+        except OperationalError as exc:
+            # A worker renewing the leases of items this cancels may lock them in another
+            # order; PostgreSQL then aborts one of the two, and trying again is the remedy.
+            if "deadlock" not in str(exc) or attempt == DEADLOCK_RETRIES - 1:
+                raise
     run = finalise(run_id, status=Run.Status.CANCELLED, config=config) or Run.objects.get(id=run_id)
     if run.mode == Run.Mode.TEAM:
         from cobalt_app.team_broker import announce_progress
