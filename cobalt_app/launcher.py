@@ -6,6 +6,7 @@ through `execute()`, which refuses a run that cannot succeed before any agent ca
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app import aio, discovery, plugins, preflight
+from cobalt_app import aio, discovery, plugins, preflight, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.runs.embedded import run_experiment
@@ -75,14 +76,21 @@ def relative_file(config: Config, experiment: Experiment) -> str:
 
 
 def preload_sdks(experiments: list[Experiment], config: Config) -> None:
-    """Import the provider SDKs the evaluators will call before items start, not on the loop.
+    """Import the provider SDKs the evaluators will call, and those the agent's code imported,
+    before items start, not on the loop.
 
-    Importing `openai` takes about half a second; done lazily inside the first evaluation it
-    would stall every item in flight and show up as their latency.
+    Importing `openai` takes about half a second and its client imports its resources on
+    first use; done lazily inside the first items it would stall every item in flight and
+    show up as their latency.
     """
     from cobalt_app.evaluators import calls_provider
-    from cobalt_app.providers import import_sdk
+    from cobalt_app.providers import SDK_MODULES, import_sdk
 
+    for provider, module in SDK_MODULES.items():
+        if module in sys.modules:  # the experiment file (the agent) imported it
+            import_sdk(provider)
+    if traces.TraceSettings.from_config(config).enabled:
+        traces.preload_instrumentations()
     default = config.get("judge.provider") or "openai"
     for experiment in experiments:
         for evaluator in experiment.evaluators:

@@ -47,13 +47,19 @@ class Embeddings:
     model: str
 
 
+SDK_MODULES = {"openai": "openai", "anthropic": "anthropic"}
+
+
 def import_sdk(provider: str) -> None:
-    """Import a provider's SDK ahead of use (unknown providers are reported when called)."""
+    """Import a provider's SDK ahead of use, with its API resources, which a client imports
+    on first use (`client.chat`: ~0.2 s for openai). Unknown providers are reported when
+    called."""
     import importlib
 
-    module = {"openai": "openai", "anthropic": "anthropic"}.get(provider)
+    module = SDK_MODULES.get(provider)
     if module:
         importlib.import_module(module)
+        importlib.import_module(f"{module}.resources")
 
 
 def resolve_api_key(
