@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import importlib
 import inspect
 import json
 import weakref
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,7 +42,8 @@ from cobalt_app.evaluators import (
 )
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.evaluators.usage import counted, current
+from cobalt_app.pricing import unpriced
 from cobalt_app.providers import (
     ProviderError,
     chat_params,
@@ -120,20 +119,6 @@ OPTIONS = (
 )
 
 
-@dataclass
-class Usage:
-    tokens: int = 0
-    cost: float = 0.0
-    calls: int = 0
-    hits: int = 0
-    unpriced: str = ""  # a model that spent tokens and has no price
-
-
-# The usage of the evaluation running in this task (asyncio tasks copy the context, and share
-# the same Usage object, so scorers that fan out still add up into it).
-_usage: contextvars.ContextVar[Usage] = contextvars.ContextVar("cobalt_autoevals_usage")
-
-
 class CobaltClient:
     """What autoevals sees as an OpenAI client; every call goes through Cobalt's providers."""
 
@@ -153,7 +138,7 @@ class CobaltClient:
         request.pop("span_info", None)
         request["model"] = self.target["model"]
         request = chat_params(self.target["provider"], request["model"], request)
-        usage = _usage.get(Usage())
+        usage = current()
         usage.calls += 1
         key = cache_key(
             {
@@ -191,11 +176,7 @@ class CobaltClient:
             raise ProviderError(describe_sdk_error(provider, exc, secrets=(api_key,))) from exc
         prompt_tokens = reply["usage"]["prompt_tokens"]
         completion_tokens = reply["usage"]["completion_tokens"]
-        usage.tokens += prompt_tokens + completion_tokens
-        usage.cost += estimate_cost(self.target["model"], prompt_tokens, completion_tokens)
-        usage.unpriced = usage.unpriced or unpriced(
-            self.target["model"], prompt_tokens + completion_tokens
-        )
+        usage.add(self.target["model"], prompt_tokens, completion_tokens)
         if env.cache_enabled:
             await env.db(
                 cache_put,
@@ -229,7 +210,7 @@ class CobaltClient:
         # The configured embedding model wins over the one autoevals names: some scorers
         # (AnswerRelevancy) drop their `embedding_model` and ask for autoevals' default.
         texts = [input] if isinstance(input, str) else [str(t) for t in input]
-        usage = _usage.get(Usage())
+        usage = current()
         usage.calls += 1
         local = self.embedding_provider == "local"
         base_url = self.target["base_url"] if self.target["provider"] == "openai" else None
@@ -525,31 +506,11 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
             f"(got {embedding_provider!r})"
         )
     arguments = scorer_arguments(evaluator, target, name)
-    usage = Usage()
-    token = _usage.set(usage)
-    try:
+    with counted(name, told=(ProviderError, EvaluationError)) as usage:
         scorer = cls(**constructor_options(cls, evaluator, env, embedding_provider))
         result = await scorer.eval_async(**arguments)
-    except (ProviderError, EvaluationError) as exc:
-        raise EvaluationError(
-            f"{name}: {exc}", tokens=usage.tokens, cost=usage.cost, unpriced_model=usage.unpriced
-        ) from exc
-    except Exception as exc:
-        raise EvaluationError(
-            f"{name} failed: {type(exc).__name__}: {exc}",
-            tokens=usage.tokens,
-            cost=usage.cost,
-            unpriced_model=usage.unpriced,
-        ) from exc
-    finally:
-        _usage.reset(token)
     if result.score is None:
-        raise EvaluationError(
-            f"{name} returned no score (it skipped this item)",
-            tokens=usage.tokens,
-            cost=usage.cost,
-            unpriced_model=usage.unpriced,
-        )
+        raise usage.error(f"{name} returned no score (it skipped this item)")
     return EvalOutcome(
         evaluator.name,
         float(result.score),

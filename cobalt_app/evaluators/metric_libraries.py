@@ -10,13 +10,11 @@ Sources a `mapping=` value can name: an item field or dotted path (`"documents"`
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import importlib
 import json
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from cobalt.evaluator import Evaluator
@@ -25,7 +23,7 @@ from cobalt_app.cache import cache_get, cache_key, cache_put
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.evaluators.usage import counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL = {
@@ -186,18 +184,6 @@ def tool_call_list(value: Any, field: str) -> list[dict[str, Any]]:
     return [{"name": c.name, "arguments": {} if c.arguments is ANY else c.arguments} for c in calls]
 
 
-@dataclass
-class Usage:
-    tokens: int = 0
-    cost: float = 0.0
-    calls: int = 0
-    unpriced: str = ""
-
-
-# The usage of the metric running in this task (the library's fan-out shares the object).
-_usage: contextvars.ContextVar[Usage] = contextvars.ContextVar("cobalt_metric_usage")
-
-
 class Judge:
     """The metric's LLM: one prompt in, the reply text out, through `ProviderHub.chat` (the
     rate budget, the SDK's retries, the key and base URL rules of every judge)."""
@@ -214,7 +200,7 @@ class Judge:
 
     async def ask(self, prompt: str, temperature: float | None = 0.0) -> str:
         target = self.target
-        usage = _usage.get(Usage())
+        usage = current()
         usage.calls += 1
         params = {} if temperature is None else {"temperature": temperature}
         reply = await self.env.hub.chat(
@@ -227,11 +213,7 @@ class Judge:
             params=params,
             purpose=f"the {self.library} evaluator {self.evaluator.name!r}",
         )
-        usage.tokens += reply.input_tokens + reply.output_tokens
-        usage.cost += estimate_cost(target["model"], reply.input_tokens, reply.output_tokens)
-        usage.unpriced = usage.unpriced or unpriced(
-            target["model"], reply.input_tokens + reply.output_tokens
-        )
+        usage.add(target["model"], reply.input_tokens, reply.output_tokens)
         return reply.text
 
 
@@ -299,32 +281,11 @@ async def scored(
         hit = await env.db(cache_get, key)
         if isinstance(hit, dict):
             return EvalOutcome(evaluator.name, hit["score"], reason=hit["reason"], cached=True)
-    usage = Usage()
-    token = _usage.set(usage)
-    try:
+    with counted(metric) as usage:
         score, reason = await measure()
-    except EvaluationError as exc:
-        raise EvaluationError(
-            f"{metric}: {exc}", tokens=usage.tokens, cost=usage.cost, unpriced_model=usage.unpriced
-        ) from exc
-    except Exception as exc:
-        message = str(exc).strip() or type(exc).__name__
-        raise EvaluationError(
-            f"{metric} failed: {type(exc).__name__}: {message}",
-            tokens=usage.tokens,
-            cost=usage.cost,
-            unpriced_model=usage.unpriced,
-        ) from exc
-    finally:
-        _usage.reset(token)
     problem = _score_problem(score)
     if problem:
-        raise EvaluationError(
-            f"{metric} {problem}",
-            tokens=usage.tokens,
-            cost=usage.cost,
-            unpriced_model=usage.unpriced,
-        )
+        raise usage.error(f"{metric} {problem}")
     score = float(score)
     reason = str(reason or f"{metric} scored {score:.3f}")
     if env.cache_enabled:

@@ -32,7 +32,6 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, regi
 from cobalt_app.evaluators.metric_libraries import (
     JUDGE_OPTIONS,
     Judge,
-    _usage,
     close_match,
     gather_inputs,
     import_library,
@@ -42,6 +41,7 @@ from cobalt_app.evaluators.metric_libraries import (
     text_list,
     tool_call_list,
 )
+from cobalt_app.evaluators.usage import current
 from cobalt_app.pricing import estimate_cost, unpriced
 from cobalt_app.providers import describe_sdk_error, resolve_api_key
 
@@ -207,11 +207,10 @@ def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
     model = evaluator.options.get("embedding_model") or embeddings.default_model(provider)
 
     def count(tokens: int, cost: float) -> None:
-        usage = _usage.get(None)
-        if usage is not None:
-            usage.tokens += tokens
-            usage.cost += cost
-            usage.unpriced = usage.unpriced or unpriced(model, tokens)
+        usage = current()
+        usage.tokens += tokens
+        usage.cost += cost
+        usage.unpriced = usage.unpriced or unpriced(model, tokens)
 
     async def embed(texts: list[str]) -> list[list[float]]:
         try:
