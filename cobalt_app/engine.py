@@ -269,6 +269,8 @@ def agent_tokens_and_cost(
 ) -> tuple[int, float]:
     """The agent's tokens and cost: what its metadata reports, each summed from the model
     calls of its trace when the metadata says nothing of it."""
+    if not metadata and not trace:  # most items of most runs: nothing to read
+        return 0, 0.0
     _, _, reported_tokens = agent_usage(metadata)
     if reported_tokens or "cost" in metadata or not trace:
         return reported_tokens, agent_cost(metadata)

@@ -506,15 +506,22 @@ def install() -> None:
 # ------------------------------------------------------------------ around one item
 
 
-@contextlib.asynccontextmanager
-async def item_scope(env: Any, experiment: str, snapshot: Any, outcome: Any) -> AsyncIterator[None]:
+def item_scope(
+    env: Any, experiment: str, snapshot: Any, outcome: Any
+) -> contextlib.AbstractAsyncContextManager[None]:
     """Record or replay the model calls made inside the block for this item (`env.replay`:
     the run's settings, None for a live run); afterwards a replay miss makes the item an
-    error and what was recorded is stored."""
+    error and what was recorded is stored. A live run's items pay for nothing."""
     settings: ReplaySettings | None = getattr(env, "replay", None)
     if settings is None:
-        yield
-        return
+        return contextlib.nullcontext()
+    return _taped(settings, env, experiment, snapshot, outcome)
+
+
+@contextlib.asynccontextmanager
+async def _taped(
+    settings: ReplaySettings, env: Any, experiment: str, snapshot: Any, outcome: Any
+) -> AsyncIterator[None]:
     from cobalt_app import recording_store
 
     install()

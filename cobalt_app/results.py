@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt_app import recordings, stats
+from cobalt_app import recordings, stats, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 from cobalt_app.selectors import scores_by_item
 
@@ -235,19 +235,21 @@ def evaluation_entry(
 
 
 def row_entry(
-    row: dict[str, Any], evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
+    row: tuple, evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
+    """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded)."""
+    _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
     return {
-        "index": row["item_index"],
-        "runIndex": row["run_index"],
-        "key": row["item_key"],
-        "status": row["status"],
-        "error": row["error"] or None,
-        "input": row["input"],
-        "output": {"output": row["output"], "metadata": row["metadata"]},
-        "latencyMs": row["latency_ms"],
-        "tokens": row["tokens"],
-        "cost": row["cost"],
+        "index": index,
+        "runIndex": repetition,
+        "key": key,
+        "status": status,
+        "error": error or None,
+        "input": storable.from_json(item),
+        "output": {"output": storable.from_json(output), "metadata": storable.from_json(metadata)},
+        "latencyMs": latency,
+        "tokens": tokens,
+        "cost": cost,
         "evaluations": evaluations,
         "trace": trace or [],
     }
@@ -256,34 +258,60 @@ def row_entry(
 def iter_item_entries(run: Run, items=None):
     """Result entries of a run's items (or of the given ItemResult queryset), in order.
 
-    Reads plain values in chunks, not model instances: a run can hold 100,000 items.
+    Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
+    million items, and its results file is written whenever it ends.
     """
-    if items is None:
-        items = ItemResult.objects.filter(run=run)
-    rows = items.order_by("item_index", "run_index").values(*ITEM_FIELDS)
-    chunk: list[dict[str, Any]] = []
-    for row in rows.iterator(chunk_size=EXPORT_CHUNK):
-        chunk.append(row)
-        if len(chunk) >= EXPORT_CHUNK:
+    table = ItemResult._meta.db_table
+    columns = ", ".join(ITEM_FIELDS)
+    if items is not None:  # a page of items: their ids, then the same plain reads
+        ids = list(items.order_by("item_index", "run_index").values_list("id", flat=True))
+        for start in range(0, len(ids), EXPORT_CHUNK):
+            some = ids[start : start + EXPORT_CHUNK]
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {columns} FROM {table} WHERE id IN ({', '.join(['%s'] * len(some))})"
+                    " ORDER BY item_index, run_index",
+                    some,
+                )
+                chunk = cursor.fetchall()
             yield from _entries(chunk)
-            chunk = []
-    if chunk:
+        return
+    after = (-1, -1)
+    while True:  # keyset chunks over the (run, item_index, run_index) unique index
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM {table} WHERE run_id = %s AND (item_index > %s OR "
+                "(item_index = %s AND run_index > %s)) ORDER BY item_index, run_index LIMIT %s",
+                [run.id, after[0], after[0], after[1], EXPORT_CHUNK],
+            )
+            chunk = cursor.fetchall()
+        if not chunk:
+            return
         yield from _entries(chunk)
+        if len(chunk) < EXPORT_CHUNK:
+            return
+        after = (chunk[-1][1], chunk[-1][2])
 
 
-def _entries(rows: list[dict[str, Any]]):
+def _entries(rows: list[tuple]) -> Iterator[dict[str, Any]]:
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
-    evaluations = (
-        Evaluation.objects.filter(item_id__in=[r["id"] for r in rows])
-        .order_by("id")
-        .values_list(*EVALUATION_FIELDS)
-    )
-    for item_id, evaluator, *rest in evaluations:
-        by_item[item_id][evaluator] = evaluation_entry(*rest)
-    ids = [r["id"] for r in rows]
-    traces = dict(ItemTrace.objects.filter(item_id__in=ids).values_list("item_id", "steps"))
+    ids = [row[0] for row in rows]
+    marks = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(EVALUATION_FIELDS)} FROM {Evaluation._meta.db_table} "
+            f"WHERE item_id IN ({marks}) ORDER BY id",
+            ids,
+        )
+        for item_id, evaluator, *rest in cursor.fetchall():
+            by_item[item_id][evaluator] = evaluation_entry(*rest)
+        cursor.execute(
+            f"SELECT item_id, steps FROM {ItemTrace._meta.db_table} WHERE item_id IN ({marks})",
+            ids,
+        )
+        traces = {item_id: storable.from_json(steps) for item_id, steps in cursor.fetchall()}
     for row in rows:
-        yield row_entry(row, by_item.get(row["id"], {}), traces.get(row["id"]))
+        yield row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
 
 
 def run_results(run: Run) -> dict[str, Any]:

@@ -253,6 +253,7 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             )
             outcomes = [o for o in outcomes if o.id in open_ids]
         outcomes = [storable.prepare(o) for o in outcomes]
+        adapt = connection.ops.adapt_datetimefield_value  # SQLite stores datetimes as text
         params = [
             (
                 o.status,
@@ -262,8 +263,8 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
                 o.latency_ms,
                 o.tokens,
                 o.cost,
-                o.started_at,
-                o.finished_at,
+                adapt(o.started_at),
+                adapt(o.finished_at),
                 o.id,
                 *finished,
             )
@@ -272,7 +273,7 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
         recorded = 0
         if params:
             with connection.cursor() as cursor:
-                cursor.executemany(ITEM_UPDATE_SQL, [_adapt(row) for row in params])
+                cursor.executemany(ITEM_UPDATE_SQL, params)
                 recorded = max(cursor.rowcount, 0)
         evaluations = [
             (
@@ -321,15 +322,6 @@ def unstorable_outcome(outcome: Any, message: str) -> Any:
         stored=None,
         trace=[],
         stored_trace=None,
-    )
-
-
-def _adapt(row: tuple) -> tuple:
-    """Datetimes through the connection's own adapters (SQLite stores them as text)."""
-    ops = connection.ops
-    return tuple(
-        ops.adapt_datetimefield_value(v) if hasattr(v, "tzinfo") and hasattr(v, "hour") else v
-        for v in row
     )
 
 

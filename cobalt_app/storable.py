@@ -60,6 +60,12 @@ def dumps(value: Any) -> str:
     return dumps_at(value, "value")
 
 
+def from_json(value: Any) -> Any:
+    """A JSON column read back with a plain cursor: text on SQLite and PostgreSQL alike
+    (Django loads `jsonb` as text); SQL NULL stays None."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def dumps_at(value: Any, path: str) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=_default)

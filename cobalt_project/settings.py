@@ -129,6 +129,8 @@ def _database() -> dict:
             "transaction_mode": "IMMEDIATE",
             "init_command": (
                 "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;"
+                "PRAGMA wal_autocheckpoint=8000;PRAGMA journal_size_limit=67108864;"
+                "PRAGMA cache_size=-32000;"
             ),
         },
     }

@@ -408,7 +408,7 @@ def test_team_resume_refuses_a_run_its_workers_are_executing(team: Team):
     from tests.team_harness import experiment_source, wait_for
 
     (team.folder / "experiments" / "demo.cobalt.py").write_text(
-        experiment_source(items=12, token=team.queue, delay=0.5, call_agent=False)
+        experiment_source(items=24, token=team.queue, delay=0.5, call_agent=False)
     )
     team.start_worker("--concurrency", "2")
     first = team.cli_background("run")
@@ -419,7 +419,7 @@ def test_team_resume_refuses_a_run_its_workers_are_executing(team: Team):
     assert f"run {run_id} is still running on the workers" in refused.stderr
     assert first.wait(120) == 0
     executed = team.executions()
-    assert len(executed) == len(set(executed)) == 12  # every item ran once
+    assert len(executed) == len(set(executed)) == 24  # every item ran once
 
 
 LOOP_STOPPER = """\

@@ -9,7 +9,6 @@ workers (PostgreSQL) claim and record with the same functions.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt_app import services
+from cobalt_app import services, storable
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs import TeamModeError
 from cobalt_app.services import ItemSnapshot
@@ -58,8 +57,8 @@ class Claim:
         """What is stored of the item (a re-judge scores its output again); decoded only then."""
         output, metadata, latency, tokens, cost = self.stored_row or (None, None, None, 0, 0.0)
         return {
-            "output": _json(output),
-            "metadata": _json(metadata) or {},
+            "output": storable.from_json(output),
+            "metadata": storable.from_json(metadata) or {},
             "latency_ms": latency,
             "tokens": tokens,
             "cost": cost,
@@ -76,12 +75,21 @@ CLAIM_RETURNING = (
 )
 
 
-def claim_sql(count: int, *, start_run: bool) -> str:
+def still_pending(*, postgresql: bool) -> str:
+    """The claim's condition on the row itself. SQLite would answer it from the index on
+    (status, lease), visiting every pending item of every run at each claim, where the ids
+    name the rows already (a 20,000-item run claimed 30% slower). The unary `+` keeps it a
+    plain condition: SQLite's documented way to rule an index out."""
+    return "status = %s" if postgresql else "+status = %s"
+
+
+def claim_sql(count: int, *, postgresql: bool) -> str:
     """Take these pending items (a conditional UPDATE); on PostgreSQL, start the run too."""
     claim = (
-        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) AND status = %s{CLAIM_RETURNING}"
+        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) "
+        f"AND {still_pending(postgresql=postgresql)}{CLAIM_RETURNING}"
     )
-    if not start_run:
+    if not postgresql:
         return claim
     # The claim and "the run has started" in one round trip.
     return (
@@ -98,7 +106,10 @@ def claim_next_sql(*, postgresql: bool) -> str:
         "ORDER BY id LIMIT %s"
     )
     if not postgresql:  # SQLite: one writer at a time, the subquery runs once
-        return f"{CLAIM_SET} WHERE id IN ({pick}) AND status = %s{CLAIM_RETURNING}"
+        return (
+            f"{CLAIM_SET} WHERE id IN ({pick}) "
+            f"AND {still_pending(postgresql=False)}{CLAIM_RETURNING}"
+        )
     # A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
     # for every row it scans, each time taking the next few items: one lane took them all.
     returning = CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
@@ -121,7 +132,7 @@ def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
     if together:
         adapt = connection.ops.adapt_datetimefield_value
         params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
-    claims = _claimed(claim_sql(len(item_ids), start_run=together), params)
+    claims = _claimed(claim_sql(len(item_ids), postgresql=together), params)
     if claims and not together:
         Run.objects.filter(
             id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
@@ -151,18 +162,13 @@ def _claimed(sql: str, params: list[Any]) -> list[Claim]:
     claims = []
     for row in rows:
         item_id, run_id, index, repetition, key, item = row[:6]
-        snapshot = ItemSnapshot(item_id, index, repetition, key, _json(item))
+        snapshot = ItemSnapshot(item_id, index, repetition, key, storable.from_json(item))
         claims.append(Claim(item_id, run_id, row[11], snapshot, row[6:11]))
     return claims
 
 
 def run_status(run_id: str) -> str | None:
     return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
-
-
-def _json(value: Any) -> Any:
-    """JSON columns come back as text from a raw cursor (PostgreSQL and SQLite alike)."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def items_record(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:

@@ -26,6 +26,9 @@ from cobalt_app.runs.recorder import Recorder
 logger = logging.getLogger("cobalt.engine")
 
 MAX_CLAIM = 250  # items a lane claims at once, at most
+# Seconds outcomes wait to be committed together: the claims wait behind each commit on the
+# one SQLite writer (team workers commit sooner: `cobalt run` shows what they recorded).
+LINGER = 0.25
 CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
 
 
@@ -145,7 +148,7 @@ async def execute_lanes(
             await progress.notify(done, total)
 
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
-    recorder = Recorder(config=config, commit_on=db.pool)
+    recorder = Recorder(config=config, commit_on=db.pool, linger=LINGER)
     host = LaneHost(name=worker_name(), db=db, recorder=recorder, statuses=RunStatuses(db))
     step = step_for(experiment, run.config, env, pool)
     tasks = [

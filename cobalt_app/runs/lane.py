@@ -79,18 +79,28 @@ class Held:
 
 
 class RunStatuses:
-    """Whether a run was cancelled (or ended): read at most once a second per run."""
+    """Whether a run was cancelled (or ended): read at most once a second per run, the lanes
+    asking meanwhile waiting for that one read (40 lanes must not send 40 queries)."""
 
     def __init__(self, db: Callable[..., Awaitable[Any]]) -> None:
         self.db = db
-        self.checked: dict[str, tuple[float, str | None]] = {}
+        self.checked: dict[str, tuple[float, asyncio.Future]] = {}
 
     async def stopped(self, run_id: str) -> bool:
         checked = self.checked.get(run_id)
         if checked is None or time.monotonic() - checked[0] > STATUS_TTL:
-            checked = (time.monotonic(), await self.db(run_status, run_id))
-            self.checked[run_id] = checked
-        return checked[1] is None or checked[1] in Run.FINISHED
+            read = asyncio.ensure_future(self.db(run_status, run_id))
+            checked = self.checked[run_id] = (time.monotonic(), read)
+        elif checked[1].done() and not checked[1].exception():
+            status = checked[1].result()  # the answer of the last second: once per item
+            return status is None or status in Run.FINISHED
+        try:
+            status = await asyncio.shield(checked[1])
+        except Exception:
+            if self.checked.get(run_id) is checked:  # read again next time
+                del self.checked[run_id]
+            raise
+        return status is None or status in Run.FINISHED
 
 
 def _nothing(entries: list[Held]) -> None:

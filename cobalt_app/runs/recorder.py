@@ -86,9 +86,7 @@ class Recorder:
     runs moved after each batch (team mode wakes `cobalt run` and `cobalt watch` waiting)."""
 
     MAX_BATCH = 1000
-    LINGER = (
-        0.05  # seconds a batch waits for more outcomes: a few commits a second, not one per item
-    )
+    LINGER = 0.05  # seconds a batch waits for more outcomes: a few commits a second
 
     def __init__(
         self,
@@ -96,8 +94,10 @@ class Recorder:
         config: Config | None = None,
         commit_on: Executor | None = None,
         announce: Callable[[Iterable[str]], None] | None = None,
+        linger: float = LINGER,
     ) -> None:
         self.config = config
+        self.linger = linger
         self.commit_on = commit_on
         self.announce = announce
         self._ready = threading.Condition()
@@ -139,7 +139,7 @@ class Recorder:
             with self._ready:
                 while not (self._full or self._filling.pairs or self._closed):
                     self._ready.wait()
-                lingering = time.monotonic() + self.LINGER
+                lingering = time.monotonic() + self.linger
                 while not (self._full or self._closed or self._now):
                     left = lingering - time.monotonic()
                     if left <= 0:
