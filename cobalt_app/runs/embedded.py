@@ -20,6 +20,7 @@ from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.progress import Progress
 from cobalt_app.runs import lifecycle
+from cobalt_app.runs.claims import items_claim_next
 from cobalt_app.runs.lane import LaneHost, RunStatuses, run_lane, step_for, worker_name
 from cobalt_app.runs.recorder import Recorder
 
@@ -151,9 +152,22 @@ async def execute_lanes(
     recorder = Recorder(config=config, commit_on=db.pool, linger=LINGER)
     host = LaneHost(name=worker_name(), db=db, recorder=recorder, statuses=RunStatuses(db))
     step = step_for(experiment, run.config, env, pool)
+    # The lanes' first claims in one round trip: the last lane starts with the first.
+    sizes = [size() for _ in range(lanes)]
+    claims = await db(items_claim_next, run.id, host.name, sum(sizes))
+    starts = [sum(sizes[:lane]) for lane in range(lanes)]
     tasks = [
-        asyncio.ensure_future(run_lane(run.id, step, host, size=size, on_outcome=finished))
-        for _ in range(lanes)
+        asyncio.ensure_future(
+            run_lane(
+                run.id,
+                step,
+                host,
+                size=size,
+                claimed=claims[start : start + count],
+                on_outcome=finished,
+            )
+        )
+        for start, count in zip(starts, sizes, strict=True)
     ]
     try:
         with traces.enabled(env.trace):

@@ -139,17 +139,20 @@ async def run_lane(
     *,
     size: Callable[[], int],
     first: list[int] | None = None,
+    claimed: list[Claim] | None = None,
     deadline: float | None = None,
     on_outcome: Callable[[Any], Awaitable[None]] | None = None,
 ) -> LaneEnd:
-    """Claim (`first`, else `size()` of the run's next pending items), execute, record, claim
-    again; returns once every outcome it handed over is committed (team: then the message
-    is acknowledged). `size()` of 0: no claim after the first. `deadline` (monotonic): past
-    it, the lane stops and says `more`."""
+    """Start with the items already `claimed` for it, else claim (`first`, else `size()` of
+    the run's next pending items); execute, record, claim again; returns once every outcome
+    it handed over is committed (team: then the message is acknowledged). `size()` of 0: no
+    claim after the first. `deadline` (monotonic): past it, the lane stops and says `more`."""
     end = LaneEnd()
     handed: dict[int, tuple[Batch, list[int]]] = {}  # the batches recording its items
     try:
-        if host.stopping():
+        if claimed is not None:
+            claims = claimed
+        elif host.stopping():
             claims = []
         elif first:
             claims = await host.db(items_claim, first, host.name)
