@@ -31,6 +31,7 @@ MAX_CLAIM = 250  # items a lane claims at once, at most
 # one SQLite writer (team workers commit sooner: `cobalt run` shows what they recorded).
 LINGER = 0.25
 CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
+AHEAD_WHILE = 2  # lanes claim ahead while claims hold at least this many items
 
 
 async def run_experiment(
@@ -140,6 +141,11 @@ async def execute_lanes(
         unclaimed = max(0, unclaimed - count)
         return count
 
+    def size_ahead() -> int:
+        """Claims made while a lane's items run: only while plenty are left (towards the
+        end, a lane holding an item another lane could run makes the run one item longer)."""
+        return size() if unclaimed >= AHEAD_WHILE * lanes * CLAIMS_PER_LANE else 0
+
     async def finished(outcome: ItemOutcome) -> None:
         nonlocal done
         done += 1
@@ -164,6 +170,7 @@ async def execute_lanes(
                 host,
                 size=size,
                 claimed=claims[start : start + count],
+                size_ahead=size_ahead,
                 on_outcome=finished,
             )
         )
