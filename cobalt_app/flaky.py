@@ -25,6 +25,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.selectors import experiment_names
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 HISTORY_RUNS = 20
@@ -241,10 +242,6 @@ class FlakyReport:
             "flakyCount": len(flaky),
             "flaky": [item.to_dict() for item in flaky[:limit]],
         }
-
-
-def experiment_names() -> list[str]:
-    return list(Run.objects.order_by("name").values_list("name", flat=True).distinct())
 
 
 def check_experiment(experiment: str) -> None:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
@@ -108,15 +108,18 @@ def prewarm_statistics() -> None:
     threading.Thread(target=load, name="cobalt-prewarm", daemon=True).start()
 
 
+class RunOptions(TypedDict, total=False):
+    """What `execute` may be asked, whichever mode runs the experiments."""
+
+    reporter: Reporter | None
+    no_cache: bool
+    overrides: dict[str, Any] | None
+    resume_run_id: str | None
+    tags: list[str] | None
+
+
 def execute(
-    experiments: list[Experiment],
-    config: Config,
-    *,
-    reporter: Reporter | None = None,
-    no_cache: bool = False,
-    overrides: dict[str, Any] | None = None,
-    resume_run_id: str | None = None,
-    tags: list[str] | None = None,
+    experiments: list[Experiment], config: Config, **options: Unpack[RunOptions]
 ) -> list[Run]:
     """Run experiments one after another in this process, on the long-lived event loop.
 
@@ -129,15 +132,9 @@ def execute(
         from cobalt_app import team_wait
         from cobalt_app.progress import ProgressReporter
 
-        return team_wait.execute(
-            experiments,
-            config,
-            reporter=ProgressReporter(reporter),  # each experiment's on_progress
-            no_cache=no_cache,
-            overrides=overrides,
-            resume_run_id=resume_run_id,
-            tags=tags,
-        )
+        # Each experiment's on_progress hears of the items too.
+        reporter = ProgressReporter(options.get("reporter"))
+        return team_wait.execute(experiments, config, {**options, "reporter": reporter})
 
     preload_sdks(experiments, config)
     prewarm_statistics()
@@ -151,13 +148,9 @@ def execute(
                     experiment,
                     config,
                     db=db,
-                    reporter=reporter,
-                    no_cache=no_cache,
-                    overrides=overrides,
                     file=relative_file(config, experiment),
-                    resume_run_id=resume_run_id,
-                    tags=tags,
                     on_start=started.append,
+                    **options,
                 )
                 runs.append(run)
         finally:

@@ -386,9 +386,3 @@ def _verdict_of(evaluation: Any, mark: float | None) -> str:
     if evaluation.status != "ok":
         return "error"
     return score_verdict(evaluation.score, mark)
-
-
-def recent_runs(limit: int = 100) -> list[Run]:
-    return list(
-        Run.objects.only("id", "name", "created_at", "status").order_by("-created_at")[:limit]
-    )

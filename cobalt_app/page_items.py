@@ -21,6 +21,7 @@ from cobalt_app import score_tables, trace_spans
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_selectors import pass_marks, score_verdict
+from cobalt_app.selectors import failed_items
 
 TEXT_PREVIEW = 160
 ITEM_SORTS = {
@@ -251,9 +252,7 @@ def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int 
 
     Both parts read indexes: `(run, status)` for items, `(run, evaluator, score)` for verdicts.
     """
-    broken = ItemResult.objects.filter(
-        run=run, status__in=(ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT)
-    )
+    broken = failed_items(run)
     failing = failing_verdicts(run, evaluator)
     broken_count = broken.count()
     stored = score_tables.failing_count(run, evaluator)
@@ -261,8 +260,7 @@ def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int 
     number, offset = _clamp(page, total, per_page)
     ids: list[int] = []
     if offset < broken_count:
-        ordered = broken.order_by("item_index", "run_index").values_list("id", flat=True)
-        ids = list(ordered[offset : offset + per_page])
+        ids = list(broken.values_list("id", flat=True)[offset : offset + per_page])
     if len(ids) < per_page:
         start = max(0, offset - broken_count)
         worst = failing.values_list("item_id", flat=True)

@@ -1,4 +1,5 @@
-"""Reads behind the dashboard pages: run lists, a run's overview and items, compare, trends.
+"""Reads shaped for the dashboard pages (and the API's trends): scores against pass marks, a
+run's overview, trends. The runs they show come from `selectors`.
 
 Lists read the summaries stored on runs at finalisation; only a run that is still running
 is aggregated from its rows. The histogram, which touches every evaluation of a large run,
@@ -12,14 +13,14 @@ A run's items and the item panel are read in `page_items`, the compare page in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, time
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
-from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.selectors import experiment_runs
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 # Passing scores less than this above their pass mark are shown as borderline (the one place
@@ -28,58 +29,8 @@ BORDERLINE_MARGIN = 0.1
 
 HISTOGRAM_BINS = 10
 
-RUN_SORTS = {
-    "created": "created_at",
-    "name": "name",
-    "status": "status",
-    "items": "total_items",
-    "errors": "error_count",
-    "duration": "duration_ms",
-    "cost": "estimated_cost",
-}
 
-
-# Runs list ----------------------------------------------------------------------------------
-
-
-def run_search(
-    *,
-    name: str = "",
-    tag: str = "",
-    status: str = "",
-    date_from: date | None = None,
-    date_to: date | None = None,
-    sort: str = "-created",
-) -> QuerySet[Run]:
-    """Runs matching the list filters, sorted; never touches item rows."""
-    runs = Run.objects.defer("failure")  # config: each evaluator's pass mark
-    if name:
-        runs = runs.filter(name__icontains=name)
-    if tag:
-        runs = runs.filter(id__in=RunTag.objects.filter(name=tag).values("run_id"))
-    if status:
-        runs = runs.filter(status=status)
-    if date_from:
-        runs = runs.filter(created_at__gte=_day_start(date_from))
-    if date_to:
-        runs = runs.filter(created_at__lt=_day_start(date_to) + timezone.timedelta(days=1))
-    descending = sort.startswith("-")
-    column = RUN_SORTS.get(sort.lstrip("-"), "created_at")
-    order = f"-{column}" if descending else column
-    return runs.order_by(order, "-created_at", "id")
-
-
-def tag_names() -> list[str]:
-    return list(RunTag.objects.order_by("name").values_list("name", flat=True).distinct())
-
-
-def latest_experiment() -> str:
-    """The experiment of the most recent run (the trends page opens on it)."""
-    return Run.objects.order_by("-created_at").values_list("name", flat=True).first() or ""
-
-
-def experiment_names() -> list[str]:
-    return list(Run.objects.order_by("name").values_list("name", flat=True).distinct())
+# Scores against pass marks ------------------------------------------------------------------
 
 
 def score_cells(run: Run) -> list[tuple[str, float | None, str]]:
@@ -114,10 +65,6 @@ def score_verdict(score: float | None, mark: float | None) -> str:
 
 def _scores(run: Run) -> dict[str, dict[str, Any]]:
     return (run.summary or {}).get("scores") or {}
-
-
-def _day_start(day: date) -> datetime:
-    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
 
 
 # Run detail ---------------------------------------------------------------------------------
@@ -296,16 +243,6 @@ def score_histogram(run: Run, evaluators: list[str] | None = None) -> dict[str, 
     }
 
 
-def previous_run(run: Run) -> Run | None:
-    """The latest earlier run of the same experiment (to compare against)."""
-    return (
-        Run.objects.filter(name=run.name, created_at__lt=run.created_at)
-        .only("id", "created_at")
-        .order_by("-created_at")
-        .first()
-    )
-
-
 # Trends -------------------------------------------------------------------------------------
 
 
@@ -337,12 +274,8 @@ class Trend:
 
 def trend(experiment: str, *, tag: str = "", limit: int = 100) -> Trend:
     """The latest finished runs of an experiment (optionally with a tag), oldest first."""
-    runs = Run.objects.filter(name=experiment, status=Run.Status.COMPLETED).defer(
-        "config", "failure"
-    )
-    if tag:
-        runs = runs.filter(id__in=RunTag.objects.filter(name=tag).values("run_id"))
-    latest = list(runs.order_by("-created_at")[:limit])
+    runs = experiment_runs(experiment, statuses=[Run.Status.COMPLETED], tag=tag)
+    latest = list(runs.defer("config", "failure")[:limit])
     latest.reverse()
     names = list(dict.fromkeys(name for run in latest for name in _scores(run)))
     return Trend(experiment=experiment, tag=tag, runs=latest, evaluators=names)

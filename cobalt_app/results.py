@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -22,6 +22,9 @@ from django.utils import timezone
 from cobalt_app import recordings, stats, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
 from cobalt_app.selectors import scores_by_item
+
+if TYPE_CHECKING:
+    from cobalt_app.engine import ItemOutcome
 
 EXPORT_CHUNK = 2000
 
@@ -205,6 +208,13 @@ ITEM_FIELDS = (
     "tokens",
     "cost",
 )
+# An item as the reporter sees it (`engine.ItemOutcome`): no input, but how it ended.
+OUTCOME_FIELDS = (
+    *(name for name in ITEM_FIELDS if name != "input"),
+    "traceback",
+    "started_at",
+    "finished_at",
+)
 EVALUATION_FIELDS = (
     "item_id",
     "evaluator",
@@ -255,18 +265,32 @@ def row_entry(
     }
 
 
-def iter_item_entries(run: Run, items=None):
-    """Result entries of a run's items (or of the given ItemResult queryset), in order.
+def iter_item_entries(
+    run: Run,
+    *,
+    ids: Iterable[int] | None = None,
+    keys: Iterable[str] | None = None,
+    first_repetition: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Result entries of a run's items (only those of `ids`, or of `keys`, or only the first
+    repetitions, when given), in order.
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
     """
     table = ItemResult._meta.db_table
     columns = ", ".join(ITEM_FIELDS)
-    if items is not None:  # a page of items: their ids, then the same plain reads
-        ids = list(items.order_by("item_index", "run_index").values_list("id", flat=True))
-        for start in range(0, len(ids), EXPORT_CHUNK):
-            some = ids[start : start + EXPORT_CHUNK]
+    if ids is not None or keys is not None or first_repetition:
+        items = ItemResult.objects.filter(run=run)
+        if ids is not None:
+            items = items.filter(id__in=list(ids))
+        if keys is not None:
+            items = items.filter(item_key__in=list(keys))
+        if first_repetition:
+            items = items.filter(run_index=0)
+        chosen = list(items.order_by("item_index", "run_index").values_list("id", flat=True))
+        for start in range(0, len(chosen), EXPORT_CHUNK):
+            some = chosen[start : start + EXPORT_CHUNK]
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT {columns} FROM {table} WHERE id IN ({', '.join(['%s'] * len(some))})"
@@ -312,6 +336,40 @@ def _entries(rows: list[tuple]) -> Iterator[dict[str, Any]]:
         traces = {item_id: storable.from_json(steps) for item_id, steps in cursor.fetchall()}
     for row in rows:
         yield row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
+
+
+def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
+    """Finished items as the reporter sees them in the embedded mode, in the order they
+    finished; their evaluations in `order` (the run's evaluators), failed items' traces."""
+    from cobalt_app.engine import ItemOutcome
+    from cobalt_app.evaluators import EvalOutcome
+
+    rank = {name: position for position, name in enumerate(order or [])}
+    evaluations: dict[int, list[EvalOutcome]] = defaultdict(list)
+    rows = Evaluation.objects.filter(item_id__in=ids).values_list(*EVALUATION_FIELDS)
+    for item_id, *verdict in rows:
+        evaluations[item_id].append(
+            EvalOutcome(**dict(zip(EVALUATION_FIELDS[1:], verdict, strict=True)))
+        )
+    items = (
+        ItemResult.objects.filter(id__in=ids)
+        .order_by("finished_at", "id")
+        .values_list(*OUTCOME_FIELDS)
+    )
+    found = []
+    for values in items:
+        outcome = ItemOutcome(**dict(zip(OUTCOME_FIELDS, values, strict=True)))
+        outcome.evaluations = sorted(
+            evaluations.get(outcome.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
+        )
+        found.append(outcome)
+    # The traces of failed items only: their lines give the step count.
+    failed = [o.id for o in found if o.status != ItemResult.Status.OK]
+    if failed:
+        traces = dict(ItemTrace.objects.filter(item_id__in=failed).values_list("item_id", "steps"))
+        for outcome in found:
+            outcome.trace = traces.get(outcome.id) or []
+    return found
 
 
 def run_results(run: Run) -> dict[str, Any]:

@@ -1,15 +1,19 @@
-"""Reads shared by the CLI, pages, API and MCP: run lookup, history, comparison."""
+"""Reads shared by the pages, API, CLI and MCP server: runs (lookup, lists, an experiment's
+history), items (failures, traces), scores and comparison. Page-shaped reads build on these
+in `page_selectors`, `page_items` and `page_compare`."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
 
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 
 if TYPE_CHECKING:
     import numpy as np
@@ -17,6 +21,19 @@ if TYPE_CHECKING:
     from cobalt_app.score_tables import Pairing
 
 AMBIGUOUS_SHOWN = 5
+
+RUN_SORTS = {
+    "created": "created_at",
+    "name": "name",
+    "status": "status",
+    "items": "total_items",
+    "errors": "error_count",
+    "duration": "duration_ms",
+    "cost": "estimated_cost",
+}
+BRIEF_FIELDS = ("id", "name", "created_at", "status")
+FAILED = (ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT)
+FAILED_FIELDS = ("id", "run", "item_index", "run_index", "item_key", "status", "error", "traceback")
 
 
 class RunNotFound(LookupError):
@@ -49,9 +66,7 @@ def run_get(run_id: str) -> Run:
     raise RunNotFound(f"no run with id {run_id!r}; `cobalt history` lists runs")
 
 
-def item_trace(item_id: int) -> list[dict[str, Any]]:
-    """The stored steps of one item's trace (empty when none was captured)."""
-    return ItemTrace.objects.filter(item_id=item_id).values_list("steps", flat=True).first() or []
+# Runs ---------------------------------------------------------------------------------------
 
 
 def run_list(
@@ -59,23 +74,151 @@ def run_list(
     name: str | None = None,
     tag: str | None = None,
     status: str | None = None,
-    limit: int | None = 20,
+    date_from: date | None = None,
+    date_to: date | None = None,
+    sort: str = "-created",
+    limit: int | None = None,
+    brief: bool = False,
 ) -> QuerySet[Run]:
-    runs = Run.objects.all().order_by("-created_at")
+    """Runs matching the list filters (`name` contains, a tag, a status, created between two
+    days), by `sort` (a `RUN_SORTS` key, `-` for descending), the newest first among equals.
+    Never touches item rows; `brief` reads only what names a run (a menu of runs)."""
+    runs = Run.objects.only(*BRIEF_FIELDS) if brief else Run.objects.defer("failure")
     if name:
         runs = runs.filter(name__icontains=name)
     if tag:
-        runs = runs.filter(tag_rows__name=tag)
+        runs = runs.filter(id__in=RunTag.objects.filter(name=tag).values("run_id"))
     if status:
         runs = runs.filter(status=status)
+    if date_from:
+        runs = runs.filter(created_at__gte=_day_start(date_from))
+    if date_to:
+        runs = runs.filter(created_at__lt=_day_start(date_to) + timedelta(days=1))
+    column = RUN_SORTS.get(sort.lstrip("-"), "created_at")
+    runs = runs.order_by(f"-{column}" if sort.startswith("-") else column, "-created_at", "id")
     return runs[:limit] if limit else runs
 
 
-def latest_run(name: str, *, exclude: str | None = None) -> Run | None:
-    runs = Run.objects.filter(name=name, status=Run.Status.COMPLETED).order_by("-created_at")
+def _day_start(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+def experiment_runs(
+    name: str,
+    *,
+    statuses: Iterable[str] | None = None,
+    tag: str = "",
+    before: Run | None = None,
+    exclude: str | None = None,
+    rejudged: bool = True,
+) -> QuerySet[Run]:
+    """An experiment's runs, newest first: only in `statuses` if given, with `tag`, created
+    `before` a run, other than the run `exclude`; without re-judged copies unless `rejudged`."""
+    runs = Run.objects.filter(name=name)
+    if statuses is not None:
+        runs = runs.filter(status__in=list(statuses))
+    if tag:
+        runs = runs.filter(id__in=RunTag.objects.filter(name=tag).values("run_id"))
+    if before is not None:
+        runs = runs.filter(created_at__lt=before.created_at)
     if exclude:
         runs = runs.exclude(id=exclude)
-    return runs.first()
+    if not rejudged:
+        runs = runs.filter(parent__isnull=True)
+    return runs.order_by("-created_at")
+
+
+def latest_run(name: str, *, exclude: str | None = None) -> Run | None:
+    """The experiment's newest completed run other than `exclude` (a baseline)."""
+    return experiment_runs(name, statuses=[Run.Status.COMPLETED], exclude=exclude).first()
+
+
+def previous_run(run: Run) -> Run | None:
+    """The latest earlier run of the same experiment, whatever its status (to compare with)."""
+    return experiment_runs(run.name, before=run).only("id", "created_at").first()
+
+
+def latest_runs(limit: int = 50) -> QuerySet[Run]:
+    """The newest finished run of each experiment, the newest first."""
+    newest = (
+        Run.objects.filter(name=OuterRef("name"), status__in=Run.FINISHED)
+        .order_by("-created_at")
+        .values("id")[:1]
+    )
+    return Run.objects.filter(id=Subquery(newest)).order_by("-created_at")[:limit]
+
+
+def tag_names() -> list[str]:
+    return list(RunTag.objects.order_by("name").values_list("name", flat=True).distinct())
+
+
+def experiment_names() -> list[str]:
+    return list(Run.objects.order_by("name").values_list("name", flat=True).distinct())
+
+
+def latest_experiment() -> str:
+    """The experiment of the most recent run (the trends page opens on it)."""
+    return Run.objects.order_by("-created_at").values_list("name", flat=True).first() or ""
+
+
+def run_progress(run_id: str) -> tuple[str, int]:
+    """(status, finished items) of a run, read afresh (a run followed to its end)."""
+    return Run.objects.values_list("status", "finished_items").get(id=run_id)
+
+
+# Items --------------------------------------------------------------------------------------
+
+
+def run_items(run: Run) -> QuerySet[ItemResult]:
+    """A run's items in order (the API filters and pages them)."""
+    return ItemResult.objects.filter(run=run).order_by("item_index", "run_index")
+
+
+def finished_item_ids(run_id: str, *, from_id: int = 0) -> list[int]:
+    """Ids (from `from_id` on) of the run's items that have finished."""
+    ended = ItemResult.objects.filter(
+        run_id=run_id, id__gte=from_id, status__in=ItemResult.FINISHED
+    )
+    return list(ended.values_list("id", flat=True))
+
+
+def failed_items(
+    run: Run, *, statuses: Sequence[str] = FAILED, traced: bool = False
+) -> QuerySet[ItemResult]:
+    """The run's items that errored or timed out (or ended in `statuses`), in order; `traced`:
+    only those with a traceback. Reads the `(run, status)` index, no output or input."""
+    items = ItemResult.objects.filter(run=run, status__in=list(statuses))
+    if traced:
+        items = items.exclude(traceback="")
+    return items.only(*FAILED_FIELDS).order_by("item_index", "run_index")
+
+
+def low_scores(run: Run, below: float) -> dict[str, list[int]]:
+    """Evaluator → the indexes of the items it scored below `below` (repetitions once)."""
+    rows = (
+        Evaluation.objects.filter(run=run, status=Evaluation.Status.OK, score__lt=below)
+        .values_list("evaluator", "item__item_index")
+        .order_by("evaluator", "item__item_index")
+        .distinct()
+    )
+    found: dict[str, list[int]] = {}
+    for evaluator, index in rows:
+        found.setdefault(evaluator, []).append(index)
+    return found
+
+
+def evaluation_errors(run: Run) -> QuerySet:
+    """(evaluator, error) of the run's failed evaluations, in item order."""
+    return (
+        Evaluation.objects.filter(run=run, status=Evaluation.Status.ERROR)
+        .order_by("item__item_index", "item__run_index", "id")
+        .values_list("evaluator", "error")
+    )
+
+
+def item_trace(item_id: int) -> list[dict[str, Any]]:
+    """The stored steps of one item's trace (empty when none was captured)."""
+    return ItemTrace.objects.filter(item_id=item_id).values_list("steps", flat=True).first() or []
 
 
 # Scores -------------------------------------------------------------------------------------

@@ -8,17 +8,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app.engine import ItemOutcome, Reporter
-from cobalt_app.evaluators import EvalOutcome
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
+from cobalt_app.engine import Reporter
+from cobalt_app.models import ItemResult, Run
+from cobalt_app.results import item_outcomes
 from cobalt_app.runs import lifecycle
 from cobalt_app.runs.claims import item_ids
+from cobalt_app.selectors import finished_item_ids, run_get, run_progress
 from cobalt_app.team import ensure_schema, queue_name, resume_run, run_info, start_run
 from cobalt_app.team_broker import ProgressListener, check_broker, live_workers
+
+if TYPE_CHECKING:
+    from cobalt_app.launcher import RunOptions
 
 POLL_INTERVAL = 0.5  # between database reads while no worker announces progress
 MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
@@ -37,12 +41,8 @@ class Detached(KeyboardInterrupt):
 def execute(
     experiments: list[Experiment],
     config: Config,
+    options: RunOptions,
     *,
-    reporter: Reporter | None = None,
-    no_cache: bool = False,
-    overrides: dict[str, Any] | None = None,
-    resume_run_id: str | None = None,
-    tags: list[str] | None = None,
     on_notice: Callable[[str], None] | None = None,
 ) -> list[Run]:
     """`cobalt run` in team mode: enqueue every experiment's run, then stream each to the end."""
@@ -51,6 +51,8 @@ def execute(
     check_broker()
     ensure_schema()
     on_notice = on_notice or _print_notice
+    no_cache = options.get("no_cache", False)
+    resume_run_id = options.get("resume_run_id")
     started: list[tuple[Run, Experiment, list[int]]] = []
     for experiment in experiments:
         if resume_run_id:
@@ -59,12 +61,13 @@ def execute(
             run, ids = start_run(
                 experiment,
                 config,
-                overrides=overrides,
-                tags=tags,
+                overrides=options.get("overrides"),
+                tags=options.get("tags"),
                 file=relative_file(config, experiment),
                 no_cache=no_cache,
             )
         started.append((run, experiment, ids))
+    reporter = options.get("reporter")
     runs: list[Run] = []
     for run, experiment, ids in started:
         if reporter is not None:
@@ -92,8 +95,8 @@ def wait(
     watched = sorted(item_ids(run_id) if ids is None else ids)
     waiting = set(watched)
     cursor = 0
-    total, run_config = Run.objects.values_list("total_items", "config").get(id=run_id)
-    order = [e["name"] for e in (run_config or {}).get("evaluators", [])]
+    run = run_get(run_id)
+    total, order = run.total_items, run.evaluator_names
     done = total - len(waiting)
     began = last_progress = next_check = time.monotonic()
     noticed_queue = noticed_stall = False
@@ -102,7 +105,7 @@ def wait(
     try:
         while True:
             read_at = time.monotonic()
-            status, finished = Run.objects.values_list("status", "finished_items").get(id=run_id)
+            status, finished = run_progress(run_id)
             while cursor < len(watched) and watched[cursor] not in waiting:
                 cursor += 1
             fresh = []
@@ -111,15 +114,13 @@ def wait(
             look = finished != counted or status in Run.FINISHED or stale
             if cursor < len(watched) and look:
                 counted, fetched_at = finished, time.monotonic()
-                ended = ItemResult.objects.filter(
-                    run_id=run_id, id__gte=watched[cursor], status__in=ItemResult.FINISHED
-                ).values_list("id", flat=True)
+                ended = finished_item_ids(run_id, from_id=watched[cursor])
                 fresh = [i for i in ended if i in waiting]
             if fresh:
                 waiting.difference_update(fresh)
                 last_progress = time.monotonic()
                 noticed_stall = False
-                for outcome in outcomes(fresh, order=order):
+                for outcome in item_outcomes(fresh, order=order):
                     done += 1
                     if reporter is not None and outcome.status != ItemResult.Status.CANCELLED:
                         reporter.item_finished(outcome, done, total)
@@ -183,52 +184,3 @@ def waiting_message() -> str:
         f"waiting for workers… {len(workers)} running, none has picked up this run yet "
         f"(busy, or listening on other queues than {queue_name()!r})"
     )
-
-
-ITEM_FIELDS = (
-    "id",
-    "item_index",
-    "run_index",
-    "item_key",
-    "status",
-    "output",
-    "metadata",
-    "error",
-    "traceback",
-    "latency_ms",
-    "tokens",
-    "cost",
-    "started_at",
-    "finished_at",
-)
-EVALUATION_FIELDS = ("item_id", "evaluator", "score", "reason", "status", "error", "cached")
-
-
-def outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
-    """Finished item rows as the reporter sees them in the embedded mode."""
-    rank = {name: position for position, name in enumerate(order or [])}
-    evaluations: dict[int, list[EvalOutcome]] = {}
-    rows = Evaluation.objects.filter(item_id__in=ids).values_list(*EVALUATION_FIELDS)
-    for item_id, evaluator, score, reason, status, error, cached in rows:
-        evaluations.setdefault(item_id, []).append(
-            EvalOutcome(evaluator, score, reason=reason, status=status, error=error, cached=cached)
-        )
-    items = (
-        ItemResult.objects.filter(id__in=ids)
-        .order_by("finished_at", "id")
-        .values_list(*ITEM_FIELDS)
-    )
-    found = []
-    for values in items:
-        outcome = ItemOutcome(**dict(zip(ITEM_FIELDS, values, strict=True)))
-        outcome.evaluations = sorted(
-            evaluations.get(outcome.id, []), key=lambda e: rank.get(e.evaluator, len(rank))
-        )
-        found.append(outcome)
-    # The traces of failed items only: their lines give the step count.
-    failed = [o.id for o in found if o.status != ItemResult.Status.OK]
-    if failed:
-        traces = dict(ItemTrace.objects.filter(item_id__in=failed).values_list("item_id", "steps"))
-        for outcome in found:
-            outcome.trace = traces.get(outcome.id) or []
-    return found

@@ -28,12 +28,13 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from cobalt_app import exports, page_compare, page_items, page_selectors
+from cobalt_app import exports, page_compare, page_items, page_selectors, selectors
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
 
 RUNS_PER_PAGE = 25
+RECENT_RUNS = 100  # in the compare page's run menus
 ITEMS_PER_PAGE = 50
 POLL_SECONDS = 2
 
@@ -82,7 +83,7 @@ class RunFilterForm(forms.Form):
     date_to = forms.DateField(required=False, label="to")
     sort = forms.ChoiceField(
         required=False,
-        choices=[(s, s) for key in page_selectors.RUN_SORTS for s in (key, f"-{key}")],
+        choices=[(s, s) for key in selectors.RUN_SORTS for s in (key, f"-{key}")],
     )
     page = forms.IntegerField(required=False, min_value=1)
 
@@ -184,7 +185,7 @@ def run_url(run_id: str) -> str:
 def runs_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RunFilterForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}
-    runs = page_selectors.run_search(
+    runs = selectors.run_list(
         name=filters.get("name") or "",
         tag=filters.get("tag") or "",
         status=filters.get("status") or "",
@@ -201,7 +202,7 @@ def runs_list(request: HtmxHttpRequest) -> HttpResponse:
         "runs_summary": f"{page.paginator.count:,} run"
         + ("" if page.paginator.count == 1 else "s"),
         "sort": filters.get("sort") or "-created",
-        "tags": page_selectors.tag_names(),
+        "tags": selectors.tag_names(),
         "statuses": Run.Status.choices,
     }
     return partial_or_page(request, "cobalt/runs_list.html", context, "runs")
@@ -271,7 +272,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "flaky": page_items.flaky_marks(run, {row.key for row in items.rows}),
     }
     if target is None:
-        context["previous"] = page_selectors.previous_run(run)
+        context["previous"] = selectors.previous_run(run)
     partial = "item-results" if target == "item-results" else "items"
     return partial_or_page(request, "cobalt/run_detail.html", context, partial)
 
@@ -324,7 +325,10 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> StreamingHttpResp
 @page
 def compare(request: HtmxHttpRequest) -> HttpResponse:
     form = CompareForm(request.GET or None)
-    context: dict[str, Any] = {"form": form, "recent": page_compare.recent_runs()}
+    context: dict[str, Any] = {
+        "form": form,
+        "recent": selectors.run_list(limit=RECENT_RUNS, brief=True),
+    }
     if form.is_valid():
         try:
             a, b = run_get(form.cleaned_data["a"]), run_get(form.cleaned_data["b"])
@@ -367,13 +371,13 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
 def trends(request: HtmxHttpRequest) -> HttpResponse:
     form = TrendForm(request.GET)
     filters = form.cleaned_data if form.is_valid() else {}
-    names = page_selectors.experiment_names()
-    experiment = filters.get("experiment") or page_selectors.latest_experiment()
+    names = selectors.experiment_names()
+    experiment = filters.get("experiment") or selectors.latest_experiment()
     context: dict[str, Any] = {
         "form": form,
         "experiments": names,
         "experiment": experiment,
-        "tags": page_selectors.tag_names(),
+        "tags": selectors.tag_names(),
         "tag": filters.get("tag") or "",
     }
     if experiment:

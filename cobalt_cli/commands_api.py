@@ -27,15 +27,14 @@ def createuser(
     from cobalt_cli.main import console, fail, setup
 
     setup()
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.password_validation import validate_password
     from django.core.exceptions import ValidationError
 
-    users = get_user_model()
+    from cobalt_app import accounts
+
     username = username.strip()
     if not username:
         raise fail("the user name is empty")
-    if users.objects.filter(username=username).exists():
+    if accounts.user_exists(username):
         raise fail(
             f"user {username!r} already exists; `cobalt token create {username}` gives a token"
         )
@@ -43,13 +42,10 @@ def createuser(
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
-    user = users(username=username, email=email, is_staff=admin, is_superuser=admin)
     try:
-        validate_password(password, user)
+        accounts.user_create(username, password=password, email=email, admin=admin)
     except ValidationError as exc:
         raise fail("password refused: " + " ".join(exc.messages)) from None
-    user.set_password(password)
-    user.save()
     role = "admin user" if admin else "user"
     console.print(
         f" Created {role} [bold]{username}[/]. Scripts: `cobalt token create {username}`."
@@ -67,18 +63,15 @@ def token_create(
     from cobalt_cli.main import err, fail, setup
 
     setup()
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+    from cobalt_app import accounts
 
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None:
+    token = accounts.token_get_or_create(username, rotate=rotate)
+    if token is None:
         raise fail(f"no active user {username!r}; create one with `cobalt createuser {username}`")
-    if rotate:
-        Token.objects.filter(user=user).delete()
-    token, created = Token.objects.get_or_create(user=user)
+    key, created = token
     state = "new" if created else "existing"
     err.print(f"[dim]{state} token for {username}; send it as `Authorization: Token <key>`[/]")
-    typer.echo(token.key)
+    typer.echo(key)
 
 
 @token_app.command("delete")
@@ -87,10 +80,9 @@ def token_delete(username: Annotated[str, typer.Argument(help="Whose token to re
     from cobalt_cli.main import console, fail, setup
 
     setup()
-    from rest_framework.authtoken.models import Token
+    from cobalt_app import accounts
 
-    deleted, _ = Token.objects.filter(user__username=username).delete()
-    if not deleted:
+    if not accounts.token_delete(username):
         raise fail(f"{username!r} has no token")
     console.print(f" Revoked the token of {username}.")
 

@@ -261,41 +261,29 @@ def repetition_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def warnings(run) -> list[str]:
-    from cobalt_app.models import Evaluation, ItemResult
+    from cobalt_app.selectors import evaluation_errors, failed_items, low_scores
 
     lines: list[str] = []
     summary = run.summary
-    low = (
-        Evaluation.objects.filter(run=run, status="ok", score__lt=LOW_SCORE)
-        .values_list("evaluator", "item__item_index")
-        .order_by("evaluator", "item__item_index")
-    )
-    by_evaluator: dict[str, set[int]] = {}  # repetitions of an item count once
-    for evaluator, index in low:
-        by_evaluator.setdefault(evaluator, set()).add(index + 1)
-    for evaluator, numbers in by_evaluator.items():
-        shown = ", ".join(f"#{i}" for i in sorted(numbers)[:8])
-        more = "…" if len(numbers) > 8 else ""
+    for evaluator, indexes in low_scores(run, LOW_SCORE).items():
+        shown = ", ".join(f"#{i + 1}" for i in indexes[:8])
+        more = "…" if len(indexes) > 8 else ""
         lines.append(
-            f"{plural(len(numbers), 'item')} scored below {LOW_SCORE} on "
+            f"{plural(len(indexes), 'item')} scored below {LOW_SCORE} on "
             f"'{evaluator}' ({shown}{more})"
         )
-    failed = ItemResult.objects.filter(run=run, status__in=["error", "timeout"]).values_list(
-        "item_index", "status", "error"
-    )[:5]
-    for index, status, error in failed:
-        first = (error or status).splitlines()[0]
-        lines.append(f"item #{index + 1} {status}: {first}")
+    failed = list(failed_items(run)[:5])
+    for item in failed:
+        first = (item.error or item.status).splitlines()[0]
+        lines.append(f"item #{item.item_index + 1} {item.status}: {first}")
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
         lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")
     if summary.get("evaluationErrors"):
-        first_error = (
-            Evaluation.objects.filter(run=run, status="error").values_list("evaluator", "error")
-        ).first()
+        evaluator, error = evaluation_errors(run).first()
         lines.append(
             f"{plural(summary['evaluationErrors'], 'evaluation error')}; first: "
-            f"{first_error[0]}: {first_error[1]}"
+            f"{evaluator}: {error}"
         )
     return lines
 

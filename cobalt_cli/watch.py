@@ -76,21 +76,22 @@ def watch(config: Config, paths: list[str], run_args: list[str], console: Consol
 def inputs_of(file: Path, project: Path) -> Watched:
     """Import the file here (without running it) to learn its project modules and datasets."""
     from cobalt_app import discovery
+    from cobalt_app.user_modules import UserModules
 
-    _forget_project_modules(project)
+    modules = UserModules(project)
+    modules.forget_project()
     before = set(sys.modules)
     loaded = discovery.load_file(file, project)
     inputs = {file.resolve()}
-    for name in set(sys.modules) - before:
-        module_file = getattr(sys.modules.get(name), "__file__", None)
-        if module_file and _inside(Path(module_file).resolve(), project):
-            inputs.add(Path(module_file).resolve())
+    for path in modules.loaded(set(sys.modules) - before).values():
+        if modules.in_project(path):
+            inputs.add(Path(path).resolve())
     for experiment in loaded.experiments:
         source = Path(experiment.dataset.source)
         candidate = source if source.is_absolute() else project / source
         if candidate.is_file():
             inputs.add(candidate.resolve())
-    _forget_project_modules(project)
+    modules.forget_project()
     return Watched(file, inputs, [e.name for e in loaded.experiments])
 
 
@@ -114,12 +115,9 @@ def run_files(entries: list[Watched], run_args: list[str], console: Console) -> 
 def delta_line(name: str) -> str | None:
     """`qa-agent since run 1ab5…: exact 0.50 → 1.00 (+0.50)`, or None before a second run."""
     from cobalt_app.models import Run
+    from cobalt_app.selectors import experiment_runs
 
-    latest = list(
-        Run.objects.filter(name=name, parent__isnull=True)
-        .exclude(status=Run.Status.RUNNING)
-        .order_by("-created_at")[:2]
-    )
+    latest = list(experiment_runs(name, statuses=Run.FINISHED, rejudged=False)[:2])
     if len(latest) < 2:
         return None
     now, before = (_averages(run) for run in latest)
@@ -145,18 +143,6 @@ def _num(value: float | None) -> str:
 def _relevant(change: Any, path: str) -> bool:
     parts = set(Path(path).parts)
     return not parts & IGNORED_DIRS and not path.endswith((".pyc", ".tmp", "~"))
-
-
-def _inside(path: Path, project: Path) -> bool:
-    return project in path.parents and not set(path.relative_to(project).parts) & IGNORED_DIRS
-
-
-def _forget_project_modules(project: Path) -> None:
-    """Drop the project's modules, so the next import reads their current code."""
-    for name, module in list(sys.modules.items()):
-        module_file = getattr(module, "__file__", None)
-        if module_file and _inside(Path(module_file).resolve(), project):
-            del sys.modules[name]
 
 
 def _shown(path: Path, project: Path) -> str:

@@ -152,7 +152,7 @@ def cancel_run(run_id: str, *, timeout: float = CANCEL_TIMEOUT) -> Run:
 def _wait_finished(run_id: str, timeout: float) -> Run:
     deadline = time.monotonic() + timeout
     while True:
-        run = Run.objects.get(id=run_id)
+        run = run_get(run_id)
         if run.is_finished or time.monotonic() > deadline:
             return run
         time.sleep(POLL_INTERVAL)

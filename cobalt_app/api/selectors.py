@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.config import Config
-from cobalt_app import launcher, page_selectors
+from cobalt_app import launcher, page_selectors, selectors
 from cobalt_app.results import iso
 
 TREND_FIELDS = ("avg", "min", "max", "p50", "p95", "p99", "stddev", "passRate", "count", "errors")
@@ -21,7 +21,7 @@ def trend_series(
 ) -> list[dict[str, Any]]:
     """Per experiment, its latest completed runs oldest first, with each evaluator's statistics
     as stored in the run's summary at finalisation (never aggregated from item rows)."""
-    names = [experiment] if experiment else page_selectors.experiment_names()
+    names = [experiment] if experiment else selectors.experiment_names()
     series = []
     for name in names:
         trend = page_selectors.trend(name, tag=tag or "", limit=limit)

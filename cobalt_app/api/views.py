@@ -28,7 +28,7 @@ from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.plugins import PluginError
 from cobalt_app.results import iter_item_entries, run_header
-from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_list
+from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_items, run_list
 
 # gunicorn's default `limit_request_line`, kept by `cobalt serve` and the compose `web` service.
 REQUEST_LINE_MAX = 4094
@@ -240,7 +240,7 @@ class RunListView(CobaltAPIView, generics.ListAPIView):
             )
         except jobs.StartFailed as exc:
             raise exceptions.ValidationError({"file": [str(exc)]}) from None
-        run = Run.objects.get(id=run_id)
+        run = run_get(run_id)
         body = {
             "id": run.id,
             "name": run.name,
@@ -294,16 +294,16 @@ class RunItemsView(CobaltAPIView, generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular inspecting the view
             return ItemResult.objects.none()
         self.run = run_get(self.kwargs["run_id"])
-        return ItemResult.objects.filter(run=self.run).order_by("item_index", "run_index")
+        return run_items(self.run)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
         ids = queryset.values_list("id", flat=True)
         if not any(request.query_params.get(name) for name in ItemFilter.base_filters):
             ids = KnownCount(ids, self.run.total_items)
-        page = ItemResult.objects.filter(id__in=self.paginate_queryset(ids))
+        page = self.paginate_queryset(ids)
         # Entries are already in the results-file shape ItemSerializer documents.
-        return self.get_paginated_response(list(iter_item_entries(self.run, page)))
+        return self.get_paginated_response(list(iter_item_entries(self.run, ids=page)))
 
     @extend_schema(
         summary="A run's item results (paginated, filterable)",

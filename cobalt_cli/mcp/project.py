@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,18 +23,10 @@ from pathlib import Path
 import anyio
 
 from cobalt.config import Config, ConfigError, load_config
+from cobalt_app.user_modules import UserModules
 
-COBALT_PACKAGES = {"cobalt", "cobalt_app", "cobalt_cli", "cobalt_project", "tests"}
-VENDORED_DIRS = {"site-packages", "dist-packages", "node_modules", "__pypackages__"}
 DEFAULT_RESULT_TOKENS = 20_000
 MIN_RESULT_TOKENS = 2_000
-
-
-def installed_roots() -> tuple[str, ...]:
-    """Folders of the standard library and installed packages: never user code."""
-    paths = sysconfig.get_paths()
-    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    return tuple(os.path.abspath(root) + os.sep for root in roots)
 
 
 def source_hash(path: str) -> str | None:
@@ -69,7 +60,7 @@ class Project:
         # One import at a time: runs and generations import (and forget) the project's modules.
         self.lock = anyio.Semaphore(1)
         self.hashes: dict[str, tuple[str, str]] = {}  # module -> (file, sha256) as imported
-        self._installed = installed_roots()
+        self.modules = UserModules(self.dir)
 
     def config(self) -> Config:
         return load_config(self.dir)
@@ -94,25 +85,6 @@ class Project:
 
     # ---------------------------------------------------------------- modules
 
-    def _user_file(self, name: str, module: object) -> str | None:
-        """The source file of a module of user code (None for Cobalt, installed, built-in)."""
-        file = getattr(module, "__file__", None)
-        if not file or name == "__main__" or name.split(".")[0] in COBALT_PACKAGES:
-            return None
-        path = os.path.abspath(file)
-        if not path.endswith(".py") or path.startswith(self._installed):
-            return None
-        if VENDORED_DIRS.intersection(Path(path).parts):  # another environment's packages
-            return None
-        return path
-
-    def _in_project(self, path: str) -> bool:
-        root = str(self.dir) + os.sep
-        if not path.startswith(root):
-            return False
-        parts = Path(path[len(root) :]).parts
-        return not any(p.startswith(".") or p in VENDORED_DIRS for p in parts)
-
     def forget_modules(self) -> Reimport:
         """Drop the project's modules from `sys.modules` (and the bytecode of the changed ones),
         so the next import reads the code. Modules from outside the project are kept unless
@@ -127,17 +99,12 @@ class Project:
             cached = importlib.util.cache_from_source(path)
             if os.path.exists(cached):
                 os.remove(cached)  # it may record the edit's mtime and size: it would be trusted
-        for name, module in list(sys.modules.items()):
-            path = self._user_file(name, module)
-            if path is None:
-                continue
-            if self._in_project(path):
-                done.forgotten += 1
-            elif not (changed and name in self.hashes):
-                continue
-            elif name in changed:
-                done.changed_outside.append(name)
-            del sys.modules[name]
+        done.forgotten = self.modules.forget_project()
+        if changed:
+            for name in self.modules.loaded(set(self.hashes) & set(sys.modules)):
+                if name in changed:
+                    done.changed_outside.append(name)
+                del sys.modules[name]
         for name in changed:
             del self.hashes[name]
         done.changed_outside.sort()
@@ -146,10 +113,9 @@ class Project:
 
     def remember_modules(self, before: set[str]) -> None:
         """Record the source hash of the user modules imported since `before`."""
-        for name in set(sys.modules) - before:
-            path = self._user_file(name, sys.modules.get(name))
-            digest = source_hash(path) if path else None
-            if path and digest:
+        for name, path in self.modules.loaded(set(sys.modules) - before).items():
+            digest = source_hash(path)
+            if digest:
                 self.hashes[name] = (path, digest)
 
     @contextmanager
@@ -162,5 +128,5 @@ class Project:
         finally:
             self.remember_modules(before)
             done.outside = sorted(
-                name for name, (path, _) in self.hashes.items() if not self._in_project(path)
+                name for name, (path, _) in self.hashes.items() if not self.modules.in_project(path)
             )

@@ -84,11 +84,10 @@ def cobalt_results_tool(
 
 def entries_by_key(run: Any, keys: set[str]) -> dict[str, dict[str, Any]]:
     """Results-file entries of the first repetition of the given items of a run."""
-    from cobalt_app.models import ItemResult
     from cobalt_app.results import iter_item_entries
 
-    rows = ItemResult.objects.filter(run=run, run_index=0, item_key__in=keys)
-    return {entry["key"]: entry for entry in iter_item_entries(run, rows)}
+    entries = iter_item_entries(run, keys=keys, first_repetition=True)
+    return {entry["key"]: entry for entry in entries}
 
 
 def verdict_text(entry: dict[str, Any] | None, evaluator: str) -> str | None:

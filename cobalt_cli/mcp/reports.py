@@ -89,13 +89,10 @@ def entries(run: Any) -> Iterator[dict[str, Any]]:
 def error_tracebacks(run: Any) -> dict[int, str]:
     """The last lines of the first failing items' tracebacks, by item index."""
     from cobalt_app.models import ItemResult
+    from cobalt_app.selectors import failed_items
 
-    return dict(
-        ItemResult.objects.filter(run=run, status=ItemResult.Status.ERROR)
-        .exclude(traceback="")
-        .order_by("item_index", "run_index")
-        .values_list("item_index", "traceback")[:FAILING_SHOWN]
-    )
+    errored = failed_items(run, statuses=[ItemResult.Status.ERROR], traced=True)
+    return {item.item_index: item.traceback for item in errored[:FAILING_SHOWN]}
 
 
 def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:

@@ -76,17 +76,9 @@ def experiments_resource(project: Project) -> dict[str, Any]:
 
 def latest_results_resource(project: Project, limit: int = 50) -> dict[str, Any]:
     """The newest finished run of each experiment (seed 003)."""
-    from django.db.models import OuterRef, Subquery
+    from cobalt_app.selectors import latest_runs
 
-    from cobalt_app.models import Run
-
-    newest = (
-        Run.objects.filter(name=OuterRef("name"), status__in=Run.FINISHED)
-        .order_by("-created_at")
-        .values("id")[:1]
-    )
-    runs = Run.objects.filter(id=Subquery(newest)).order_by("-created_at")[:limit]
-    results = [run_overview(run, project) for run in runs]
+    results = [run_overview(run, project) for run in latest_runs(limit)]
     return {"count": len(results), "results": results}
 
 
