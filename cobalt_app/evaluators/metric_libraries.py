@@ -19,11 +19,11 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.cache import cache_get, cache_key, cache_put
+from cobalt_app.cache import cached_call
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.evaluators.usage import counted, current
+from cobalt_app.evaluators.usage import Usage, counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL = {
@@ -266,44 +266,38 @@ async def scored(
     """Run `measure()` (a coroutine function returning (score, reason)) with the cache of
     whole results and the usage of its judge calls; any failure is an evaluation error."""
     target = judge_target(evaluator, env)
-    key = cache_key(
-        {
-            "kind": library,
-            "metric": metric,
-            "params": jsonable(params),
-            "provider": target["provider"],
-            "model": target["model"],
-            "base_url": target["base_url"],
-            "inputs": jsonable(inputs),
-        }
+    spent = Usage()
+
+    async def measured() -> dict[str, Any]:
+        nonlocal spent
+        with counted(metric) as spent:
+            score, reason = await measure()
+        problem = _score_problem(score)
+        if problem:
+            raise spent.error(f"{metric} {problem}")
+        score = float(score)
+        return {"score": score, "reason": str(reason or f"{metric} scored {score:.3f}")}
+
+    request = {
+        "kind": library,
+        "metric": metric,
+        "params": jsonable(params),
+        "provider": target["provider"],
+        "model": target["model"],
+        "base_url": target["base_url"],
+        "inputs": jsonable(inputs),
+    }
+    result, cached = await cached_call(
+        env, request, measured, provider=target["provider"], model=target["model"]
     )
-    if env.cache_enabled:
-        hit = await env.db(cache_get, key)
-        if isinstance(hit, dict):
-            return EvalOutcome(evaluator.name, hit["score"], reason=hit["reason"], cached=True)
-    with counted(metric) as usage:
-        score, reason = await measure()
-    problem = _score_problem(score)
-    if problem:
-        raise usage.error(f"{metric} {problem}")
-    score = float(score)
-    reason = str(reason or f"{metric} scored {score:.3f}")
-    if env.cache_enabled:
-        await env.db(
-            cache_put,
-            key,
-            provider=target["provider"],
-            model=target["model"],
-            value={"score": score, "reason": reason},
-            ttl=env.cache_ttl,
-        )
     return EvalOutcome(
         evaluator.name,
-        score,
-        reason=reason,
-        tokens=usage.tokens,
-        cost=usage.cost,
-        unpriced_model=usage.unpriced,
+        result["score"],
+        reason=result["reason"],
+        cached=cached,
+        tokens=spent.tokens,
+        cost=spent.cost,
+        unpriced_model=spent.unpriced,
     )
 
 
