@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cobalt.evaluator import Evaluator
@@ -28,7 +29,7 @@ from cobalt_app.evaluators import (
     context_variables,
     register,
 )
-from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.evaluators.usage import Usage
 from cobalt_app.providers import ProviderError
 from cobalt_app.templating import TemplateError, render, template_context
 
@@ -183,10 +184,8 @@ async def ask_judge(
     format_instruction, strict_instruction = judge_instructions(evaluator)
     scoring = evaluator.options.get("scoring", "scale")
     user = f"{prompt}\n\n{format_instruction}"
-    tokens, cost = 0, 0.0
 
-    async def judged() -> dict[str, Any]:
-        nonlocal tokens, cost
+    async def judged(usage: Usage) -> dict[str, Any]:
         replies: list[str] = []
         for attempt in range(2):
             message = user if attempt == 0 else f"{user}\n\n{strict_instruction}"
@@ -202,14 +201,8 @@ async def ask_judge(
                     purpose=f"the llm-judge {evaluator.name!r}",
                 )
             except ProviderError as exc:
-                raise EvaluationError(
-                    str(exc),
-                    tokens=tokens,
-                    cost=cost,
-                    unpriced_model=unpriced(target["model"], tokens),
-                ) from exc
-            tokens += reply.input_tokens + reply.output_tokens
-            cost += estimate_cost(target["model"], reply.input_tokens, reply.output_tokens)
+                raise usage.error(str(exc)) from exc
+            usage.add(target["model"], reply.input_tokens, reply.output_tokens)
             replies.append(reply.text)
             parsed = parse_judgement(reply.text, scoring)
             if parsed is not None:
@@ -223,12 +216,7 @@ async def ask_judge(
         shown = replies[-1].strip().replace("\n", " ")
         shown = shown if len(shown) <= 200 else shown[:197] + "..."
         expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
-        raise EvaluationError(
-            f"the judge did not answer JSON {expected} twice; last reply: {shown!r}",
-            tokens=tokens,
-            cost=cost,
-            unpriced_model=unpriced(target["model"], tokens),
-        )
+        raise usage.error(f"the judge did not answer JSON {expected} twice; last reply: {shown!r}")
 
     request = {
         "kind": "llm-judge",
@@ -239,18 +227,32 @@ async def ask_judge(
         "system": SYSTEM_PROMPT,
         "prompt": user,
     }
+    return await cached_judgement(evaluator, env, request, judged)
+
+
+async def cached_judgement(
+    evaluator: Evaluator,
+    env: Any,
+    request: dict[str, Any],
+    judge: Callable[[Usage], Awaitable[dict[str, Any]]],
+) -> EvalOutcome:
+    """The outcome of the judgement the judge cache holds for `request`, else of
+    `judge(usage)`'s, which adds what its calls spend to `usage`. A judgement is
+    `{"score", "reason"}`, with `"chainOfThought"` when the judge wrote one."""
+    target = judge_target(evaluator, env)
+    usage = Usage()
     judgement, cached = await cached_call(
-        env, request, judged, provider=target["provider"], model=target["model"]
+        env, request, lambda: judge(usage), provider=target["provider"], model=target["model"]
     )
     return EvalOutcome(
         evaluator.name,
         judgement["score"],
         reason=judgement["reason"],
         cached=cached,
-        tokens=tokens,
-        cost=cost,
+        tokens=usage.tokens,
+        cost=usage.cost,
         chain_of_thought=judgement.get("chainOfThought", ""),
-        unpriced_model=unpriced(target["model"], tokens),
+        unpriced_model=usage.unpriced,
     )
 
 

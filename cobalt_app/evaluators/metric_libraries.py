@@ -19,10 +19,9 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.cache import cached_call
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
-from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
+from cobalt_app.evaluators.llm_judge import cached_judgement, judge_settings, judge_target
 from cobalt_app.evaluators.usage import Usage, counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
@@ -266,15 +265,13 @@ async def scored(
     """Run `measure()` (a coroutine function returning (score, reason)) with the cache of
     whole results and the usage of its judge calls; any failure is an evaluation error."""
     target = judge_target(evaluator, env)
-    spent = Usage()
 
-    async def measured() -> dict[str, Any]:
-        nonlocal spent
-        with counted(metric) as spent:
+    async def measured(usage: Usage) -> dict[str, Any]:
+        with counted(metric, usage=usage):
             score, reason = await measure()
         problem = _score_problem(score)
         if problem:
-            raise spent.error(f"{metric} {problem}")
+            raise usage.error(f"{metric} {problem}")
         score = float(score)
         return {"score": score, "reason": str(reason or f"{metric} scored {score:.3f}")}
 
@@ -287,18 +284,7 @@ async def scored(
         "base_url": target["base_url"],
         "inputs": jsonable(inputs),
     }
-    result, cached = await cached_call(
-        env, request, measured, provider=target["provider"], model=target["model"]
-    )
-    return EvalOutcome(
-        evaluator.name,
-        result["score"],
-        reason=result["reason"],
-        cached=cached,
-        tokens=spent.tokens,
-        cost=spent.cost,
-        unpriced_model=spent.unpriced,
-    )
+    return await cached_judgement(evaluator, env, request, measured)
 
 
 def _score_problem(score: Any) -> str:

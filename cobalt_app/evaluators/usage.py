@@ -47,12 +47,15 @@ def current() -> Usage:
 
 @contextlib.contextmanager
 def counted(
-    label: str, *, told: tuple[type[BaseException], ...] = (EvaluationError,)
+    label: str,
+    *,
+    told: tuple[type[BaseException], ...] = (EvaluationError,),
+    usage: Usage | None = None,
 ) -> Iterator[Usage]:
-    """Count the calls made inside; an exception becomes an `EvaluationError` carrying that
-    usage: `label: message` for the `told` kinds (they already say what went wrong), `label
-    failed: Type: message` for any other."""
-    usage = Usage()
+    """Count the calls made inside (into `usage`, or a new one); an exception becomes an
+    `EvaluationError` carrying that usage: `label: message` for the `told` kinds (they already
+    say what went wrong), `label failed: Type: message` for any other."""
+    usage = Usage() if usage is None else usage
     token = _current.set(usage)
     try:
         yield usage
