@@ -17,17 +17,9 @@ def load_json(path: StrPath) -> tuple[list[Item], Callable[[], list[int] | None]
     """The items of a JSON array of objects, or of an object's `"items"` array; and a function
     finding each item's line (called only for an error message)."""
     text = read_text(path)
-    try:
-        data = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"invalid JSON ({exc.msg}). Fix the JSON syntax at that position.",
-            path=path,
-            line=exc.lineno,
-            column=exc.colno,
-        ) from None
-    except _NonFinite:
-        raise _non_finite_error(text, path, first_line=1, items_key="items") from None
+    data = _decoded(
+        text, path, first_line=1, advice="Fix the JSON syntax at that position.", items_key="items"
+    )
     if isinstance(data, dict) and isinstance(data.get("items"), list):
         raw_items = data["items"]
         where = 'the "items" array'
@@ -69,17 +61,7 @@ def load_jsonl(path: StrPath) -> tuple[list[Item], list[int]]:
     for line_number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line, parse_constant=_refuse_constant)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                f"invalid JSON ({exc.msg}). Fix that line or remove it.",
-                path=path,
-                line=line_number,
-                column=exc.colno,
-            ) from None
-        except _NonFinite:
-            raise _non_finite_error(line, path, first_line=line_number) from None
+        value = _decoded(line, path, first_line=line_number, advice="Fix that line or remove it.")
         if not isinstance(value, dict):
             raise DatasetError(
                 f"expected a JSON object, found {type_name(value)}. Each line must be one "
@@ -90,6 +72,24 @@ def load_jsonl(path: StrPath) -> tuple[list[Item], list[int]]:
         items.append(value)
         lines.append(line_number)
     return items, lines
+
+
+def _decoded(
+    text: str, path: StrPath, *, first_line: int, advice: str, items_key: str | None = None
+) -> Any:
+    """`text` (starting on line `first_line` of the file) as JSON, or a DatasetError at the
+    line and column of what is wrong with it."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(
+            f"invalid JSON ({exc.msg}). {advice}",
+            path=path,
+            line=first_line + exc.lineno - 1,
+            column=exc.colno,
+        ) from None
+    except _NonFinite:
+        raise _non_finite_error(text, path, first_line=first_line, items_key=items_key) from None
 
 
 def _json_item_lines(text: str, count: int) -> list[int] | None:
