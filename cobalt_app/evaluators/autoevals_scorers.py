@@ -43,7 +43,6 @@ from cobalt_app.evaluators import (
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
 from cobalt_app.evaluators.usage import counted, current
-from cobalt_app.pricing import unpriced
 from cobalt_app.providers import (
     ProviderError,
     chat_params,
@@ -220,9 +219,7 @@ class CobaltClient:
             )
         except embeddings.EmbeddingError as exc:
             raise ProviderError(str(exc)) from exc
-        usage.tokens += batch.tokens
-        usage.cost += batch.cost
-        usage.unpriced = usage.unpriced or unpriced(batch.model, batch.tokens)
+        usage.spent(batch.model, batch.tokens, batch.cost)
         usage.hits += batch.cached == len(texts)
         return {
             "data": [{"embedding": v, "index": i} for i, v in enumerate(batch.vectors)],

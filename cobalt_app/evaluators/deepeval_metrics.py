@@ -26,6 +26,7 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, regi
 from cobalt_app.evaluators.metric_libraries import (
     JUDGE_OPTIONS,
     Judge,
+    build_problems,
     close_match,
     gather_inputs,
     import_library,
@@ -186,15 +187,6 @@ def arguments_dict(arguments: Any) -> dict[str, Any] | None:
     return arguments if isinstance(arguments, dict) else {"input": arguments}
 
 
-def validate(evaluator: Evaluator) -> list[str]:
-    """The definition's problems, found before any agent call (the preflight)."""
-    try:
-        build_metric(evaluator, None)
-    except EvaluationError as exc:
-        return [str(exc)]
-    return []
-
-
 def asks_a_model(evaluator: Evaluator) -> bool:
     cls = metric_class(evaluator.options.get("metric"))
     return "model" in inspect.signature(cls.__init__).parameters
@@ -204,7 +196,7 @@ def asks_a_model(evaluator: Evaluator) -> bool:
     "deepeval",
     options=OPTIONS,
     providers=judge_uses("deepeval", asks_a_model),
-    validate=validate,
+    validate=build_problems(build_metric),
 )
 async def deepeval_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     # The first import takes seconds: off the event loop, where other items are running.

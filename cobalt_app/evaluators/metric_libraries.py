@@ -242,6 +242,22 @@ def judge_uses(
     return uses
 
 
+def build_problems(
+    build_metric: Callable[[Evaluator, Any], Any],
+) -> Callable[[Evaluator], list[str]]:
+    """A library evaluator's `validate`: the problems `build_metric(evaluator, None)` finds in
+    its definition, before any agent call (the preflight)."""
+
+    def validate(evaluator: Evaluator) -> list[str]:
+        try:
+            build_metric(evaluator, None)
+        except EvaluationError as exc:
+            return [str(exc)]
+        return []
+
+    return validate
+
+
 def jsonable(value: Any) -> Any:
     """A metric parameter as it enters the cache key (enums and objects by their text)."""
     if isinstance(value, dict):

@@ -27,9 +27,15 @@ class Usage:
     unpriced: str = ""  # a model that spent tokens and has no price
 
     def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
-        self.tokens += input_tokens + output_tokens
-        self.cost += estimate_cost(model, input_tokens, output_tokens)
-        self.unpriced = self.unpriced or unpriced(model, input_tokens + output_tokens)
+        """A call's tokens, priced."""
+        tokens = input_tokens + output_tokens
+        self.spent(model, tokens, estimate_cost(model, input_tokens, output_tokens))
+
+    def spent(self, model: str, tokens: int, cost: float) -> None:
+        """Tokens whose cost is already known (embeddings)."""
+        self.tokens += tokens
+        self.cost += cost
+        self.unpriced = self.unpriced or unpriced(model, tokens)
 
     def error(self, message: str) -> EvaluationError:
         return EvaluationError(
