@@ -32,6 +32,7 @@ from cobalt_app.evaluators.metric_libraries import (
     import_library,
     judge_uses,
     mapping_of,
+    own_params,
     scored,
     text_list,
     tool_call_list,
@@ -89,14 +90,7 @@ def metric_params(evaluator: Evaluator, cls: type) -> dict[str, Any]:
     """The metric's own parameters: the evaluator's keywords that are not Cobalt's."""
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     accepted = [p for p in accepted if p not in RESERVED and not p.startswith("_")]
-    params = {k: v for k, v in evaluator.options.items() if k not in OPTIONS}
-    for option in params:
-        if option not in accepted:
-            raise EvaluationError(
-                f"DeepEval's {cls.__name__} has no parameter `{option}=`."
-                f"{close_match(option, accepted)} Its parameters: {', '.join(accepted)} "
-                f"(and Cobalt's {', '.join(OPTIONS)})"
-            )
+    params = own_params(evaluator, accepted, f"DeepEval's {cls.__name__}", OPTIONS)
     if evaluator.threshold is not None:
         params["threshold"] = evaluator.threshold
     if isinstance(params.get("evaluation_params"), list):

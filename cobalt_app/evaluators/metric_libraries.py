@@ -242,6 +242,21 @@ def judge_uses(
     return uses
 
 
+def own_params(
+    evaluator: Evaluator, accepted: list[str], owner: str, options: tuple[str, ...]
+) -> dict[str, Any]:
+    """The evaluator's keywords other than Cobalt's `options`: the metric's own parameters,
+    each one that `owner` (`DeepEval's GEval`) accepts."""
+    params = {k: v for k, v in evaluator.options.items() if k not in options}
+    for option in params:
+        if option not in accepted:
+            raise EvaluationError(
+                f"{owner} has no parameter `{option}=`.{close_match(option, accepted)} Its "
+                f"parameters: {', '.join(accepted) or 'none'} (and Cobalt's {', '.join(options)})"
+            )
+    return params
+
+
 def build_problems(
     build_metric: Callable[[Evaluator, Any], Any],
 ) -> Callable[[Evaluator], list[str]]:

@@ -38,6 +38,7 @@ from cobalt_app.evaluators.metric_libraries import (
     import_library,
     judge_uses,
     mapping_of,
+    own_params,
     scored,
     text_list,
     tool_call_list,
@@ -117,15 +118,7 @@ def metric_params(evaluator: Evaluator, cls: type) -> dict[str, Any]:
         for f in dataclasses.fields(cls)
         if f.init and f.name not in RESERVED and not f.name.startswith("_")
     ]
-    params = {k: v for k, v in evaluator.options.items() if k not in OPTIONS}
-    for option in params:
-        if option not in accepted:
-            raise EvaluationError(
-                f"Ragas' {cls.__name__} has no parameter `{option}=`."
-                f"{close_match(option, accepted)} Its parameters: {', '.join(accepted) or 'none'}"
-                f" (and Cobalt's {', '.join(OPTIONS)})"
-            )
-    return params
+    return own_params(evaluator, accepted, f"Ragas' {cls.__name__}", OPTIONS)
 
 
 def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
