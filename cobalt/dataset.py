@@ -23,21 +23,20 @@ Problems with the data raise :class:`DatasetError`, whose message names the file
 results can be compared across runs.
 
 This module deliberately depends on the standard library only, so it loads fast and can be
-used without Django.
+used without Django; so do the file formats it loads by name when first needed
+(:mod:`cobalt.dataset_json`, :mod:`cobalt.dataset_csv`, reading through
+:mod:`cobalt.dataset_files`). Here: the :class:`Dataset` API, :class:`DatasetError`,
+:func:`item_key`, and the checks every item passes (unique ids, finite numbers).
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import importlib
-import inspect
-import io
 import json
 import math
 import os
 import random
-import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,8 @@ Item = dict[str, Any]
 """One dataset item: a plain dict of named fields."""
 
 StrPath = str | os.PathLike[str]
+Lines = list[int] | Callable[[], list[int] | None]
+"""Each item's line in its file, or a function finding them (called only for a message)."""
 
 _JSON_EXTENSIONS = (".json",)
 _JSONL_EXTENSIONS = (".jsonl", ".ndjson")
@@ -115,7 +116,7 @@ def item_key(item: Item) -> str:
     return "sha256:" + digest[:16]
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
     """Describe the type of a value the way a dataset author would think of it."""
     if value is None:
         return "null"
@@ -160,20 +161,20 @@ class Dataset:
         if isinstance(items, dict | str | bytes):
             raise DatasetError(
                 f"items must be an iterable of dicts (for example a list), got "
-                f"{_type_name(items)}. Wrap a single item in a list: Dataset([item])."
+                f"{type_name(items)}. Wrap a single item in a list: Dataset([item])."
             )
         checked: list[Item] = []
         for index, item in enumerate(items):
             if not isinstance(item, dict):
                 raise DatasetError(
-                    f"item at index {index} is {_type_name(item)}, expected a dict. Make every "
+                    f"item at index {index} is {type_name(item)}, expected a dict. Make every "
                     f'item a dict of named fields, for example {{"input": "..."}}.',
                     path=source if source not in (None, INLINE_SOURCE) else None,
                 )
             checked.append(dict(item))
         file = source if source not in (None, INLINE_SOURCE) else None
-        _check_unique_ids(checked, path=file, lines=None)
-        _check_finite(checked, path=file)
+        check_unique_ids(checked, path=file, lines=None)
+        check_finite(checked, path=file)
         self._init(tuple(checked), name, source if source is not None else INLINE_SOURCE, None)
 
     def _init(
@@ -227,81 +228,14 @@ class Dataset:
     @classmethod
     def from_json(cls, path: StrPath, *, name: str | None = None) -> Dataset:
         """Load a JSON file holding an array of objects, or an object with an ``"items"`` array."""
-        text = _read_text(path)
-        try:
-            data = json.loads(text, parse_constant=_refuse_constant)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                f"invalid JSON ({exc.msg}). Fix the JSON syntax at that position.",
-                path=path,
-                line=exc.lineno,
-                column=exc.colno,
-            ) from None
-        except _NonFinite:
-            raise _non_finite_error(text, path, first_line=1, items_key="items") from None
-        if isinstance(data, dict) and isinstance(data.get("items"), list):
-            raw_items = data["items"]
-            where = 'the "items" array'
-        elif isinstance(data, list):
-            raw_items = data
-            where = "the top-level array"
-        else:
-            if isinstance(data, dict):
-                found = (
-                    f'an object whose "items" is {_type_name(data["items"])}'
-                    if "items" in data
-                    else 'an object without an "items" array'
-                )
-            else:
-                found = _type_name(data)
-            raise DatasetError(
-                f'expected an array of objects or an object with an "items" array, found '
-                f'{found}. Use [{{...}}, {{...}}] or {{"items": [{{...}}, {{...}}]}}.',
-                path=path,
-            )
-        for index, item in enumerate(raw_items):
-            if not isinstance(item, dict):
-                raise DatasetError(
-                    f"item at index {index} of {where} is {_type_name(item)}, expected an "
-                    f'object. Make every item an object like {{"input": "..."}}.',
-                    path=path,
-                )
-        count = len(raw_items)
-        _check_unique_ids(raw_items, path=path, lines=lambda: _json_item_lines(text, count))
-        return cls._loaded(raw_items, path, name)
+        items, lines = _sibling("dataset_json").load_json(path)
+        return cls._loaded(items, path, name, lines)
 
     @classmethod
     def from_jsonl(cls, path: StrPath, *, name: str | None = None) -> Dataset:
         """Load a JSON Lines file: one JSON object per line; blank lines are skipped."""
-        text = _read_text(path)
-        items: list[Item] = []
-        lines: list[int] = []
-        # Split on "\n" only: U+2028 and friends are legal inside JSON strings.
-        for line_number, line in enumerate(text.split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line, parse_constant=_refuse_constant)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(
-                    f"invalid JSON ({exc.msg}). Fix that line or remove it.",
-                    path=path,
-                    line=line_number,
-                    column=exc.colno,
-                ) from None
-            except _NonFinite:
-                raise _non_finite_error(line, path, first_line=line_number) from None
-            if not isinstance(value, dict):
-                raise DatasetError(
-                    f"expected a JSON object, found {_type_name(value)}. Each line must be one "
-                    f'object like {{"input": "..."}}; fix that line or remove it.',
-                    path=path,
-                    line=line_number,
-                )
-            items.append(value)
-            lines.append(line_number)
-        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
-        return cls._loaded(items, path, name)
+        items, lines = _sibling("dataset_json").load_jsonl(path)
+        return cls._loaded(items, path, name, lines)
 
     @classmethod
     def from_csv(cls, path: StrPath, *, delimiter: str = ",", name: str | None = None) -> Dataset:
@@ -311,75 +245,45 @@ class Dataset:
         must be UTF-8 (a leading byte-order mark is ignored). Values are kept as strings and
         blank lines are skipped. Every row must have exactly as many fields as the header.
         """
-        text = _read_text(path)
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-        header: list[str] | None = None
-        items: list[Item] = []
-        lines: list[int] = []
-        previous_line = 0
-        while True:
-            record_line = previous_line + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                raise _csv_error(
-                    exc, _Record(text, record_line, delimiter, header), path, reader.line_num
-                ) from None
-            previous_line = reader.line_num
-            if not row:
-                continue  # blank line
-            record = _Record(text, record_line, delimiter, header)
-            if header is None:
-                header = _check_header(row, record, path)
-                continue
-            if len(row) != len(header):
-                raise _field_count_error(header, row, record, path)
-            items.append(dict(zip(header, row, strict=True)))
-            lines.append(record_line)
-        if header is None:
-            raise DatasetError(
-                "the file is empty; expected a header row naming the fields (for example "
-                "input,expected). Add a header row followed by one row per item.",
-                path=path,
-            )
-        _check_unique_ids(items, path=path, lines=lines)  # before Dataset(): naming the lines
-        return cls._loaded(items, path, name)
+        items, lines = _sibling("dataset_csv").load_csv(path, delimiter=delimiter)
+        return cls._loaded(items, path, name, lines)
 
     # Remote loaders live in cobalt.remote (HTTP, pagination, credentials; standard library
-    # only, like this module). It is imported by name, lazily, so loading a dataset file never
-    # pays for it.
+    # only, like this module).
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Dataset:
         """Load JSON, JSON Lines or CSV over HTTP(S): ``format=``, ``headers=``, ``name=``."""
-        return _remote().from_url(url, **options)
+        return _sibling("remote").from_url(url, **options)
 
     @classmethod
     def from_langfuse(cls, name: str, **options: Any) -> Dataset:
         """Every item of a Langfuse dataset (``LANGFUSE_PUBLIC_KEY``/``SECRET_KEY``/``HOST``)."""
-        return _remote().from_langfuse(name, **options)
+        return _sibling("remote").from_langfuse(name, **options)
 
     @classmethod
     def from_langsmith(cls, name: str, **options: Any) -> Dataset:
         """Every example of a LangSmith dataset (``LANGSMITH_API_KEY``, ``LANGSMITH_ENDPOINT``)."""
-        return _remote().from_langsmith(name, **options)
+        return _sibling("remote").from_langsmith(name, **options)
 
     @classmethod
     def from_braintrust(cls, project: str, dataset: str, **options: Any) -> Dataset:
         """Every record of a Braintrust dataset (``BRAINTRUST_API_KEY``, ``BRAINTRUST_API_URL``)."""
-        return _remote().from_braintrust(project, dataset, **options)
+        return _sibling("remote").from_braintrust(project, dataset, **options)
 
     @classmethod
     def from_basalt(
         cls, dataset_id: str, *, api_key: str | None = None, base_url: str | None = None
     ) -> Dataset:
         """Every item of a Basalt dataset (``BASALT_API_KEY``, ``BASALT_API_URL``)."""
-        return _remote().from_basalt(dataset_id, api_key=api_key, base_url=base_url)
+        return _sibling("remote").from_basalt(dataset_id, api_key=api_key, base_url=base_url)
 
     @classmethod
-    def _loaded(cls, items: Iterable[Item], path: StrPath, name: str | None) -> Dataset:
+    def _loaded(
+        cls, items: list[Item], path: StrPath, name: str | None, lines: Lines | None
+    ) -> Dataset:
+        # Duplicate ids are refused here, before Dataset(), to name both items' lines.
+        check_unique_ids(items, path=path, lines=lines)
         source = os.fspath(path)
         return cls(items, name=name if name is not None else Path(source).stem, source=source)
 
@@ -454,13 +358,13 @@ class Dataset:
                 raise
             if not isinstance(result, dict):
                 raise DatasetError(
-                    f"map function returned {_type_name(result)} for item at index {index}, "
+                    f"map function returned {type_name(result)} for item at index {index}, "
                     "expected a dict. Return the new item, for example "
                     '{**item, "input": ...}.',
                 )
             mapped.append(dict(result))
-        _check_unique_ids(mapped, path=None, lines=None)
-        _check_finite(mapped, path=None)
+        check_unique_ids(mapped, path=None, lines=None)
+        check_finite(mapped, path=None)
         return self._derive(mapped)
 
     def filter(self, fn: Callable[[Item], object]) -> Dataset:
@@ -509,66 +413,21 @@ class Dataset:
         return "inline dataset"
 
 
-# ---------------------------------------------------------------------- file helpers
+def _sibling(name: str) -> Any:
+    """`cobalt.<name>`, imported by name when first needed: this module imports the standard
+    library only, and building a dataset inline never pays for the file formats (the
+    `dataset_json`/`dataset_csv` loaders) or the remote ones (`remote`)."""
+    return importlib.import_module(f"cobalt.{name}")
 
 
-def _remote() -> Any:
-    return importlib.import_module("cobalt.remote")
+# ---------------------------------------------------------------------- item checks
 
 
-def _caller_project() -> Path | None:
-    """The project folder (where cobalt.toml is) of the code loading a dataset: relative paths
-    start there, as under `cobalt run`, whatever the current folder. None outside a project
-    (or from code without a file, such as a notebook cell): the current folder then."""
-    frame = inspect.currentframe()
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back
-    if frame is None or frame.f_code.co_filename.startswith("<"):
-        return None
-    config = importlib.import_module("cobalt.config")  # by name, as `_remote()`: stdlib only
-    return config.find_project_dir(Path(frame.f_code.co_filename).parent)
-
-
-def _read_text(path: StrPath) -> str:
-    """Read a UTF-8 file (optional BOM), turning every failure into a DatasetError."""
-    given = Path(path)
-    base = None if given.is_absolute() else _caller_project()
-    try:
-        data = (base / given if base else given).read_bytes()
-    except FileNotFoundError:
-        where = f"the project folder, {base}" if base else f"the current folder, {os.getcwd()}"
-        raise DatasetError(
-            f"file not found. Check the path (relative paths are resolved from {where}).",
-            path=path,
-        ) from None
-    except IsADirectoryError:
-        raise DatasetError(
-            "is a directory, not a dataset file. Point at a .json, .jsonl or .csv file.",
-            path=path,
-        ) from None
-    except OSError as exc:
-        raise DatasetError(
-            f"cannot read the file ({exc.strerror or exc}). Check that it exists and is readable.",
-            path=path,
-        ) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line_start = data.rfind(b"\n", 0, exc.start) + 1
-        raise DatasetError(
-            f"the file is not valid UTF-8 (byte 0x{data[exc.start]:02x}). Re-save the file "
-            "with UTF-8 encoding.",
-            path=path,
-            line=data.count(b"\n", 0, exc.start) + 1,
-            column=exc.start - line_start + 1,
-        ) from None
-
-
-def _check_unique_ids(
+def check_unique_ids(
     items: list[Item],
     *,
     path: StrPath | None,
-    lines: list[int] | Callable[[], list[int] | None] | None,
+    lines: Lines | None,
 ) -> None:
     """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
     `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
@@ -599,109 +458,25 @@ def _check_unique_ids(
         )
 
 
-def _json_item_lines(text: str, count: int) -> list[int] | None:
-    """The line each of the `count` items starts on in a JSON array, or in the `"items"`
-    array of an object; None when the text is not laid out that way."""
-    decoder = json.JSONDecoder()
-    blank = re.compile(r"\s*")
-    pos = blank.match(text).end()
-    if text.startswith("{", pos):  # {"description": ..., "items": [...]}: find "items"
-        pos = blank.match(text, pos + 1).end()
-        while not text.startswith("[", pos):
-            if text.startswith("}", pos):
-                return None
-            key, pos = decoder.raw_decode(text, pos)
-            pos = blank.match(text, blank.match(text, pos).end() + 1).end()  # past the ":"
-            if key == "items" and text.startswith("[", pos):
-                break
-            _, pos = decoder.raw_decode(text, pos)
-            pos = blank.match(text, pos).end()
-            pos = blank.match(text, pos + text.startswith(",", pos)).end()
-    if not text.startswith("[", pos):
-        return None
-    lines: list[int] = []
-    line, counted = 1, 0
-    pos = blank.match(text, pos + 1).end()
-    while len(lines) < count and not text.startswith("]", pos):
-        line, counted = line + text.count("\n", counted, pos), pos
-        lines.append(line)
-        _, pos = decoder.raw_decode(text, pos)
-        pos = blank.match(text, pos).end()
-        pos = blank.match(text, pos + text.startswith(",", pos)).end()
-    return lines if len(lines) == count else None
-
-
-class _NonFinite(Exception):
-    """A JSON dataset holds NaN, Infinity or -Infinity (Python's json reads them)."""
-
-
-class _Constant:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NonFinite(name)
-
-
-BARE_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
-
-
-def _non_finite_error(
-    text: str, path: StrPath, *, first_line: int, items_key: str | None = None
-) -> DatasetError:
-    """NaN or Infinity cannot be stored (standard JSON has neither): name its line, column
-    and field. The text has already been parsed once, up to the constant."""
-    token = next(m for m in BARE_CONSTANT.finditer(text) if m.group(1))
-    offset = token.start(1)
-    line_start = text.rfind("\n", 0, offset) + 1
-    try:
-        located = _find(json.loads(text, parse_constant=_Constant), _is_constant)
-        field = None if located is None else located[0]
-    except json.JSONDecodeError:
-        field = None  # the text is broken further on too: the line and column still hold
-    where = ""
-    if items_key is not None and field:  # a .json file: the array, or {"items": [...]}
-        if field[0] == items_key and len(field) > 1:
-            field = field[1:]
-        if isinstance(field[0], int):
-            where, field = f"item at index {field[0]}: ", field[1:]
-    if field is None:
-        subject = "a value"
-    else:
-        subject = f"field {_field_name(field)!r}" if field else "the value"
-    return DatasetError(
-        f"{where}{subject} is {token.group(1)}, which a dataset cannot hold (items are stored "
-        'as standard JSON). Write a number, null or a string such as "NaN" instead.',
-        path=path,
-        line=first_line + text.count("\n", 0, offset),
-        column=offset - line_start + 1,
-    )
-
-
-def _check_finite(items: list[Item], *, path: StrPath | None) -> None:
+def check_finite(items: list[Item], *, path: StrPath | None) -> None:
     """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither."""
     for index, item in enumerate(items):
-        found = _find(item, _is_non_finite)
+        found = find_value(item, _is_non_finite)
         if found is not None:
             field, value = found
             raise DatasetError(
-                f"item at index {index}: field {_field_name(field)!r} is {value!r}, which a "
+                f"item at index {index}: field {field_name(field)!r} is {value!r}, which a "
                 "dataset cannot hold (items are stored as standard JSON). Use None, a number "
                 'or a string such as "NaN" instead.',
                 path=path,
             )
 
 
-def _is_constant(value: Any) -> bool:
-    return isinstance(value, _Constant)
-
-
 def _is_non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _find(value: Any, wanted: Callable[[Any], bool]) -> tuple[list[str | int], Any] | None:
+def find_value(value: Any, wanted: Callable[[Any], bool]) -> tuple[list[str | int], Any] | None:
     """The keys and indices leading to the first value that is `wanted` (in the order of the
     text, for parsed JSON), and that value."""
     if wanted(value):
@@ -713,13 +488,13 @@ def _find(value: Any, wanted: Callable[[Any], bool]) -> tuple[list[str | int], A
     else:
         return None
     for key, child in children:
-        below = _find(child, wanted)
+        below = find_value(child, wanted)
         if below is not None:
             return [key, *below[0]], below[1]
     return None
 
 
-def _field_name(path: list[str | int]) -> str:
+def field_name(path: list[str | int]) -> str:
     """`metadata.scores[2]`."""
     name = ""
     for part in path:
@@ -728,158 +503,3 @@ def _field_name(path: list[str | int]) -> str:
         else:
             name += f".{part}" if name else part
     return name
-
-
-class _Record:
-    """Where the fields of one CSV record start in the file, read again only for an error
-    message (the csv module gives lines, not columns)."""
-
-    def __init__(self, text: str, line: int, delimiter: str, header: list[str] | None) -> None:
-        self.text, self.line, self.delimiter, self.header = text, line, delimiter, header
-
-    def column_name(self, number: int) -> str:
-        """`field 2 ("expected")`: by number, and by the header's name when there is one."""
-        named = self.header and number <= len(self.header)
-        return f"field {number}" + (f" ({self.header[number - 1]!r})" if named else "")
-
-    def scan(self) -> tuple[list[tuple[int, int]], tuple[int, int], tuple[str, int, int] | None]:
-        """(line, column) of each field's start, of the record's end, and the first problem:
-        `("unterminated", ...)` at an opening quote never closed, `("after-quote", ...)` at
-        text that follows a closing quote."""
-        text, delimiter = self.text, self.delimiter
-        pos = _line_offset(text, self.line)
-        line, column = self.line, 1
-        fields: list[tuple[int, int]] = []
-        field_start, quoted, opened = True, False, (line, column)
-        while pos < len(text):
-            char = text[pos]
-            if field_start:
-                fields.append((line, column))
-                field_start = False
-                if char == '"':
-                    quoted, opened = True, (line, column)
-                    pos, column = pos + 1, column + 1
-                    continue
-            if quoted and char == '"':
-                if text.startswith('""', pos):
-                    pos, column = pos + 2, column + 2
-                    continue
-                quoted = False
-                pos, column = pos + 1, column + 1
-                if pos < len(text) and text[pos] not in (delimiter, "\r", "\n"):
-                    return fields, (line, column), ("after-quote", line, column)
-                continue
-            if char in "\r\n":
-                if not quoted:
-                    break
-                pos += 2 if text.startswith("\r\n", pos) else 1
-                line, column = line + 1, 1
-                continue
-            if char == delimiter and not quoted:
-                field_start = True
-            pos, column = pos + 1, column + 1
-        if quoted:
-            return fields, (line, column), ("unterminated", *opened)
-        if field_start:
-            fields.append((line, column))
-        return fields, (line, column), None
-
-
-def _line_offset(text: str, line: int) -> int:
-    """Where 1-based `line` starts, counting lines as the csv module does (\\n, \\r\\n, \\r)."""
-    if line <= 1:
-        return 0
-    for number, match in enumerate(re.finditer(r"\r\n|\r|\n", text), start=2):
-        if number == line:
-            return match.end()
-    return len(text)
-
-
-def _check_header(row: list[str], record: _Record, path: StrPath) -> list[str]:
-    starts, _, _ = record.scan()
-    seen: dict[str, int] = {}
-    for position, field in enumerate(row, start=1):
-        column = starts[position - 1][1] if position <= len(starts) else None
-        if not field.strip():
-            raise DatasetError(
-                f"header field {position} is empty. Give every column a name in the header row.",
-                path=path,
-                line=record.line,
-                column=column,
-            )
-        if field in seen:
-            raise DatasetError(
-                f"header name {field!r} appears more than once (fields {seen[field]} and "
-                f"{position}). Rename one of the columns so every name is unique.",
-                path=path,
-                line=record.line,
-                column=column,
-            )
-        seen[field] = position
-    return row
-
-
-def _field_count_error(
-    header: list[str], row: list[str], record: _Record, path: StrPath
-) -> DatasetError:
-    expected, found = len(header), len(row)
-    starts, end, _ = record.scan()
-    if found > expected:
-        at = starts[expected] if len(starts) > expected else end
-        what = f"field {expected + 1} has no column in the header"
-        advice = (
-            'Quote values that contain the delimiter (for example "a, b") or remove the '
-            "extra fields."
-        )
-    else:
-        at = end
-        missing = ", ".join(repr(name) for name in header[found:])
-        what = f"no value for {missing}"
-        advice = "Add the missing values (an empty value is written as nothing between commas)."
-    on_line = at[0] == record.line
-    where = "" if on_line else f" (at line {at[0]}, column {at[1]})"
-    return DatasetError(
-        f"expected {expected} fields ({', '.join(header)}), found {found}: {what}{where}. {advice}",
-        path=path,
-        line=record.line,
-        column=at[1] if on_line else None,
-    )
-
-
-def _csv_error(exc: csv.Error, record: _Record, path: StrPath, current_line: int) -> DatasetError:
-    message = str(exc)
-    starts, _, problem = record.scan()
-    if problem is not None:
-        kind, line, column = problem
-        field = record.column_name(
-            sum(1 for start in starts if start <= (line, column)) if starts else 1
-        )
-        if kind == "unterminated":
-            return DatasetError(
-                f"unterminated quoted field: the quote that opens {field} is never closed. "
-                'Close the quote, and write any " inside a quoted value as "".',
-                path=path,
-                line=line,
-                column=column,
-            )
-        return DatasetError(
-            f"malformed CSV ({message}) in {field}: text follows its closing quote. Wrap values "
-            'containing the delimiter, quotes or newlines in double quotes, and write any " '
-            'inside them as "".',
-            path=path,
-            line=line,
-            column=column,
-        )
-    if "unexpected end of data" in message:
-        return DatasetError(
-            "unterminated quoted field: a quote opened in the record starting on this line is "
-            'never closed. Close the quote, and write any " inside a quoted value as "".',
-            path=path,
-            line=record.line,
-        )
-    return DatasetError(
-        f"malformed CSV ({message}). Wrap values containing the delimiter, quotes or newlines "
-        'in double quotes, and write any " inside them as "".',
-        path=path,
-        line=max(current_line, record.line),
-    )

@@ -165,10 +165,10 @@ class ThresholdsTest(ExperimentTest):
         self.run = run
 
     def runtest(self) -> None:
-        from cobalt_app import gates
+        from cobalt_app import ci_verdict
 
         self.run.ensure_ran(self.session)
-        report = gates.gate_run(self.run.run, self.run.project)
+        report = ci_verdict.gate_run(self.run.run, self.run.project)
         failed = [check.line() for check in report.checks if not check.passed]
         if failed:
             raise ItemFailed("thresholds not met:\n" + "\n".join(failed))

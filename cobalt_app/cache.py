@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -45,6 +46,28 @@ def cache_put(key: str, *, provider: str, model: str, value: Any, ttl: float | N
             "expires_at": expires,
         },
     )
+
+
+async def cached_call(
+    env: Any,
+    request: dict[str, Any],
+    call: Callable[[], Awaitable[dict[str, Any]]],
+    *,
+    provider: str,
+    model: str,
+) -> tuple[dict[str, Any], bool]:
+    """The cached answer to `request` (keyed by `cache_key(request)`), else `call()`'s, which
+    is then stored: (the answer, whether it came from the cache). `env` is a run's environment
+    (its `db` thread and cache settings). What `call()` raises is never stored."""
+    key = cache_key(request)
+    if env.cache_enabled:
+        hit = await env.db(cache_get, key)
+        if isinstance(hit, dict):
+            return hit, True
+    value = await call()
+    if env.cache_enabled:
+        await env.db(cache_put, key, provider=provider, model=model, value=value, ttl=env.cache_ttl)
+    return value, False
 
 
 def cache_clear(*, older_than_days: float | None = None) -> int:

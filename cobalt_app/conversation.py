@@ -27,7 +27,7 @@ from typing import Any
 from cobalt.experiments import Experiment, RunContext
 from cobalt.tracing import span
 from cobalt_app import traces
-from cobalt_app.cache import cache_get, cache_key, cache_put
+from cobalt_app.cache import cached_call
 from cobalt_app.pricing import agent_cost, agent_usage, estimate_cost
 from cobalt_app.providers import ProviderError
 
@@ -199,52 +199,46 @@ async def simulated_message(
         {"role": "assistant" if m["role"] == "user" else "user", "content": m["content"]}
         for m in conversation.transcript
     ] or [{"role": "user", "content": OPENING}]
-    key = cache_key({"kind": "simulator", **settings, "system": system, "messages": history})
-    if env.cache_enabled:
-        hit = await env.db(cache_get, key)
-        if hit is not None:
-            return _apply(conversation, hit)
-    replies = []
-    for attempt in range(2):
-        instruction = SIMULATOR_FORMAT if attempt == 0 else SIMULATOR_STRICT
-        try:
-            with traces.untraced():  # the simulated user's calls are not the agent's steps
-                reply = await env.hub.chat(
-                    provider=settings["provider"],
-                    model=settings["model"],
-                    system=f"{system}\n\n{instruction}",
-                    user="",
-                    messages=history,
-                    base_url=settings["base_url"],
-                    api_key_env=settings["api_key_env"],
-                    params={"temperature": 0},
-                    purpose="the simulated user",
-                )
-        except ProviderError as exc:
-            raise _stopped(conversation, f"the simulated user's model failed: {exc}") from exc
-        conversation.simulator_tokens += reply.input_tokens + reply.output_tokens
-        conversation.simulator_cost += estimate_cost(
-            settings["model"], reply.input_tokens, reply.output_tokens
+
+    async def simulated() -> dict[str, Any]:
+        replies = []
+        for attempt in range(2):
+            instruction = SIMULATOR_FORMAT if attempt == 0 else SIMULATOR_STRICT
+            try:
+                with traces.untraced():  # the simulated user's calls are not the agent's steps
+                    reply = await env.hub.chat(
+                        provider=settings["provider"],
+                        model=settings["model"],
+                        system=f"{system}\n\n{instruction}",
+                        user="",
+                        messages=history,
+                        base_url=settings["base_url"],
+                        api_key_env=settings["api_key_env"],
+                        params={"temperature": 0},
+                        purpose="the simulated user",
+                    )
+            except ProviderError as exc:
+                raise _stopped(conversation, f"the simulated user's model failed: {exc}") from exc
+            conversation.simulator_tokens += reply.input_tokens + reply.output_tokens
+            conversation.simulator_cost += estimate_cost(
+                settings["model"], reply.input_tokens, reply.output_tokens
+            )
+            replies.append(reply.text)
+            parsed = parse_simulator_reply(reply.text)
+            if parsed is not None:
+                return parsed
+        shown = replies[-1].strip().replace("\n", " ")[:200]
+        raise _stopped(
+            conversation,
+            f"turn {conversation.turns + 1}: the simulated user did not answer JSON "
+            f'{{"message": ..., "done": ...}} twice; last reply: {shown!r}',
         )
-        replies.append(reply.text)
-        parsed = parse_simulator_reply(reply.text)
-        if parsed is not None:
-            if env.cache_enabled:
-                await env.db(
-                    cache_put,
-                    key,
-                    provider=settings["provider"],
-                    model=settings["model"],
-                    value=parsed,
-                    ttl=env.cache_ttl,
-                )
-            return _apply(conversation, parsed)
-    shown = replies[-1].strip().replace("\n", " ")[:200]
-    raise _stopped(
-        conversation,
-        f"turn {conversation.turns + 1}: the simulated user did not answer JSON "
-        f'{{"message": ..., "done": ...}} twice; last reply: {shown!r}',
+
+    request = {"kind": "simulator", **settings, "system": system, "messages": history}
+    parsed, _ = await cached_call(
+        env, request, simulated, provider=settings["provider"], model=settings["model"]
     )
+    return _apply(conversation, parsed)
 
 
 def _apply(conversation: Conversation, parsed: dict[str, Any]) -> str | None:

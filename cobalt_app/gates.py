@@ -1,7 +1,8 @@
 """CI quality gates: thresholds from the config and the experiment, checked against a run.
 
 `check_run()` and `check_baseline()` are plain functions over a run's summary and settings;
-`gate_runs()` gathers what they need from the database for the runs of one `cobalt run --ci`.
+`ci_verdict.gate_runs()` gathers what they need from the database for the runs of one
+`cobalt run --ci`.
 Score metrics are floors, latency and cost are ceilings; a value equal to its threshold passes
 (compared with a tolerance of 1e-9, so float noise in a percentile never fails a gate).
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,15 +24,10 @@ from cobalt.config import (
     ConfigError,
     check_thresholds,
 )
-from cobalt_app.pricing import NO_MODEL
 from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 TOLERANCE = 1e-9
 SUMMARY_KEYS = {"pass_rate": "passRate"}
-RESERVED = ("latency", "cost")
-ERRORED_ITEMS_SHOWN = 200
-QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -315,279 +310,10 @@ def check_significance(
     return checks, notes
 
 
-# ---------------------------------------------------------------------------------------------
-# Gathering from the database
-
-
-@dataclass
-class ErroredItem:
-    index: int
-    run_index: int
-    key: str
-    status: str
-    error: str
-    traceback: str
-    latency_ms: float | None
-
-
-@dataclass
-class ErrorClass:
-    """The evaluation errors of one evaluator that share a cause: how many, the first message."""
-
-    evaluator: str
-    count: int
-    first: str
-
-    def line(self) -> str:
-        plural = "s" * (self.count != 1)
-        return f"{self.evaluator}: {self.count} evaluation error{plural}, first: {self.first}"
-
-
-@dataclass
-class GateReport:
-    """The gates of one run."""
-
-    run_id: str
-    name: str
-    file: str
-    status: str
-    summary: dict[str, Any]
-    evaluators: list[str]
-    settings: GateSettings
-    checks: list[Check] = field(default_factory=list)
-    errored_items: list[ErroredItem] = field(default_factory=list)
-    error_classes: list[ErrorClass] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    baseline_id: str | None = None
-    results_path: str = ""
-    runs: int = 1
-
-    @property
-    def violations(self) -> list[Check]:
-        return [c for c in self.checks if not c.passed]
-
-    @property
-    def passed(self) -> bool:
-        return not self.violations
-
-
-@dataclass
-class ImportFailure:
-    file: str
-    error: str
-    traceback: str = ""
-
-
-@dataclass
-class CiOutcome:
-    """Everything one `cobalt run --ci` decided, for the console, JUnit, GitHub and webhooks."""
-
-    reports: list[GateReport] = field(default_factory=list)
-    global_checks: list[Check] = field(default_factory=list)
-    import_failures: list[ImportFailure] = field(default_factory=list)
-    config_errors: list[str] = field(default_factory=list)
-
-    @property
-    def violations(self) -> list[Check]:
-        found = [c for c in self.global_checks if not c.passed]
-        for report in self.reports:
-            found.extend(report.violations)
-        return found
-
-    @property
-    def exit_code(self) -> int:
-        if self.import_failures or self.config_errors:
-            return 2
-        return 1 if self.violations else 0
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == 0
-
-
-class BaselineError(LookupError):
-    pass
-
-
 def validate_experiment_thresholds(thresholds: Any, *, name: str, file: str) -> None:
     """Raise ConfigError naming the experiment and file when its thresholds are malformed."""
     where = f"{file or '<experiment>'}: experiment {name!r} `thresholds"
     check_thresholds(thresholds, where=where, allow_settings=True)
-
-
-def scores_of(run_id: str, evaluator: str) -> list[float]:
-    from cobalt_app.models import Evaluation
-
-    rows = Evaluation.objects.filter(
-        run_id=run_id, evaluator=evaluator, status=Evaluation.Status.OK, score__isnull=False
-    ).values_list("score", flat=True)
-    return list(rows.iterator(chunk_size=5000))
-
-
-def pass_rate(run_id: str, evaluator: str, min_score: float) -> float | None:
-    values = scores_of(run_id, evaluator)
-    if not values:
-        return None
-    return sum(1 for v in values if v >= min_score - TOLERANCE) / len(values)
-
-
-def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[ErroredItem]:
-    from cobalt_app.models import ItemResult
-
-    rows = (
-        ItemResult.objects.filter(run_id=run_id)
-        .exclude(status=ItemResult.Status.OK)
-        .order_by("item_index", "run_index")
-        .values_list(
-            "item_index", "run_index", "item_key", "status", "error", "traceback", "latency_ms"
-        )[:limit]
-    )
-    return [ErroredItem(*row) for row in rows]
-
-
-def error_cause(message: str) -> str:
-    """A message without its particulars (quoted text, numbers): one cause, one class."""
-    first = message.splitlines()[0] if message else ""
-    return NUMBER.sub("#", QUOTED.sub("…", first))
-
-
-def evaluation_error_classes(run_id: str) -> list[ErrorClass]:
-    """The run's evaluation errors grouped by evaluator and cause, the most frequent first."""
-    from cobalt_app.models import Evaluation
-
-    rows = (
-        Evaluation.objects.filter(run_id=run_id, status=Evaluation.Status.ERROR)
-        .order_by("item__item_index", "item__run_index", "id")
-        .values_list("evaluator", "error")
-    )
-    classes: dict[tuple[str, str], ErrorClass] = {}
-    for evaluator, error in rows.iterator(chunk_size=5000):
-        key = (evaluator, error_cause(error))
-        if key in classes:
-            classes[key].count += 1
-        else:
-            first = error.splitlines()[0] if error else "(no message)"
-            classes[key] = ErrorClass(evaluator, 1, first)
-    return sorted(classes.values(), key=lambda c: -c.count)
-
-
-def resolve_baseline(spec: str | None) -> Any:
-    """`--baseline`: None, "latest" (resolved per run) or a run that must exist."""
-    if not spec or spec == "latest":
-        return spec
-    from cobalt_app.selectors import RunNotFound, run_get
-
-    try:
-        return run_get(spec)
-    except RunNotFound as exc:
-        raise BaselineError(f"--baseline: {exc}") from None
-
-
-def gate_run(
-    run: Any, config: Config, *, baseline: Any = None, significance: float | None = None
-) -> GateReport:
-    """Check one finished run against its thresholds (and its baseline run, if any)."""
-    from cobalt_app.selectors import latest_run, scores_by_key
-
-    run_config = run.config or {}
-    evaluators = list(run.evaluator_names)
-    settings = resolve_settings(config.get("ci") or {}, run_config.get("thresholds"), evaluators)
-    report = GateReport(
-        run_id=run.id,
-        name=run.name,
-        file=run.file,
-        status=run.status,
-        summary=run.summary or {},
-        evaluators=evaluators,
-        settings=settings,
-        results_path=run.results_path or "",
-        runs=int(run_config.get("runs") or 1),
-    )
-    report.checks = check_run(
-        report.summary,
-        settings,
-        status=run.status,
-        pass_rate_at=lambda name, min_score: pass_rate(run.id, name, min_score),
-    )
-    report.errored_items = errored_items(run.id)
-    if any(v.get("errors") for v in (report.summary.get("scores") or {}).values()):
-        report.error_classes = evaluation_error_classes(run.id)
-    if baseline == "latest":
-        base = latest_run(run.name, exclude=run.id)
-        if base is None:
-            report.notes.append(f"no earlier completed run of {run.name!r}; baseline gate skipped")
-    else:
-        base = baseline if baseline is not None and baseline.name == run.name else None
-    if base is not None:
-        report.baseline_id = base.id
-        check = check_baseline if significance is None else check_significance
-        extra = {} if significance is None else {"alpha": significance}
-        checks, notes = check(
-            scores_by_key(run),
-            scores_by_key(base),
-            evaluators,
-            max_regression=settings.max_regression,
-            baseline_id=base.id,
-            **extra,
-        )
-        report.checks.extend(checks)
-        report.notes.extend(notes)
-    return report
-
-
-def gate_runs(
-    runs: Iterable[Any],
-    config: Config,
-    *,
-    baseline: Any = None,
-    import_failures: Iterable[ImportFailure] = (),
-    significance: float | None = None,
-) -> CiOutcome:
-    """The CI verdict over every run of one invocation."""
-    runs = list(runs)
-    outcome = CiOutcome(import_failures=list(import_failures))
-    outcome.reports = [
-        gate_run(run, config, baseline=baseline, significance=significance) for run in runs
-    ]
-    if baseline not in (None, "latest") and not any(r.name == baseline.name for r in runs):
-        outcome.config_errors.append(
-            f"--baseline {baseline.id} is a run of {baseline.name!r}, and no experiment of that "
-            "name ran; pass a run of an experiment that ran, or `latest`"
-        )
-    for report in outcome.reports:
-        unpriced = report.summary.get("unpricedModels") or []
-        if report.settings.cost and unpriced:
-            outcome.config_errors.append(unpriced_cost_error(report.name, unpriced))
-    seen = {name for run in runs for name in run.evaluator_names}
-    configured = (config.get("ci") or {}).get("thresholds") or {}
-    for name, metrics in configured.items():
-        if name in RESERVED or name in seen or not isinstance(metrics, Mapping):
-            continue
-        note = f"[ci.thresholds.{name}] names an evaluator that no run has"
-        floors = [m for m in canonical(metrics) if m != "min_score"] or ["avg"]
-        for metric in floors:
-            threshold = canonical(metrics).get(metric)
-            outcome.global_checks.append(
-                Check(name, metric, None, threshold, "missing", False, note=note)
-            )
-    return outcome
-
-
-def unpriced_cost_error(experiment: str, models: list[str]) -> str:
-    """A cost gate cannot be checked when part of the cost is unknown."""
-    named = [m for m in models if m != NO_MODEL]
-    example = f'"{named[0]}" = [2.5, 10]' if named else '"my-model" = [2.5, 10]'
-    anonymous = (
-        "; tokens reported without a `model` in metadata cannot be priced: report the model"
-        if NO_MODEL in models
-        else ""
-    )
-    return (
-        f"experiment {experiment!r} has a cost threshold, but {', '.join(models)} spent tokens "
-        f"and {'has' if len(models) == 1 else 'have'} no price, so the cost is unknown. Add "
-        f"prices (USD per million input and output tokens) under [prices] in cobalt.toml, "
-        f"e.g. {example}{anonymous}"
-    )
 
 
 def experiment_threshold_errors(experiments: Iterable[Any], config: Config) -> list[str]:

@@ -20,7 +20,8 @@ from rich.markup import escape
 
 import cobalt
 from cobalt_app import recordings
-from cobalt_app.gates import Check, CiOutcome, GateReport, fmt_number
+from cobalt_app.ci_verdict import CiOutcome, GateReport
+from cobalt_app.gates import Check, fmt_number
 from cobalt_app.results import iso
 from cobalt_cli.reporter import steps_note
 

@@ -82,38 +82,38 @@ def prepare(options: CiOptions, config: Config, experiments: list[Any]) -> None:
     the preflight (evaluator types, options, keys), reported like any configuration error."""
     if not options.ci:
         return
-    from cobalt_app import gates, preflight
+    from cobalt_app import ci_verdict, gates, preflight
 
     problems = gates.experiment_threshold_errors(experiments, config)
     problems.extend(p.line() for p in preflight.problems(experiments, config))
     try:
-        options.baseline_run = gates.resolve_baseline(options.baseline)
-    except gates.BaselineError as exc:
+        options.baseline_run = ci_verdict.resolve_baseline(options.baseline)
+    except ci_verdict.BaselineError as exc:
         problems.append(str(exc))
     if problems:
-        outcome = gates.CiOutcome(config_errors=problems)
+        outcome = ci_verdict.CiOutcome(config_errors=problems)
         report(options, config, outcome)
         raise typer.Exit(outcome.exit_code)
 
 
 def finish(options: CiOptions, config: Config, result: Any) -> int:
     """Gate the runs of this invocation, report the verdict everywhere asked; the exit code."""
-    from cobalt_app import gates, webhooks
+    from cobalt_app import ci_verdict, webhooks
 
     if options.baseline and options.baseline_run is None:
         try:
-            options.baseline_run = gates.resolve_baseline(options.baseline)
-        except gates.BaselineError as exc:
+            options.baseline_run = ci_verdict.resolve_baseline(options.baseline)
+        except ci_verdict.BaselineError as exc:
             options.problems.append(str(exc))
     failures = [
-        gates.ImportFailure(
+        ci_verdict.ImportFailure(
             file=relative(config, loaded.path),
             error=loaded.error or "",
             traceback=loaded.traceback or "",
         )
         for loaded in result.load_errors
     ]
-    outcome = gates.gate_runs(
+    outcome = ci_verdict.gate_runs(
         result.runs,
         config,
         baseline=options.baseline_run,

@@ -12,8 +12,8 @@ import pytest
 from cobalt import Dataset, Evaluator, experiment, load_config
 from cobalt.experiments import collecting
 from cobalt_app import evaluators, launcher, preflight
+from cobalt_app.ci_verdict import error_cause
 from cobalt_app.engine import NOTHING_RETURNED
-from cobalt_app.gates import error_cause
 from cobalt_app.models import Evaluation, ItemResult, Run
 from tests.conftest import cli_env
 

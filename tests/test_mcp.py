@@ -21,7 +21,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from cobalt.experiments import RunContext
 from cobalt_app import discovery
-from cobalt_app.generate import GenerateError, parse_spec, render_experiment
+from cobalt_app.generate_render import render_experiment
+from cobalt_app.generate_spec import GenerateError, parse_spec
 from tests.conftest import Project, cli_env
 from tests.support_agent import SUPPORT_AGENT, support_spec
 
@@ -535,7 +536,7 @@ def test_the_rendered_file_keeps_llm_text_out_of_the_code(project):
     )
     output = project.path / "experiments" / "hostile.cobalt.py"
     output.parent.mkdir()
-    from cobalt_app.generate import agent_functions
+    from cobalt_app.generate_spec import agent_functions
 
     functions = agent_functions(agent.read_text(), "agents/my-bot.py")
     output.write_text(

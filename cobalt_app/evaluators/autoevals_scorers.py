@@ -32,7 +32,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import embeddings
-from cobalt_app.cache import cache_get, cache_key, cache_put
+from cobalt_app.cache import cached_call
 from cobalt_app.evaluators import (
     EvalOutcome,
     EvalTarget,
@@ -43,7 +43,6 @@ from cobalt_app.evaluators import (
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
 from cobalt_app.evaluators.usage import counted, current
-from cobalt_app.pricing import unpriced
 from cobalt_app.providers import (
     ProviderError,
     chat_params,
@@ -140,52 +139,47 @@ class CobaltClient:
         request = chat_params(self.target["provider"], request["model"], request)
         usage = current()
         usage.calls += 1
-        key = cache_key(
-            {
-                "kind": "autoevals",
-                "provider": self.target["provider"],
-                "model": self.target["model"],
-                "base_url": self.target["base_url"],
-                "request": request,
-            }
-        )
-        env = self.env
-        if env.cache_enabled:
-            hit = await env.db(cache_get, key)
-            if isinstance(hit, dict):
-                usage.hits += 1
-                return hit
         provider = self.target["provider"]
-        api_key = resolve_api_key(
-            provider,
-            judge_config=env.judge_config,
-            api_key_env=self.target["api_key_env"],
-            base_url=self.target["base_url"],
-            purpose="the autoevals evaluator",
-        )
-        client = env.hub.client(provider, base_url=self.target["base_url"], api_key=api_key)
-        send = functools.partial(env.hub.send, provider, api_key)  # the shared rate budget
-        try:
-            if provider == "anthropic":
-                reply = await _anthropic_completion(client, request, send)
-            else:
-                reply = _slim((await send(client.chat.completions.create, **request)).model_dump())
-        except ProviderError:
-            raise
-        except Exception as exc:
-            raise ProviderError(describe_sdk_error(provider, exc, secrets=(api_key,))) from exc
-        prompt_tokens = reply["usage"]["prompt_tokens"]
-        completion_tokens = reply["usage"]["completion_tokens"]
-        usage.add(self.target["model"], prompt_tokens, completion_tokens)
-        if env.cache_enabled:
-            await env.db(
-                cache_put,
-                key,
-                provider=provider,
-                model=self.target["model"],
-                value=reply,
-                ttl=env.cache_ttl,
+        env = self.env
+
+        async def completed() -> dict[str, Any]:
+            api_key = resolve_api_key(
+                provider,
+                judge_config=env.judge_config,
+                api_key_env=self.target["api_key_env"],
+                base_url=self.target["base_url"],
+                purpose="the autoevals evaluator",
             )
+            client = env.hub.client(provider, base_url=self.target["base_url"], api_key=api_key)
+            send = functools.partial(env.hub.send, provider, api_key)  # the shared rate budget
+            try:
+                if provider == "anthropic":
+                    reply = await _anthropic_completion(client, request, send)
+                else:
+                    created = await send(client.chat.completions.create, **request)
+                    reply = _slim(created.model_dump())
+            except ProviderError:
+                raise
+            except Exception as exc:
+                raise ProviderError(describe_sdk_error(provider, exc, secrets=(api_key,))) from exc
+            usage.add(
+                self.target["model"],
+                reply["usage"]["prompt_tokens"],
+                reply["usage"]["completion_tokens"],
+            )
+            return reply
+
+        asked = {
+            "kind": "autoevals",
+            "provider": provider,
+            "model": self.target["model"],
+            "base_url": self.target["base_url"],
+            "request": request,
+        }
+        reply, cached = await cached_call(
+            env, asked, completed, provider=provider, model=self.target["model"]
+        )
+        usage.hits += cached
         return reply
 
     async def respond(self, **request: Any) -> dict[str, Any]:
@@ -225,9 +219,7 @@ class CobaltClient:
             )
         except embeddings.EmbeddingError as exc:
             raise ProviderError(str(exc)) from exc
-        usage.tokens += batch.tokens
-        usage.cost += batch.cost
-        usage.unpriced = usage.unpriced or unpriced(batch.model, batch.tokens)
+        usage.spent(batch.model, batch.tokens, batch.cost)
         usage.hits += batch.cached == len(texts)
         return {
             "data": [{"embedding": v, "index": i} for i, v in enumerate(batch.vectors)],

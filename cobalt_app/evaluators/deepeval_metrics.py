@@ -26,11 +26,13 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, regi
 from cobalt_app.evaluators.metric_libraries import (
     JUDGE_OPTIONS,
     Judge,
+    build_problems,
     close_match,
     gather_inputs,
     import_library,
     judge_uses,
     mapping_of,
+    own_params,
     scored,
     text_list,
     tool_call_list,
@@ -88,14 +90,7 @@ def metric_params(evaluator: Evaluator, cls: type) -> dict[str, Any]:
     """The metric's own parameters: the evaluator's keywords that are not Cobalt's."""
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     accepted = [p for p in accepted if p not in RESERVED and not p.startswith("_")]
-    params = {k: v for k, v in evaluator.options.items() if k not in OPTIONS}
-    for option in params:
-        if option not in accepted:
-            raise EvaluationError(
-                f"DeepEval's {cls.__name__} has no parameter `{option}=`."
-                f"{close_match(option, accepted)} Its parameters: {', '.join(accepted)} "
-                f"(and Cobalt's {', '.join(OPTIONS)})"
-            )
+    params = own_params(evaluator, accepted, f"DeepEval's {cls.__name__}", OPTIONS)
     if evaluator.threshold is not None:
         params["threshold"] = evaluator.threshold
     if isinstance(params.get("evaluation_params"), list):
@@ -186,15 +181,6 @@ def arguments_dict(arguments: Any) -> dict[str, Any] | None:
     return arguments if isinstance(arguments, dict) else {"input": arguments}
 
 
-def validate(evaluator: Evaluator) -> list[str]:
-    """The definition's problems, found before any agent call (the preflight)."""
-    try:
-        build_metric(evaluator, None)
-    except EvaluationError as exc:
-        return [str(exc)]
-    return []
-
-
 def asks_a_model(evaluator: Evaluator) -> bool:
     cls = metric_class(evaluator.options.get("metric"))
     return "model" in inspect.signature(cls.__init__).parameters
@@ -204,7 +190,7 @@ def asks_a_model(evaluator: Evaluator) -> bool:
     "deepeval",
     options=OPTIONS,
     providers=judge_uses("deepeval", asks_a_model),
-    validate=validate,
+    validate=build_problems(build_metric),
 )
 async def deepeval_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     # The first import takes seconds: off the event loop, where other items are running.

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.cache import cache_get, cache_key, cache_put
+from cobalt_app.cache import cached_call
 from cobalt_app.evaluators import (
     EvalOutcome,
     EvalTarget,
@@ -28,7 +29,7 @@ from cobalt_app.evaluators import (
     context_variables,
     register,
 )
-from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.evaluators.usage import Usage
 from cobalt_app.providers import ProviderError
 from cobalt_app.templating import TemplateError, render, template_context
 
@@ -183,85 +184,75 @@ async def ask_judge(
     format_instruction, strict_instruction = judge_instructions(evaluator)
     scoring = evaluator.options.get("scoring", "scale")
     user = f"{prompt}\n\n{format_instruction}"
-    key = cache_key(
-        {
-            "kind": "llm-judge",
-            "provider": target["provider"],
-            "model": target["model"],
-            "base_url": target["base_url"],
-            "params": params,
-            "system": SYSTEM_PROMPT,
-            "prompt": user,
-        }
-    )
-    if env.cache_enabled:
-        hit = await env.db(cache_get, key)
-        if hit is not None:
-            return EvalOutcome(
-                evaluator.name,
-                hit["score"],
-                reason=hit["reason"],
-                cached=True,
-                chain_of_thought=hit.get("chainOfThought", ""),
-            )
-    tokens, cost = 0, 0.0
-    replies: list[str] = []
-    for attempt in range(2):
-        message = user if attempt == 0 else f"{user}\n\n{strict_instruction}"
-        try:
-            reply = await env.hub.chat(
-                provider=target["provider"],
-                model=target["model"],
-                system=SYSTEM_PROMPT,
-                user=message,
-                base_url=target["base_url"],
-                api_key_env=target["api_key_env"],
-                params=dict(params),
-                purpose=f"the llm-judge {evaluator.name!r}",
-            )
-        except ProviderError as exc:
-            raise EvaluationError(
-                str(exc),
-                tokens=tokens,
-                cost=cost,
-                unpriced_model=unpriced(target["model"], tokens),
-            ) from exc
-        tokens += reply.input_tokens + reply.output_tokens
-        cost += estimate_cost(target["model"], reply.input_tokens, reply.output_tokens)
-        replies.append(reply.text)
-        parsed = parse_judgement(reply.text, scoring)
-        if parsed is not None:
-            score, reason = parsed
-            thought = reasoning_of(reply.text) if evaluator.options.get("chain_of_thought") else ""
-            if env.cache_enabled:
-                value = {"score": score, "reason": reason}
-                if thought:
-                    value["chainOfThought"] = thought
-                await env.db(
-                    cache_put,
-                    key,
+
+    async def judged(usage: Usage) -> dict[str, Any]:
+        replies: list[str] = []
+        for attempt in range(2):
+            message = user if attempt == 0 else f"{user}\n\n{strict_instruction}"
+            try:
+                reply = await env.hub.chat(
                     provider=target["provider"],
                     model=target["model"],
-                    value=value,
-                    ttl=env.cache_ttl,
+                    system=SYSTEM_PROMPT,
+                    user=message,
+                    base_url=target["base_url"],
+                    api_key_env=target["api_key_env"],
+                    params=dict(params),
+                    purpose=f"the llm-judge {evaluator.name!r}",
                 )
-            return EvalOutcome(
-                evaluator.name,
-                score,
-                reason=reason,
-                tokens=tokens,
-                cost=cost,
-                chain_of_thought=thought,
-                unpriced_model=unpriced(target["model"], tokens),
-            )
-    shown = replies[-1].strip().replace("\n", " ")
-    shown = shown if len(shown) <= 200 else shown[:197] + "..."
-    expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
-    raise EvaluationError(
-        f"the judge did not answer JSON {expected} twice; last reply: {shown!r}",
-        tokens=tokens,
-        cost=cost,
-        unpriced_model=unpriced(target["model"], tokens),
+            except ProviderError as exc:
+                raise usage.error(str(exc)) from exc
+            usage.add(target["model"], reply.input_tokens, reply.output_tokens)
+            replies.append(reply.text)
+            parsed = parse_judgement(reply.text, scoring)
+            if parsed is not None:
+                score, reason = parsed
+                judgement: dict[str, Any] = {"score": score, "reason": reason}
+                if evaluator.options.get("chain_of_thought"):
+                    thought = reasoning_of(reply.text)
+                    if thought:
+                        judgement["chainOfThought"] = thought
+                return judgement
+        shown = replies[-1].strip().replace("\n", " ")
+        shown = shown if len(shown) <= 200 else shown[:197] + "..."
+        expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
+        raise usage.error(f"the judge did not answer JSON {expected} twice; last reply: {shown!r}")
+
+    request = {
+        "kind": "llm-judge",
+        "provider": target["provider"],
+        "model": target["model"],
+        "base_url": target["base_url"],
+        "params": params,
+        "system": SYSTEM_PROMPT,
+        "prompt": user,
+    }
+    return await cached_judgement(evaluator, env, request, judged)
+
+
+async def cached_judgement(
+    evaluator: Evaluator,
+    env: Any,
+    request: dict[str, Any],
+    judge: Callable[[Usage], Awaitable[dict[str, Any]]],
+) -> EvalOutcome:
+    """The outcome of the judgement the judge cache holds for `request`, else of
+    `judge(usage)`'s, which adds what its calls spend to `usage`. A judgement is
+    `{"score", "reason"}`, with `"chainOfThought"` when the judge wrote one."""
+    target = judge_target(evaluator, env)
+    usage = Usage()
+    judgement, cached = await cached_call(
+        env, request, lambda: judge(usage), provider=target["provider"], model=target["model"]
+    )
+    return EvalOutcome(
+        evaluator.name,
+        judgement["score"],
+        reason=judgement["reason"],
+        cached=cached,
+        tokens=usage.tokens,
+        cost=usage.cost,
+        chain_of_thought=judgement.get("chainOfThought", ""),
+        unpriced_model=usage.unpriced,
     )
 
 

@@ -19,11 +19,10 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.cache import cache_get, cache_key, cache_put
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
-from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
-from cobalt_app.evaluators.usage import counted, current
+from cobalt_app.evaluators.llm_judge import cached_judgement, judge_settings, judge_target
+from cobalt_app.evaluators.usage import Usage, counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL = {
@@ -243,6 +242,37 @@ def judge_uses(
     return uses
 
 
+def own_params(
+    evaluator: Evaluator, accepted: list[str], owner: str, options: tuple[str, ...]
+) -> dict[str, Any]:
+    """The evaluator's keywords other than Cobalt's `options`: the metric's own parameters,
+    each one that `owner` (`DeepEval's GEval`) accepts."""
+    params = {k: v for k, v in evaluator.options.items() if k not in options}
+    for option in params:
+        if option not in accepted:
+            raise EvaluationError(
+                f"{owner} has no parameter `{option}=`.{close_match(option, accepted)} Its "
+                f"parameters: {', '.join(accepted) or 'none'} (and Cobalt's {', '.join(options)})"
+            )
+    return params
+
+
+def build_problems(
+    build_metric: Callable[[Evaluator, Any], Any],
+) -> Callable[[Evaluator], list[str]]:
+    """A library evaluator's `validate`: the problems `build_metric(evaluator, None)` finds in
+    its definition, before any agent call (the preflight)."""
+
+    def validate(evaluator: Evaluator) -> list[str]:
+        try:
+            build_metric(evaluator, None)
+        except EvaluationError as exc:
+            return [str(exc)]
+        return []
+
+    return validate
+
+
 def jsonable(value: Any) -> Any:
     """A metric parameter as it enters the cache key (enums and objects by their text)."""
     if isinstance(value, dict):
@@ -266,45 +296,26 @@ async def scored(
     """Run `measure()` (a coroutine function returning (score, reason)) with the cache of
     whole results and the usage of its judge calls; any failure is an evaluation error."""
     target = judge_target(evaluator, env)
-    key = cache_key(
-        {
-            "kind": library,
-            "metric": metric,
-            "params": jsonable(params),
-            "provider": target["provider"],
-            "model": target["model"],
-            "base_url": target["base_url"],
-            "inputs": jsonable(inputs),
-        }
-    )
-    if env.cache_enabled:
-        hit = await env.db(cache_get, key)
-        if isinstance(hit, dict):
-            return EvalOutcome(evaluator.name, hit["score"], reason=hit["reason"], cached=True)
-    with counted(metric) as usage:
-        score, reason = await measure()
-    problem = _score_problem(score)
-    if problem:
-        raise usage.error(f"{metric} {problem}")
-    score = float(score)
-    reason = str(reason or f"{metric} scored {score:.3f}")
-    if env.cache_enabled:
-        await env.db(
-            cache_put,
-            key,
-            provider=target["provider"],
-            model=target["model"],
-            value={"score": score, "reason": reason},
-            ttl=env.cache_ttl,
-        )
-    return EvalOutcome(
-        evaluator.name,
-        score,
-        reason=reason,
-        tokens=usage.tokens,
-        cost=usage.cost,
-        unpriced_model=usage.unpriced,
-    )
+
+    async def measured(usage: Usage) -> dict[str, Any]:
+        with counted(metric, usage=usage):
+            score, reason = await measure()
+        problem = _score_problem(score)
+        if problem:
+            raise usage.error(f"{metric} {problem}")
+        score = float(score)
+        return {"score": score, "reason": str(reason or f"{metric} scored {score:.3f}")}
+
+    request = {
+        "kind": library,
+        "metric": metric,
+        "params": jsonable(params),
+        "provider": target["provider"],
+        "model": target["model"],
+        "base_url": target["base_url"],
+        "inputs": jsonable(inputs),
+    }
+    return await cached_judgement(evaluator, env, request, measured)
 
 
 def _score_problem(score: Any) -> str:

@@ -32,17 +32,19 @@ from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, regi
 from cobalt_app.evaluators.metric_libraries import (
     JUDGE_OPTIONS,
     Judge,
+    build_problems,
     close_match,
     gather_inputs,
     import_library,
     judge_uses,
     mapping_of,
+    own_params,
     scored,
     text_list,
     tool_call_list,
 )
 from cobalt_app.evaluators.usage import current
-from cobalt_app.pricing import estimate_cost, unpriced
+from cobalt_app.pricing import estimate_cost
 from cobalt_app.providers import describe_sdk_error, resolve_api_key
 
 FIELDS = (
@@ -116,15 +118,7 @@ def metric_params(evaluator: Evaluator, cls: type) -> dict[str, Any]:
         for f in dataclasses.fields(cls)
         if f.init and f.name not in RESERVED and not f.name.startswith("_")
     ]
-    params = {k: v for k, v in evaluator.options.items() if k not in OPTIONS}
-    for option in params:
-        if option not in accepted:
-            raise EvaluationError(
-                f"Ragas' {cls.__name__} has no parameter `{option}=`."
-                f"{close_match(option, accepted)} Its parameters: {', '.join(accepted) or 'none'}"
-                f" (and Cobalt's {', '.join(OPTIONS)})"
-            )
-    return params
+    return own_params(evaluator, accepted, f"Ragas' {cls.__name__}", OPTIONS)
 
 
 def build_metric(evaluator: Evaluator, env: Any) -> tuple[Any, dict[str, Any]]:
@@ -206,12 +200,6 @@ def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
     base_url = target.get("base_url") if target.get("provider") == "openai" else None
     model = evaluator.options.get("embedding_model") or embeddings.default_model(provider)
 
-    def count(tokens: int, cost: float) -> None:
-        usage = current()
-        usage.tokens += tokens
-        usage.cost += cost
-        usage.unpriced = usage.unpriced or unpriced(model, tokens)
-
     async def embed(texts: list[str]) -> list[list[float]]:
         try:
             batch = await embeddings.embed(
@@ -224,7 +212,7 @@ def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
             )
         except embeddings.EmbeddingError as exc:
             raise EvaluationError(str(exc)) from exc
-        count(batch.tokens, batch.cost)
+        current().spent(model, batch.tokens, batch.cost)
         return batch.vectors
 
     def embed_blocking(texts: list[str]) -> list[list[float]]:
@@ -252,7 +240,7 @@ def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
         finally:
             client.close()
         tokens = response.usage.prompt_tokens if response.usage else 0
-        count(tokens or 0, estimate_cost(model, tokens or 0, 0))
+        current().spent(model, tokens or 0, estimate_cost(model, tokens or 0, 0))
         return [list(d.embedding) for d in sorted(response.data, key=lambda d: d.index)]
 
     class CobaltEmbeddings(BaseRagasEmbeddings):
@@ -314,15 +302,6 @@ def missing_columns(metric: Any, row: Any, multi_turn: bool) -> list[str]:
     return sorted(c for c in required - given if c not in optional)
 
 
-def validate(evaluator: Evaluator) -> list[str]:
-    """The definition's problems, found before any agent call (the preflight)."""
-    try:
-        build_metric(evaluator, None)
-    except EvaluationError as exc:
-        return [str(exc)]
-    return []
-
-
 def asks_a_model(evaluator: Evaluator) -> bool:
     cls = metric_class(evaluator.options.get("metric"))  # first: it imports Ragas or says how
     from ragas.metrics.base import MetricWithEmbeddings, MetricWithLLM
@@ -333,7 +312,12 @@ def asks_a_model(evaluator: Evaluator) -> bool:
     return issubclass(cls, MetricWithLLM) or embeds
 
 
-@register("ragas", options=OPTIONS, providers=judge_uses("ragas", asks_a_model), validate=validate)
+@register(
+    "ragas",
+    options=OPTIONS,
+    providers=judge_uses("ragas", asks_a_model),
+    validate=build_problems(build_metric),
+)
 async def ragas_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     await asyncio.to_thread(import_library, "ragas", "ragas.metrics")
     metric, params = build_metric(evaluator, env)

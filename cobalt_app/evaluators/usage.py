@@ -27,9 +27,15 @@ class Usage:
     unpriced: str = ""  # a model that spent tokens and has no price
 
     def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
-        self.tokens += input_tokens + output_tokens
-        self.cost += estimate_cost(model, input_tokens, output_tokens)
-        self.unpriced = self.unpriced or unpriced(model, input_tokens + output_tokens)
+        """A call's tokens, priced."""
+        tokens = input_tokens + output_tokens
+        self.spent(model, tokens, estimate_cost(model, input_tokens, output_tokens))
+
+    def spent(self, model: str, tokens: int, cost: float) -> None:
+        """Tokens whose cost is already known (embeddings)."""
+        self.tokens += tokens
+        self.cost += cost
+        self.unpriced = self.unpriced or unpriced(model, tokens)
 
     def error(self, message: str) -> EvaluationError:
         return EvaluationError(
@@ -47,12 +53,15 @@ def current() -> Usage:
 
 @contextlib.contextmanager
 def counted(
-    label: str, *, told: tuple[type[BaseException], ...] = (EvaluationError,)
+    label: str,
+    *,
+    told: tuple[type[BaseException], ...] = (EvaluationError,),
+    usage: Usage | None = None,
 ) -> Iterator[Usage]:
-    """Count the calls made inside; an exception becomes an `EvaluationError` carrying that
-    usage: `label: message` for the `told` kinds (they already say what went wrong), `label
-    failed: Type: message` for any other."""
-    usage = Usage()
+    """Count the calls made inside (into `usage`, or a new one); an exception becomes an
+    `EvaluationError` carrying that usage: `label: message` for the `told` kinds (they already
+    say what went wrong), `label failed: Type: message` for any other."""
+    usage = Usage() if usage is None else usage
     token = _current.set(usage)
     try:
         yield usage
