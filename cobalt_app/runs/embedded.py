@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -87,8 +88,9 @@ async def drive_run(
         if not started:  # cancelled from elsewhere between its creation and now
             status = Run.Status.CANCELLED
         else:
-            async with keep_alive(run.id, db) as stopped_elsewhere:
-                await execute_lanes(run, experiment, config, env, reporter=reporter)
+            with collector_for_a_run():
+                async with keep_alive(run.id, db) as stopped_elsewhere:
+                    await execute_lanes(run, experiment, config, env, reporter=reporter)
     except asyncio.CancelledError:
         status = Run.Status.CANCELLED
         await asyncio.shield(db(services.run_cancel_pending, run.id))
@@ -185,6 +187,25 @@ async def execute_lanes(
         await asyncio.gather(*tasks, return_exceptions=True)
         recorder.close(wait=False)
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def collector_for_a_run() -> Iterator[None]:
+    """Python's cyclic garbage collector tuned for a run, and put back afterwards.
+
+    A run makes a few objects per item, by the hundred thousand; at the default thresholds
+    the collector would walk everything the process holds (Django, the SDKs, the dataset) a
+    dozen times over: 15% of a 50,000-item no-op run. What exists when the run starts is
+    left out of its passes (`gc.freeze`), new objects are collected ten times less often.
+    """
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(threshold[0] * 10, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 @contextlib.asynccontextmanager
