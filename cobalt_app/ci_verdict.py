@@ -137,16 +137,14 @@ def pass_rate(run_id: str, evaluator: str, min_score: float) -> float | None:
 
 
 def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[ErroredItem]:
+    """The run's first items that did not end `ok` (errors, timeouts, and what never ran)."""
     from cobalt_app.models import ItemResult
+    from cobalt_app.selectors import failed_items
 
-    rows = (
-        ItemResult.objects.filter(run_id=run_id)
-        .exclude(status=ItemResult.Status.OK)
-        .order_by("item_index", "run_index")
-        .values_list(
-            "item_index", "run_index", "item_key", "status", "error", "traceback", "latency_ms"
-        )[:limit]
-    )
+    unfinished = [s for s in ItemResult.Status.values if s != ItemResult.Status.OK]
+    rows = failed_items(run_id, statuses=unfinished).values_list(
+        "item_index", "run_index", "item_key", "status", "error", "traceback", "latency_ms"
+    )[:limit]
     return [ErroredItem(*row) for row in rows]
 
 
@@ -158,15 +156,10 @@ def error_cause(message: str) -> str:
 
 def evaluation_error_classes(run_id: str) -> list[ErrorClass]:
     """The run's evaluation errors grouped by evaluator and cause, the most frequent first."""
-    from cobalt_app.models import Evaluation
+    from cobalt_app.selectors import evaluation_errors
 
-    rows = (
-        Evaluation.objects.filter(run_id=run_id, status=Evaluation.Status.ERROR)
-        .order_by("item__item_index", "item__run_index", "id")
-        .values_list("evaluator", "error")
-    )
     classes: dict[tuple[str, str], ErrorClass] = {}
-    for evaluator, error in rows.iterator(chunk_size=5000):
+    for evaluator, error in evaluation_errors(run_id).iterator(chunk_size=5000):
         key = (evaluator, error_cause(error))
         if key in classes:
             classes[key].count += 1

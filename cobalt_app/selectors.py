@@ -183,7 +183,7 @@ def finished_item_ids(run_id: str, *, from_id: int = 0) -> list[int]:
 
 
 def failed_items(
-    run: Run, *, statuses: Sequence[str] = FAILED, traced: bool = False
+    run: Run | str, *, statuses: Sequence[str] = FAILED, traced: bool = False
 ) -> QuerySet[ItemResult]:
     """The run's items that errored or timed out (or ended in `statuses`), in order; `traced`:
     only those with a traceback. Reads the `(run, status)` index, no output or input."""
@@ -207,7 +207,7 @@ def low_scores(run: Run, below: float) -> dict[str, list[int]]:
     return found
 
 
-def evaluation_errors(run: Run) -> QuerySet:
+def evaluation_errors(run: Run | str) -> QuerySet:
     """(evaluator, error) of the run's failed evaluations, in item order."""
     return (
         Evaluation.objects.filter(run=run, status=Evaluation.Status.ERROR)
