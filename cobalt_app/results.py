@@ -278,36 +278,25 @@ def iter_item_entries(
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
     """
-    table = ItemResult._meta.db_table
-    columns = ", ".join(ITEM_FIELDS)
-    if ids is not None or keys is not None or first_repetition:
-        items = ItemResult.objects.filter(run=run)
-        if ids is not None:
-            items = items.filter(id__in=list(ids))
-        if keys is not None:
-            items = items.filter(item_key__in=list(keys))
-        if first_repetition:
-            items = items.filter(run_index=0)
-        chosen = list(items.order_by("item_index", "run_index").values_list("id", flat=True))
-        for start in range(0, len(chosen), EXPORT_CHUNK):
-            some = chosen[start : start + EXPORT_CHUNK]
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT {columns} FROM {table} WHERE id IN ({', '.join(['%s'] * len(some))})"
-                    " ORDER BY item_index, run_index",
-                    some,
-                )
-                chunk = cursor.fetchall()
-            yield from _entries(chunk)
-        return
+    where, params = ["run_id = %s"], [run.id]
+    for column, values in (("id", ids), ("item_key", keys)):
+        if values is not None:
+            values = list(values)
+            if not values:
+                return
+            where.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
+            params += values
+    if first_repetition:
+        where.append("run_index = 0")
+    sql = (
+        f"SELECT {', '.join(ITEM_FIELDS)} FROM {ItemResult._meta.db_table} "
+        f"WHERE {' AND '.join(where)} AND (item_index > %s OR (item_index = %s AND "
+        "run_index > %s)) ORDER BY item_index, run_index LIMIT %s"
+    )
     after = (-1, -1)
     while True:  # keyset chunks over the (run, item_index, run_index) unique index
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {columns} FROM {table} WHERE run_id = %s AND (item_index > %s OR "
-                "(item_index = %s AND run_index > %s)) ORDER BY item_index, run_index LIMIT %s",
-                [run.id, after[0], after[0], after[1], EXPORT_CHUNK],
-            )
+            cursor.execute(sql, [*params, after[0], after[0], after[1], EXPORT_CHUNK])
             chunk = cursor.fetchall()
         if not chunk:
             return
