@@ -11,6 +11,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate
 from typing import Any
 
 from cobalt.config import Config
@@ -163,7 +164,6 @@ async def execute_lanes(
     # The lanes' first claims in one round trip: the last lane starts with the first.
     sizes = [size() for _ in range(lanes)]
     claims = await db(items_claim_next, run.id, host.name, sum(sizes))
-    starts = [sum(sizes[:lane]) for lane in range(lanes)]
     tasks = [
         asyncio.ensure_future(
             run_lane(
@@ -176,7 +176,7 @@ async def execute_lanes(
                 on_outcome=finished,
             )
         )
-        for start, count in zip(starts, sizes, strict=True)
+        for start, count in zip(accumulate(sizes, initial=0), sizes, strict=False)
     ]
     try:
         with traces.enabled(env.trace):
