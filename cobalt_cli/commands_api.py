@@ -24,7 +24,8 @@ def createuser(
     ] = False,
 ) -> None:
     """Create a user who can log in to the dashboard and get an API token."""
-    from cobalt_cli.main import console, fail, setup
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     setup()
     from django.core.exceptions import ValidationError
@@ -47,9 +48,7 @@ def createuser(
     except ValidationError as exc:
         raise fail("password refused: " + " ".join(exc.messages)) from None
     role = "admin user" if admin else "user"
-    console.print(
-        f" Created {role} [bold]{username}[/]. Scripts: `cobalt token create {username}`."
-    )
+    out().print(f" Created {role} [bold]{username}[/]. Scripts: `cobalt token create {username}`.")
 
 
 @token_app.command("create")
@@ -60,7 +59,8 @@ def token_create(
     ] = False,
 ) -> None:
     """Print the user's API token (created if needed). Only the key goes to standard output."""
-    from cobalt_cli.main import err, fail, setup
+    from cobalt_cli.console import err
+    from cobalt_cli.main import fail, setup
 
     setup()
     from cobalt_app import accounts
@@ -70,21 +70,22 @@ def token_create(
         raise fail(f"no active user {username!r}; create one with `cobalt createuser {username}`")
     key, created = token
     state = "new" if created else "existing"
-    err.print(f"[dim]{state} token for {username}; send it as `Authorization: Token <key>`[/]")
+    err().print(f"[dim]{state} token for {username}; send it as `Authorization: Token <key>`[/]")
     typer.echo(key)
 
 
 @token_app.command("delete")
 def token_delete(username: Annotated[str, typer.Argument(help="Whose token to revoke.")]) -> None:
     """Revoke the user's API token."""
-    from cobalt_cli.main import console, fail, setup
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     setup()
     from cobalt_app import accounts
 
     if not accounts.token_delete(username):
         raise fail(f"{username!r} has no token")
-    console.print(f" Revoked the token of {username}.")
+    out().print(f" Revoked the token of {username}.")
 
 
 def register(app: typer.Typer) -> None:

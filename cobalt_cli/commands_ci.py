@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from cobalt.config import Config
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cobalt.config import Config
 
 REPORTERS = ("console", "json")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -127,14 +128,16 @@ def finish(options: CiOptions, config: Config, result: Any) -> int:
 
 
 def report(options: CiOptions, config: Config, outcome: Any) -> None:
+    from rich.markup import escape
+
     from cobalt_cli import ci_reporters
-    from cobalt_cli.main import console, err
+    from cobalt_cli.console import err, out
 
     # With --reporter json, sys.stdout already points at stderr (see JsonLinesReporter).
-    ci_reporters.print_outcome(console, outcome)
+    ci_reporters.print_outcome(out(), outcome)
     if options.junit:
         path = ci_reporters.write_junit(options.junit, outcome)
-        console.print(f"JUnit report: {escape(display(path))}")
+        out().print(f"JUnit report: {escape(display(path))}")
     if options.github:
         for line in ci_reporters.github_annotations(outcome, config.project_dir):
             print(line, flush=True)
@@ -143,7 +146,7 @@ def report(options: CiOptions, config: Config, outcome: Any) -> None:
             try:
                 ci_reporters.append_step_summary(Path(summary_file), outcome)
             except OSError as exc:
-                err.print(f"[yellow]warning:[/] could not write the step summary: {exc}")
+                err().print(f"[yellow]warning:[/] could not write the step summary: {exc}")
 
 
 def relative(config: Config, path: Path) -> str:

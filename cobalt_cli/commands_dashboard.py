@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
-import webbrowser
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -84,7 +79,7 @@ def serve(
     from django.contrib.staticfiles.storage import staticfiles_storage
     from django.db import connections
 
-    from cobalt_project.static_files import MANIFEST
+    from cobalt_project.static_root import MANIFEST
 
     # Static files are hashed and compressed once (see static_files), before workers fork.
     if not (Path(settings.STATIC_ROOT) / MANIFEST).is_file():
@@ -111,6 +106,8 @@ def url_host(host: str) -> str:
 
 def port_problem(host: str, port: int) -> str | None:
     """A clear message when the address cannot be bound, before gunicorn tries."""
+    import socket
+
     if port == 0:
         return None
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -177,6 +174,8 @@ class DashboardServer:
         base = f"http://{url_host(self.host)}:{port}"
         print(f"{READY_MESSAGE}{base}/  (Ctrl+C stops it)", flush=True)
         if self.open_url_path:
+            import webbrowser
+
             url = base + self.open_url_path
             # A BROWSER command may wait for its child; never block the arbiter on it.
             threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
@@ -232,19 +231,23 @@ def open_ui(config: Config, runs: list[Run]) -> None:
     Like `cypress open`, the dashboard stays up until Ctrl+C. A dashboard of this project
     already answering on the configured port is reused (the command then returns at once).
     """
-    from cobalt_cli.main import console
+    import signal
+    import subprocess
+    import webbrowser
+
+    from cobalt_cli.console import out
 
     host, port = configured_address(config)
     path = f"/runs/{runs[0].id}/" if len(runs) == 1 else "/"
     running = existing_dashboard(host, port)
     if running:
         url = running + path
-        console.print(f"\n Dashboard: {url}")
+        out().print(f"\n Dashboard: {url}")
         webbrowser.open(url)
         return
     if port_problem(host, port):
         port = 0
-    console.print("\n Starting the dashboard (Ctrl+C stops it)…")
+    out().print("\n Starting the dashboard (Ctrl+C stops it)…")
     command = [sys.executable, "-m", "cobalt_cli", "serve", "--host", host, "--port", str(port)]
     command += ["--open", "--open-path", path]
     child = subprocess.Popen(command, cwd=config.project_dir)
@@ -292,9 +295,12 @@ def export(
     ] = None,
 ) -> None:
     """Export a run's items and scores as CSV, Markdown or JSON."""
+    import tempfile
+
     from rich.markup import escape
 
-    from cobalt_cli.main import console, fail, setup
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     setup()
     from cobalt_app import exports
@@ -325,4 +331,4 @@ def export(
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    console.print(f" Exported run {run.id} ({run.total_items} items) to {escape(str(target))}")
+    out().print(f" Exported run {run.id} ({run.total_items} items) to {escape(str(target))}")

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from cobalt.config import Config, ConfigError, parse_ttl
+if TYPE_CHECKING:
+    from cobalt.config import Config
 
 recordings_app = typer.Typer(
     name="recordings",
@@ -47,7 +46,11 @@ def list_recordings(
     limit: Annotated[int, typer.Option(min=1, help="Items to list with --experiment.")] = 50,
 ) -> None:
     """Experiments with recordings (items, requests, when); with --experiment, its items."""
-    from cobalt_cli.main import console, setup
+    from rich.markup import escape
+    from rich.table import Table
+
+    from cobalt_cli.console import out
+    from cobalt_cli.main import setup
 
     setup()
     from cobalt_app import recording_store
@@ -79,9 +82,9 @@ def list_recordings(
             )
         empty = f"No recordings of {experiment!r} (`cobalt recordings list` shows which exist)."
     if not rows:
-        console.print(escape(empty))
+        out().print(escape(empty))
         return
-    console.print(table, soft_wrap=False)
+    out().print(table, soft_wrap=False)
 
 
 def clean_recordings(
@@ -96,7 +99,9 @@ def clean_recordings(
     ] = None,
 ) -> None:
     """Delete recordings (all of them unless narrowed)."""
-    from cobalt_cli.main import console, fail, setup
+    from cobalt.config import ConfigError, parse_ttl
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     seconds = None
     if older_than is not None:
@@ -109,7 +114,7 @@ def clean_recordings(
     from cobalt_app import recording_store
 
     deleted = recording_store.delete(older_than_seconds=seconds, experiment=experiment)
-    console.print(f" Deleted {deleted} recording{'s' * (deleted != 1)}.")
+    out().print(f" Deleted {deleted} recording{'s' * (deleted != 1)}.")
 
 
 def register(app: typer.Typer) -> None:

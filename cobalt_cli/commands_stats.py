@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 VERDICT_COLOURS = {"regressed": "red", "improved": "green"}
 
 
 def print_significance(console: Console, diff: dict[str, Any]) -> None:
     """Per evaluator: paired Δ with its interval, p-value, test and verdict (from compare_runs)."""
+    from rich.markup import escape
+    from rich.table import Table
+
     results = diff.get("significance") or {}
     if not results:
         return
@@ -69,7 +72,11 @@ def flaky(
 ) -> None:
     """List the flakiest items of an experiment: verdict flips and score variance across its
     stored runs and their repetitions."""
-    from cobalt_cli.main import console, fail, setup
+    from rich.markup import escape
+    from rich.table import Table
+
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     setup()
     from cobalt_app.flaky import UnknownExperiment, check_experiment, flaky_report
@@ -85,12 +92,12 @@ def flaky(
     runs = len(report.run_ids)
     observed = len(report.items)
     found = report.flaky
-    console.print(
+    out().print(
         f"\n [bold]{escape(experiment)}[/]: {len(found)} flaky of {observed} items "
         f"over the last {runs} run{'s' * (runs != 1)} (pass: score ≥ {pass_score:g})\n"
     )
     if not found:
-        console.print(" No item changed its verdict between runs or repetitions.\n")
+        out().print(" No item changed its verdict between runs or repetitions.\n")
         return
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for column in ("Key", "Item", "Flip rate", "Flips", "Obs", "Pass rate", "Errors", "Score sd"):
@@ -108,10 +115,10 @@ def flaky(
             str(item.errors),
             spread,
         )
-    console.print(table, soft_wrap=False)
+    out().print(table, soft_wrap=False)
     if len(found) > limit:
-        console.print(f" … and {len(found) - limit} more (--limit)")
-    console.print(
+        out().print(f" … and {len(found) - limit} more (--limit)")
+    out().print(
         f"\n Repeat only these items: [bold]cobalt run --filter {escape(experiment)} "
         "--repeat-flaky 5[/]\n",
         soft_wrap=True,

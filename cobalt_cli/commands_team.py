@@ -6,7 +6,6 @@ import os
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 THREADS_PER_PROCESS = 8  # `--processes auto`: a process per core, but not fewer threads each
 
@@ -21,9 +20,11 @@ def register(app: typer.Typer) -> None:
 
 
 def notice(message: str) -> None:
-    from cobalt_cli.main import err
+    from rich.markup import escape
 
-    err.print(f"[yellow]{escape(message)}[/]")
+    from cobalt_cli.console import err
+
+    err().print(f"[yellow]{escape(message)}[/]")
 
 
 def _team_setup():
@@ -65,12 +66,15 @@ def worker(
     ] = "auto",
 ) -> None:
     """Start a worker: executes the items of team runs from this project folder."""
+    from rich.markup import escape
+
     config = _team_setup()
     from celery.signals import worker_shutdown, worker_shutting_down
 
     from cobalt_app import team, worker_runtime
     from cobalt_app.redaction import redact
-    from cobalt_cli.main import console, fail
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail
     from cobalt_project.celery import app as celery_app
 
     if not config.get("database_url"):
@@ -89,7 +93,7 @@ def worker(
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
     worker_shutting_down.connect(lambda **_: worker_runtime.begin_shutdown(), weak=False)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
-    console.print(
+    out().print(
         f" cobalt worker [bold]{escape(runtime.name)}[/]: {concurrency} threads, "
         f"queues {escape(', '.join(names))}, project {escape(str(config.project_dir))}"
     )
@@ -137,7 +141,7 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
     import time
 
     from cobalt_app.worker_runtime import SUPERVISOR_ENV
-    from cobalt_cli.main import console
+    from cobalt_cli.console import out
 
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
 
@@ -150,7 +154,7 @@ def supervise(processes: int, concurrency: int, queues: list[str], loglevel: str
 
     children = [start(share) for share in shares]
     started = [time.monotonic()] * processes
-    console.print(f" cobalt worker: {processes} processes, {concurrency} threads in all")
+    out().print(f" cobalt worker: {processes} processes, {concurrency} threads in all")
     stopping: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:
@@ -187,19 +191,19 @@ def workers(
     import socket
     import time
 
-    _team_setup()
+    from rich.markup import escape
     from rich.table import Table
 
+    _team_setup()
+
     from cobalt_app import team_broker
-    from cobalt_cli.main import console
+    from cobalt_cli.console import out
 
     alive = team_broker.live_workers()
     if here:
         alive = [w for w in alive if w.get("host") == socket.gethostname()]
     if not alive:
-        console.print(
-            "No worker is running." + ("" if here else " Start one with `cobalt worker`.")
-        )
+        out().print("No worker is running." + ("" if here else " Start one with `cobalt worker`."))
         raise typer.Exit(1 if here else 0)
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for column in ("Worker", "Queues", "Threads", "Busy", "Done", "Up"):
@@ -213,7 +217,7 @@ def workers(
             str(w.get("processed")),
             f"{time.time() - w.get('started', time.time()):.0f}s",
         )
-    console.print(table, soft_wrap=False)
+    out().print(table, soft_wrap=False)
 
 
 def watch(
@@ -225,21 +229,22 @@ def watch(
     from cobalt_app import team_wait
     from cobalt_app.models import Run
     from cobalt_app.selectors import RunNotFound, run_get
-    from cobalt_cli.main import console, err, fail
+    from cobalt_cli.console import err, out
+    from cobalt_cli.main import fail
     from cobalt_cli.reporter import ConsoleReporter
 
     try:
         run = run_get(run_id)
     except RunNotFound as exc:
         raise fail(str(exc)) from None
-    reporter = ConsoleReporter(console, quiet=quiet)
+    reporter = ConsoleReporter(out(), quiet=quiet)
     reporter.banner()
     reporter.run_started(run, None)
     try:
         run = team_wait.wait(run.id, config, reporter=reporter, on_notice=notice)
     except KeyboardInterrupt:
         reporter.stop_progress()
-        err.print(
+        err().print(
             f"\n[yellow]Stopped watching.[/] Run {run.id} goes on; re-attach with "
             f"[bold]cobalt watch {run.id}[/], stop it with [bold]cobalt cancel {run.id}[/]."
         )
@@ -250,7 +255,10 @@ def watch(
 def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous prefix).")]):
     """Stop a run, started here or anywhere: its unfinished items are cancelled; the workers,
     or the process executing it (`cobalt run`, the API, MCP), stop within seconds."""
-    from cobalt_cli.main import console, fail, setup
+    from rich.markup import escape
+
+    from cobalt_cli.console import out
+    from cobalt_cli.main import fail, setup
 
     config = setup()
     os.chdir(config.project_dir)
@@ -262,11 +270,11 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
     except RunNotFound as exc:
         raise fail(str(exc)) from None
     if run.is_finished:
-        console.print(f" Run {run.id} is already {run.status}; nothing to cancel.")
+        out().print(f" Run {run.id} is already {run.status}; nothing to cancel.")
         return
     run, cancelled = lifecycle.cancel(run.id, config)
     lifecycle.webhooks_sent()
-    console.print(
+    out().print(
         f" Cancelled run [bold]{run.id}[/] ({escape(run.name)}): {cancelled} unfinished "
         f"item{'s' * (cancelled != 1)} will not run; {run.total_items - cancelled} finished."
     )
@@ -281,7 +289,8 @@ def rejudge(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
 ) -> None:
     """Score a run's stored outputs again as a new run (after editing a judge prompt, say)."""
-    from cobalt_cli.main import console, err, fail, setup
+    from cobalt_cli.console import err, out
+    from cobalt_cli.main import fail, setup
 
     config = setup()
     os.chdir(config.project_dir)
@@ -290,7 +299,7 @@ def rejudge(
     from cobalt_app.selectors import RunNotFound
     from cobalt_cli.reporter import ConsoleReporter
 
-    reporter = ConsoleReporter(console, quiet=quiet)
+    reporter = ConsoleReporter(out(), quiet=quiet)
     reporter.banner()
     try:
         run = rejudging.rejudge(
@@ -305,13 +314,13 @@ def rejudge(
         raise fail(str(exc)) from None
     except team_wait.Detached as exc:
         reporter.stop_progress()
-        err.print(
+        err().print(
             f"\n[yellow]Interrupted.[/] Re-judge run {exc.run_id} goes on on the workers; "
             f"re-attach with [bold]cobalt watch {exc.run_id}[/]."
         )
         raise typer.Exit(130) from None
     except KeyboardInterrupt:
         reporter.stop_progress()
-        err.print("\n[yellow]Interrupted.[/] The re-judge run was cancelled.")
+        err().print("\n[yellow]Interrupted.[/] The re-judge run was cancelled.")
         raise typer.Exit(130) from None
-    console.print(f" Re-judged run {run.parent_id} → new run [bold]{run.id}[/]")
+    out().print(f" Re-judged run {run.parent_id} → new run [bold]{run.id}[/]")

@@ -7,38 +7,46 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from cobalt.config import Config, ConfigError, NoProjectError, load_config
-from cobalt_cli import interrupts
-from cobalt_cli.console import cli_console
+from cobalt_cli import interrupts, on_demand
+from cobalt_cli.console import err, out
 
-app = typer.Typer(
-    name="cobalt",
-    help="Cypress for AI agents: run experiments on your agent, score them, keep every run.",
-    no_args_is_help=True,
-    add_completion=False,
+if TYPE_CHECKING:
+    from cobalt.config import Config
+
+# Every command registers on `commands`; `app`, the `cobalt` command, builds the one it runs.
+commands = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: Typer's Rich help imports Markdown (~50 ms per command)
 )
-console = cli_console()
-err = cli_console(stderr=True)
+app = typer.Typer(
+    name="cobalt",
+    help="Cypress for AI agents: run experiments on your agent, score them, keep every run.",
+    cls=on_demand.group_of(commands),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}")
+    from rich.markup import escape
+
+    err().print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
 def setup(*, migrate: bool = True, config: Config | None = None) -> Config:
     """Start Django for the project (migrating the embedded database): `config`'s, or by
     default the one found from the current folder, which must exist (exit 2 otherwise)."""
+    from cobalt.config import ConfigError, load_config
+
     if config is None:
         try:
             config = load_config(require_project=True)
@@ -73,21 +81,23 @@ def _root(
     """Cypress for AI agents: run experiments on your agent, score them, keep every run."""
 
 
-@app.command()
+@commands.command()
 def init(
     directory: Annotated[Path, typer.Argument(help="Project folder (default: here).")] = Path(),
 ) -> None:
     """Create cobalt.toml, an example experiment that runs offline and its dataset."""
+    from rich.markup import escape
+
     from cobalt_cli.scaffold import scaffold
 
     target = directory.resolve()
     for relative, written in scaffold(target):
         mark = "[green]created[/]" if written else "[dim]kept   [/]"
-        console.print(f"  {mark} {escape(relative)}")
-    console.print("\n Next: [bold]cobalt run[/]  (then [bold]cobalt serve[/] for the dashboard)")
+        out().print(f"  {mark} {escape(relative)}")
+    out().print("\n Next: [bold]cobalt run[/]  (then [bold]cobalt serve[/] for the dashboard)")
 
 
-@app.command()
+@commands.command()
 def run(
     paths: Annotated[
         list[str] | None, typer.Argument(help="Experiment files or folders (default: test_dir).")
@@ -184,7 +194,7 @@ def run(
         run_args += ["--no-cache"] * no_cache + ["--quiet"] * quiet
         flags = {"record": "--record", "replay": "--replay", "new-only": "--record-new"}
         run_args += [flags[mode]] if mode else []
-        raise typer.Exit(watch_files(config, paths, run_args, console))
+        raise typer.Exit(watch_files(config, paths, run_args, out()))
     from cobalt_app import discovery, launcher
     from cobalt_app.plugins import PluginError
     from cobalt_app.preflight import PreflightError
@@ -194,7 +204,7 @@ def run(
     ci_options = commands_ci.CiOptions(
         ci=ci, junit=junit, reporter=reporter_name, baseline=baseline, significance=significance
     )
-    reporter = commands_ci.make_reporter(ci_options, console, quiet=quiet)
+    reporter = commands_ci.make_reporter(ci_options, out(), quiet=quiet)
     reporter.banner()
     overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout, "replay": mode}
     if resume and (record or replay or record_new):
@@ -251,6 +261,7 @@ def run_project(paths: list[str]) -> Config:
     """`cobalt run`'s project: the one holding the first path given, else the one found from
     here. With no configuration file anywhere, the current folder when it holds experiment
     files (a project without configuration, as before); otherwise there is no project here."""
+    from cobalt.config import ConfigError, NoProjectError, load_config
     from cobalt_app import discovery
 
     try:
@@ -271,36 +282,43 @@ def run_project(paths: list[str]) -> Config:
 
 
 def report_interrupt(exc: KeyboardInterrupt) -> None:
+    from rich.markup import escape
+
     from cobalt_app.team_wait import Detached
 
     if isinstance(exc, Detached):  # team mode: the workers carry on
-        err.print(
+        err().print(
             f"\n[yellow]{interrupts.reason(exc)}.[/] Run {exc.run_id} goes on on the workers; "
             f"re-attach with [bold]cobalt watch {exc.run_id}[/], "
             f"stop it with [bold]cobalt cancel {exc.run_id}[/]."
         )
         return
-    err.print(f"\n[yellow]{escape(interrupts.hint(exc))}[/]")
+    err().print(f"\n[yellow]{escape(interrupts.hint(exc))}[/]")
 
 
 def report_load_errors(config: Config, errors) -> None:
+    from rich.markup import escape
+
     for loaded in errors:
         try:
             name = loaded.path.relative_to(config.project_dir)
         except ValueError:
             name = loaded.path
-        err.print(f"\n[red]✗ {escape(str(name))} failed to import:[/] {escape(loaded.error)}")
+        err().print(f"\n[red]✗ {escape(str(name))} failed to import:[/] {escape(loaded.error)}")
         if loaded.traceback:
-            err.print(f"[dim]{escape(loaded.traceback.rstrip())}[/]")
+            err().print(f"[dim]{escape(loaded.traceback.rstrip())}[/]")
 
 
-@app.command()
+@commands.command()
 def history(
     limit: Annotated[int, typer.Option(min=1, help="Runs to show.")] = 20,
     name: Annotated[str | None, typer.Option(help="Experiment name contains.")] = None,
     tag: Annotated[str | None, typer.Option(help="Runs with this tag.")] = None,
 ) -> None:
     """List past runs, newest first."""
+    from rich.markup import escape
+    from rich.table import Table
+
     setup()
     from cobalt_app.liveness import settle
     from cobalt_app.selectors import run_list
@@ -326,12 +344,12 @@ def history(
             f"${item.estimated_cost:.4f}",
         )
     if not found:
-        console.print("No runs yet. `cobalt run` starts one.")
+        out().print("No runs yet. `cobalt run` starts one.")
         return
-    console.print(table, soft_wrap=False)
+    out().print(table, soft_wrap=False)
 
 
-@app.command()
+@commands.command()
 def compare(
     run_a: Annotated[str, typer.Argument(help="Baseline run id.")],
     run_b: Annotated[str, typer.Argument(help="Candidate run id.")],
@@ -341,6 +359,9 @@ def compare(
     ] = 0.05,
 ) -> None:
     """Compare two runs: per-evaluator deltas and the items that changed most (by item key)."""
+    from rich.markup import escape
+    from rich.table import Table
+
     setup()
     from cobalt_app.selectors import RunNotFound, compare_runs, run_get
     from cobalt_app.significance import check_alpha
@@ -356,7 +377,7 @@ def compare(
     except RunNotFound as exc:
         raise fail(str(exc)) from None
     diff = compare_runs(a, b, top=top, alpha=alpha)
-    console.print(
+    out().print(
         f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})\n"
     )
     table = Table(box=None, padding=(0, 2), header_style="bold")
@@ -368,9 +389,9 @@ def compare(
         )
     cost = diff["cost"]
     table.add_row("cost", f"${cost['a']:.4f}", f"${cost['b']:.4f}", f"{cost['b'] - cost['a']:+.4f}")
-    console.print(table, soft_wrap=False)
-    print_significance(console, diff)
-    console.print(
+    out().print(table, soft_wrap=False)
+    print_significance(out(), diff)
+    out().print(
         f"\n Matched items: {diff['matchedItems']}"
         f"  (only in A: {len(diff['onlyInA'])}, only in B: {len(diff['onlyInB'])})"
     )
@@ -379,18 +400,18 @@ def compare(
         ("Improvements", diff["improvements"], "green"),
     ):
         count = diff["regressionCount" if title == "Regressions" else "improvementCount"]
-        console.print(f"\n [{colour}]{title}[/] ({count})")
+        out().print(f"\n [{colour}]{title}[/] ({count})")
         for row in rows:
-            console.print(
+            out().print(
                 f"   {escape(row['key'])} · {escape(row['evaluator'])}: "
                 f"{row['a']:.2f} → {row['b']:.2f} ([{colour}]{row['delta']:+.2f}[/])"
             )
     for label, keys in (("Only in A", diff["onlyInA"]), ("Only in B", diff["onlyInB"])):
         if keys:
-            console.print(
+            out().print(
                 f"\n {label}: {escape(', '.join(keys[:10]))}" + (" …" if len(keys) > 10 else "")
             )
-    console.print()
+    out().print()
 
 
 def _score(value: float | None) -> str:
@@ -404,7 +425,7 @@ def _delta(value: float | None) -> str:
     return f"[{colour}]{value:+.2f}[/]"
 
 
-@app.command()
+@commands.command()
 def clean(
     cache: Annotated[bool, typer.Option("--cache", help="Delete judge cache entries.")] = False,
     results: Annotated[
@@ -421,15 +442,15 @@ def clean(
     if cache:
         from cobalt_app.cache import cache_clear
 
-        console.print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
+        out().print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
     if results:
         from cobalt_app.housekeeping import delete_results
 
         files, runs = delete_results(config, older_than_days=days)
-        console.print(f" Deleted {files} result files and {runs} runs.")
+        out().print(f" Deleted {files} result files and {runs} runs.")
 
 
-@app.command()
+@commands.command()
 def migrate() -> None:
     """Create or update the database tables (automatic for the embedded SQLite database)."""
     setup(migrate=False)
@@ -459,7 +480,7 @@ for _module in (
     commands_stats,
     commands_team,
 ):
-    _module.register(app)
+    _module.register(commands)
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import environ
 
 from cobalt.config import active_config
-from cobalt_project.static_files import default_root as default_static_root
+from cobalt_project.static_root import LazyRoot
 
 env = environ.Env()
 COBALT = active_config()
@@ -152,9 +152,7 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [_bundled("static")]
 # Hashed, compressed, cached for a year; collected by the first process that serves pages
 # into a cache folder per installed version (see static_files), so there is no setup step.
-STATIC_ROOT = env("COBALT_STATIC_ROOT", default=None) or str(
-    default_static_root(_bundled("static"))
-)
+STATIC_ROOT = env("COBALT_STATIC_ROOT", default=None) or LazyRoot(_bundled("static"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "cobalt_project.static_files.CollectedStaticStorage"},

@@ -4,60 +4,29 @@ whitenoise serves hashed names (`cobalt.3f2a….js`) with `Cache-Control: max-ag
 immutable` and a gzip copy, but only after `collectstatic` has written them and their manifest.
 A pip-installed `cobalt serve` must work without that step, so the first process that needs
 the static files collects them itself (`CollectedStaticStorage`), into a cache folder named by
-a fingerprint of what is installed (`default_root`): an upgrade or an edited stylesheet gets a
-new folder (one no process started on for 30 days is removed), and every later start finds
-its files ready. The collection is written to a
-temporary folder and renamed into place, so processes starting together never see half of it.
+a fingerprint of what is installed (`static_root.default_root`): an upgrade or an edited
+stylesheet gets a new folder (one no process started on for 30 days is removed), and every
+later start finds its files ready. The collection is written to a temporary folder and
+renamed into place, so processes starting together never see half of it.
 The Docker image collects at build time into `COBALT_STATIC_ROOT`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 from whitenoise.middleware import WhiteNoiseMiddleware
 from whitenoise.storage import CompressedManifestStaticFilesStorage
 
-MANIFEST = "staticfiles.json"
-# Whose static files are collected besides our own (the admin, the browsable API, API docs).
-STATIC_DISTRIBUTIONS = ("django", "djangorestframework", "drf-spectacular-sidecar", "whitenoise")
+from cobalt_project.static_root import MANIFEST
+
 IGNORED = ["CVS", ".*", "*~"]
 UNUSED_DAYS = 30
-
-
-def default_root(sources: Path) -> Path:
-    """`<cache>/cobalt/static-<fingerprint>`: the fingerprint covers our static files (names,
-    sizes, times) and the versions of the packages whose static files are collected."""
-    parts = []
-    for name in ("cobalt", *STATIC_DISTRIBUTIONS):
-        try:
-            parts.append(f"{name}={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{name}=-")
-    for file in sorted(sources.rglob("*")):
-        if file.is_file():
-            stat = file.stat()
-            parts.append(f"{file.relative_to(sources)}:{stat.st_size}:{stat.st_mtime_ns}")
-    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-    return _cache_dir() / f"static-{digest}"
-
-
-def _cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cobalt"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        if os.access(base, os.W_OK):
-            return base
-    except OSError:
-        pass
-    return Path(tempfile.gettempdir()) / f"cobalt-{os.getuid() if hasattr(os, 'getuid') else 0}"
 
 
 def ensure_collected(root: Path) -> None:

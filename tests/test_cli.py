@@ -302,29 +302,6 @@ def test_an_interrupted_run_keeps_its_items_and_resumes_only_the_missing_ones(pr
         assert db.execute("select count(*) from cobalt_app_evaluation").fetchone() == (30,)
 
 
-def _modules_after(argv: list[str], cwd) -> set[str]:
-    """The modules loaded by one `cobalt` command, run in a fresh interpreter."""
-    script = (
-        "import sys\n"
-        f"sys.argv = {['cobalt', *argv]!r}\n"
-        "from cobalt_cli.main import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('\\n'.join(sys.modules), file=sys.stderr)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=cwd, env=cli_env(), capture_output=True, text=True
-    )
-    return set(done.stderr.split())
-
-
-def test_help_and_version_import_neither_django_nor_the_engine(project):
-    heavy = {"django", "opentelemetry", "cobalt.dataset", "cobalt_app.engine", "rich.markdown"}
-    for argv in (["--help"], ["--version"], ["run", "--help"]):
-        loaded = _modules_after(argv, project.path)
-        assert "cobalt_cli.main" in loaded, argv
-        assert not heavy & loaded, (argv, heavy & loaded)
-
-
 def test_the_package_names_load_on_first_use():
     script = (
         "import sys, cobalt\n"
