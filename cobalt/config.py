@@ -10,6 +10,7 @@ This module imports nothing from Django: settings are built from it.
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib.util
 import os
 import re
@@ -48,6 +49,25 @@ DEFAULTS: dict[str, Any] = {
     "env": {},
     "trace": {"enabled": True, "max_chars": 2000},
 }
+
+# What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
+# otherwise leave concurrency at 5 without a word). `ci`, `webhooks`, `replay` and
+# `rate_limits` check their own keys; `env` and `prices` hold names of the user's choosing.
+TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "judge": ("provider", "model", "api_key", "base_url", "max_retries", "timeout"),
+    "simulator": ("provider", "model", "base_url", "api_key_env"),
+    "cache": ("enabled", "ttl"),
+    "dashboard": ("host", "port", "open"),
+    "trace": ("enabled", "max_chars"),
+    "mcp": ("result_tokens",),
+    # Dataset platforms (cobalt/remote.py), when their variables are not set:
+    "langfuse": ("public_key", "secret_key", "host"),
+    "langsmith": ("api_key", "endpoint"),
+    "braintrust": ("api_key", "api_url"),
+    "basalt": ("api_key", "api_url"),
+}
+SETTINGS = tuple(dict.fromkeys([*DEFAULTS, "prices", "replay", *TABLE_SETTINGS]))
+SETTING_HINTS = {"reporters": "choose the reporter per run: `cobalt run --reporter json`"}
 
 # Environment variables that override configuration keys (dotted paths).
 ENV_OVERRIDES: dict[str, tuple[str, type]] = {
@@ -266,6 +286,7 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
     def fail(key: str, message: str) -> None:
         raise ConfigError(f"{source}: `{key}` {message}")
 
+    _check_known(data, SETTINGS, source=source)
     if "concurrency" in data:
         value = data["concurrency"]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -280,18 +301,11 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
             data["test_match"] = [value]
         elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             fail("test_match", "must be a glob or a list of globs.")
-    for section in (
-        "judge",
-        "simulator",
-        "cache",
-        "ci",
-        "dashboard",
-        "rate_limits",
-        "env",
-        "trace",
-    ):
+    for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env"):
         if section in data and not isinstance(data[section], dict):
             fail(section, "must be a table (a dict).")
+    for section, known in TABLE_SETTINGS.items():
+        _check_known(data.get(section) or {}, known, source=source, table_name=section)
     for section in ("judge", "simulator"):
         provider = (data.get(section) or {}).get("provider")
         if provider not in (None, "openai", "anthropic"):
@@ -328,6 +342,57 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
                 "must be [input, output] or {input = ..., output = ...}: USD per million "
                 f"tokens, numbers of at least 0 (got {price!r}).",
             )
+
+
+def _check_known(
+    table: dict[str, Any], known: tuple[str, ...], *, source: str, table_name: str = ""
+) -> None:
+    """ConfigError for the first key of `table` that is not in `known`: where it is (the
+    line, in a TOML file), the closest setting, and the settings there are."""
+    for key in table:
+        if key in known:
+            continue
+        dotted = f"{table_name}.{key}" if table_name else key
+        snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", str(key)).lower()  # testDir → test_dir
+        close = [snake] if snake in known else difflib.get_close_matches(str(key), known, n=1)
+        if dotted in SETTING_HINTS:
+            advice = SETTING_HINTS[dotted]
+        elif close:
+            advice = f"did you mean `{table_name + '.' if table_name else ''}{close[0]}`?"
+        else:
+            listed = f"the settings of [{table_name}]" if table_name else "the settings"
+            advice = f"{listed} are {', '.join(known)}"
+        where = source
+        line = _line_of(source, str(key), table_name)
+        if line:
+            where = f"{source}, line {line}"
+        raise ConfigError(f"{where}: `{dotted}` is not a Cobalt setting; {advice}")
+
+
+def _line_of(source: str, key: str, table_name: str) -> int | None:
+    """The line of a TOML file that sets `key` (under `[table_name]`, or dotted), if found."""
+    if not source.endswith(".toml"):
+        return None
+    try:
+        lines = Path(source).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    name = re.escape(key)
+    bare = re.compile(rf"""^\s*["']?{name}["']?\s*=""")
+    dotted = re.compile(rf"""^\s*{re.escape(table_name)}\s*\.\s*["']?{name}["']?\s*=""")
+    header = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]")
+    current = ""
+    for number, text in enumerate(lines, 1):
+        if found := header.match(text):
+            current = found.group(1).strip()
+            if not table_name and current.split(".")[0].strip("\"' ") == key:
+                return number  # an unknown table: `[langfuze]`
+            continue
+        if (current == table_name and bare.match(text)) or (
+            table_name and not current and dotted.match(text)
+        ):
+            return number
+    return None
 
 
 def _is_price(value: Any) -> bool:

@@ -80,6 +80,73 @@ def test_an_invalid_env_override_names_the_variable(tmp_path, monkeypatch):
         load_config(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            'test_dir = "experiments"\nconcurency = 3\n',
+            "cobalt.toml, line 2: `concurency` is not a Cobalt setting; did you mean "
+            "`concurrency`?",
+        ),
+        (
+            '[judge]\nmodel = "gpt-4o"\n\n[cache]\nttl = "1d"\nenabeld = false\n',
+            "cobalt.toml, line 6: `cache.enabeld` is not a Cobalt setting; did you mean "
+            "`cache.enabled`?",
+        ),
+        (
+            'judge.modle = "gpt-4o"\n',
+            "cobalt.toml, line 1: `judge.modle` is not a Cobalt setting; did you mean "
+            "`judge.model`?",
+        ),
+        ('testDir = "evals"\n', "`testDir` is not a Cobalt setting; did you mean `test_dir`?"),
+        (
+            'reporters = ["cli", "json"]\n',
+            "`reporters` is not a Cobalt setting; choose the reporter per run: "
+            "`cobalt run --reporter json`",
+        ),
+        ("[dashboard]\ncolour = 1\n", "the settings of [dashboard] are host, port, open"),
+        ('langfuse = "pk-lf"\n', "`langfuse` must be a table"),
+        (
+            'test_dir = "x"\n\n[langfuze]\nhost = "h"\n',
+            "cobalt.toml, line 3: `langfuze` is not a Cobalt setting; did you mean `langfuse`?",
+        ),
+    ],
+)
+def test_a_setting_cobalt_does_not_know_is_refused_with_its_line_and_the_closest_name(
+    tmp_path, toml, message
+):
+    (tmp_path / "cobalt.toml").write_text(toml)
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path)
+    assert message in str(error.value)
+
+
+def test_every_documented_setting_is_known(tmp_path):
+    (tmp_path / "cobalt.toml").write_text(
+        'test_dir = "evals"\ntest_match = ["*.py"]\noutput_dir = ".c"\nconcurrency = 2\n'
+        'timeout = 5\nplugins = []\ndatabase_url = "postgres://db/x"\n'
+        'broker_url = "redis://r/0"\nwebhooks = []\n'
+        '[judge]\nprovider = "openai"\nmodel = "m"\nbase_url = "http://l/v1"\n'
+        "max_retries = 1\ntimeout = 9\n"
+        '[simulator]\nprovider = "anthropic"\nmodel = "m"\napi_key_env = "K"\n'
+        '[cache]\nenabled = false\nttl = "1d"\n[dashboard]\nhost = "0.0.0.0"\nport = 1\n'
+        "open = true\n[trace]\nenabled = false\nmax_chars = 9\n[mcp]\nresult_tokens = 9000\n"
+        '[replay]\nignore = ["a.b"]\n[ci]\nfail_on_error = true\n[prices]\n"my-model" = [1, 2]\n'
+        '[rate_limits]\nopenai = 60\n[env]\nANY_NAME = "x"\n'
+        '[langfuse]\npublic_key = "p"\nsecret_key = "s"\nhost = "https://h"\n'
+        '[langsmith]\napi_key = "k"\nendpoint = "https://h"\n'
+        '[braintrust]\napi_key = "k"\napi_url = "https://h"\n'
+        '[basalt]\napi_key = "k"\napi_url = "https://h"\n'
+    )
+    config = load_config(tmp_path)
+    assert config.get("judge.max_retries") == 1 and config.get("basalt.api_url") == "https://h"
+
+
+def test_define_config_refuses_an_unknown_setting():
+    with pytest.raises(ConfigError, match="`concurency` is not a Cobalt setting"):
+        define_config(concurency=2)
+
+
 def test_define_config_validates_and_returns_a_dict():
     assert define_config(concurrency=2)["concurrency"] == 2
     with pytest.raises(ConfigError, match="timeout"):
@@ -95,7 +162,7 @@ def test_ttl_durations_parse(value, seconds):
 
 def test_redaction_hides_keys_and_database_passwords(tmp_path):
     (tmp_path / "cobalt.toml").write_text(
-        '[judge]\napi_key = "sk-live-123"\ndatabase_url = "postgres://bob:hunter2@db/cobalt"\n'
+        'database_url = "postgres://bob:hunter2@db/cobalt"\n[judge]\napi_key = "sk-live-123"\n'
     )
     shown = str(load_config(tmp_path).redacted())
     assert "sk-live-123" not in shown
