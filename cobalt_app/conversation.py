@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from cobalt_app import traces
 from cobalt_app.cache import cached_call
 from cobalt_app.pricing import agent_cost, agent_usage, estimate_cost
 from cobalt_app.providers import ProviderError
+from cobalt_app.tracebacks import user_traceback
 
 SIMULATOR_SYSTEM = (
     "You play the user of an AI assistant, to test it. Stay in character and pursue your "
@@ -162,7 +162,7 @@ async def converse(
             raise
         except BaseException as exc:  # noqa: BLE001 - the runner's own error, kept with its turn
             error = _stopped(conversation, f"turn {turn}: {type(exc).__name__}: {exc}")
-            error.traceback_text = traceback.format_exc()
+            error.traceback_text = user_traceback(exc)
             raise error from None
         if reply is None:
             raise _stopped(

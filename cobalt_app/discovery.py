@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
-import traceback
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment, collecting
+from cobalt_app.tracebacks import user_traceback
 
 
 class FileRefused(ValueError):
@@ -184,7 +184,7 @@ def load_file(path: Path, project_dir: Path) -> LoadedFile:
                 raise
             sys.modules.pop(name, None)
             loaded.error = f"{type(exc).__name__}: {exc}{shadowed_folder_hint(exc, project_dir)}"
-            loaded.traceback = traceback.format_exc()
+            loaded.traceback = user_traceback(exc)
             return loaded
     for experiment in found:
         experiment.file = str(path)

@@ -12,7 +12,6 @@ import contextvars
 import dataclasses
 import inspect
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +36,7 @@ from cobalt_app.pricing import agent_cost, agent_usage
 from cobalt_app.providers import ProviderHub
 from cobalt_app.ratelimit import limiter_for
 from cobalt_app.services import ItemSnapshot
+from cobalt_app.tracebacks import user_traceback
 
 NOTHING_RETURNED = (
     "the runner returned nothing (the output is None): did it forget to `return` its output?"
@@ -216,11 +216,11 @@ async def run_item(
     except Exception as exc:
         outcome.status = ItemResult.Status.ERROR
         outcome.error = f"{type(exc).__name__}: {exc}"
-        outcome.traceback = traceback.format_exc()
+        outcome.traceback = user_traceback(exc)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt: from the runner's own code
         outcome.status = ItemResult.Status.ERROR
         outcome.error = stopped_by_user_code(exc, "the runner")
-        outcome.traceback = traceback.format_exc()
+        outcome.traceback = user_traceback(exc)
     else:
         outcome.output, outcome.metadata = split_result(value)
 

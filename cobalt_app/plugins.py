@@ -28,6 +28,7 @@ from typing import Any
 from cobalt.config import Config
 from cobalt_app import evaluators
 from cobalt_app.discovery import PathOutsideProject, confine
+from cobalt_app.tracebacks import user_traceback
 
 ENTRY_POINT_GROUP = "cobalt.evaluators"
 
@@ -86,7 +87,7 @@ def load_entry_point(entry_point: importlib.metadata.EntryPoint) -> None:
         except Exception as exc:
             raise PluginError(
                 f"{label} failed to load: {type(exc).__name__}: {exc}",
-                details=traceback.format_exc(),
+                details=user_traceback(exc),
             ) from None
         if isinstance(target, ModuleType):
             return  # the module registered its types when imported
@@ -117,7 +118,7 @@ def load_file(path: Path, *, label: str) -> None:
             where = _line_of(exc, path)
             raise PluginError(
                 f"plugin {label!r} failed to load: {type(exc).__name__}: {exc}{where}",
-                details=traceback.format_exc(),
+                details=user_traceback(exc),
             ) from None
     if before == evaluators.REGISTRY:
         raise PluginError(

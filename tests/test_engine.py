@@ -54,6 +54,9 @@ def test_it_records_every_item_with_its_status_and_continues_after_failures(proj
     assert [rows[i].status for i in range(4)] == ["ok", "error", "timeout", "ok"]
     assert rows[1].error == "ValueError: the agent broke"
     assert "Traceback" in rows[1].traceback and "the agent broke" in rows[1].traceback
+    # It starts at the runner, not in the engine that awaited it.
+    assert rows[1].traceback.splitlines()[1].startswith(f'  File "{__file__}", line ')
+    assert "cobalt_app/engine.py" not in rows[1].traceback
     assert "timed out after 0.5s" in rows[2].error
     assert rows[0].output == "a0" and rows[0].metadata == {"model": "gpt-4o-mini", "tokens": 10}
     run.refresh_from_db()

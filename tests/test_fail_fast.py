@@ -425,3 +425,20 @@ def test_a_rejudge_whose_judge_key_is_missing_stops_before_any_judge_call(
     assert f"{EVALUATOR_AT}: evaluator 'judge': OPENAI_API_KEY is not set" in stderr
     assert fake_provider.request_count() == calls
     assert len(project.results_files()) == 1
+
+
+def test_an_import_error_is_shown_from_the_users_own_line(project):
+    from cobalt_app import discovery
+
+    path = project.write(
+        "experiments/broken.cobalt.py",
+        "from cobalt import Dataset\n\n\ndef load():\n    return Dataset(items=[{'id': 1}, {'id': 1}])\n"
+        "\n\ndataset = load()\n",
+    )
+    loaded = discovery.load_file(path, project.path)
+    lines = loaded.traceback.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[1] == f'  File "{path}", line 8, in <module>'  # not importlib's, not Cobalt's
+    assert f'  File "{path}", line 5, in load' in lines
+    assert "cobalt/dataset.py" in loaded.traceback  # below the user's code, the frames stay
+    assert lines[-1].startswith("cobalt.dataset.DatasetError: item at index 1 has the id 1")

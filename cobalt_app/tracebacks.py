@@ -1,0 +1,38 @@
+"""A user's error, shown from the user's code on.
+
+A runner's exception or an experiment file's import error arrives under frames of the
+harness that called it: Cobalt's engine awaiting the runner, the worker thread of a sync
+runner, importlib executing the file. Like pytest, which hides its own call machinery, the
+stored and printed traceback starts at the first frame of anything else (the user's code, or
+a library it called). The frames below the user's code stay, Cobalt's included (a
+`Dataset(...)` that refused its items shows where it did).
+"""
+
+from __future__ import annotations
+
+import sysconfig
+import traceback
+from pathlib import Path
+
+import cobalt
+
+HARNESS = (
+    str(Path(cobalt.__file__).parent) + "/",
+    str(Path(__file__).parent) + "/",
+    str(Path(sysconfig.get_paths()["stdlib"])) + "/",
+    "<frozen ",
+)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """`exc` formatted as `traceback.format_exception` does, its outermost frames of the
+    harness left out; whole when every frame is the harness's (an error of Cobalt itself)."""
+    shown = traceback.TracebackException.from_exception(exc)
+    frames = list(shown.stack)
+    start = next((i for i, frame in enumerate(frames) if not is_harness(frame.filename)), 0)
+    shown.stack = traceback.StackSummary.from_list(frames[start:])
+    return "".join(shown.format())
+
+
+def is_harness(filename: str) -> bool:
+    return filename.startswith(HARNESS)
