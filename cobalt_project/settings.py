@@ -57,7 +57,7 @@ TEAM_MODE = COBALT.team_mode
 BROKER_URL = COBALT.get("broker_url") or ""
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "django.contrib.admin.apps.SimpleAdminConfig",  # admin.autodiscover() in urls.py
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

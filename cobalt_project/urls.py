@@ -2,6 +2,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+# The admin registers its models here, where the URLs load (the web server), not when any
+# command starts Django (settings: SimpleAdminConfig): ~15 ms less for `cobalt history`.
+admin.autodiscover()
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("cobalt_app.api.urls")),

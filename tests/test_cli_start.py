@@ -50,6 +50,7 @@ def test_history_imports_the_database_layer_and_nothing_it_does_not_read_with(pr
         "opentelemetry",
         "cobalt_app.engine",
         "django.db.migrations.executor",  # an up-to-date database is not planned again
+        "cobalt_app.admin",  # the admin registers its models where the URLs load
     }
     assert not unneeded & loaded, unneeded & loaded
     assert not [name for name in loaded if ".migrations.0" in name]
@@ -92,3 +93,15 @@ def test_the_quick_migration_check_notices_a_migration_that_was_not_applied():
             "(SELECT MAX(name) FROM django_migrations WHERE app = 'cobalt_app')"
         )
     assert not all_applied()
+
+
+@pytest.mark.django_db
+def test_the_admin_still_lists_every_model_though_commands_do_not_register_them(admin_client):
+    from django.contrib import admin
+
+    page = admin_client.get("/admin/")
+    assert page.status_code == 200
+    for model in ("run", "itemresult", "evaluation", "judgecacheentry", "user"):
+        assert f"/admin/{'auth' if model == 'user' else 'cobalt_app'}/{model}/" in page.text
+    assert admin_client.get("/admin/cobalt_app/run/").status_code == 200
+    assert len(admin.site._registry) >= 6
