@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="cobalt-tests-"))
 os.environ.setdefault("COBALT_PROJECT_DIR", str(_SESSION_DIR / "project"))
 (_SESSION_DIR / "project").mkdir(exist_ok=True)
+# The Redis DB of the team-mode tests (tests/team_harness.py), read before the COBALT_*
+# variables are cleared below: a suite running beside another sets its own number.
+TEST_REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))
 for _name in list(os.environ):
     if _name.startswith("COBALT_") and _name not in ("COBALT_PROJECT_DIR",):
         del os.environ[_name]

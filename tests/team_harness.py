@@ -1,8 +1,8 @@
 """Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
 
 A test session gets its own database `cobalt_test_team_<pid>` (dropped at the end) and
-Redis DB 5 (flushed at the start); each test gets its own Celery queue, so work left over
-by one test never reaches another's workers. The worker, migrate and web commands come
+Redis DB 5, or the one COBALT_TEST_REDIS_DB names (flushed at the start); each test gets its
+own Celery queue, so work left over by one test never reaches another's workers. The worker, migrate and web commands come
 from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
 missing, by reading the YAML the same way), so what the compose file runs is what the
 tests run.
@@ -28,10 +28,10 @@ from typing import Any
 import psycopg
 import redis
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, TEST_REDIS_DB, cli_env
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))  # another for a parallel suite
+REDIS_DB = TEST_REDIS_DB  # COBALT_TEST_REDIS_DB: another for a parallel suite
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 LEASE_GRACE = "2"
