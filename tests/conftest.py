@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,11 @@ for _name in list(os.environ):
     if _name.startswith("COBALT_") and _name not in ("COBALT_PROJECT_DIR",):
         del os.environ[_name]
 os.environ["COBALT_SQLITE_PATH"] = str(_SESSION_DIR / "history.db")
+# Started in the background of a script (`pytest … &` without job control), the suite ignores
+# SIGINT, and so would every `cobalt` it starts (an ignored signal survives exec): the tests
+# that interrupt a run like Ctrl-C would see it run to the end.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
