@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,18 @@ REPO = Path(__file__).resolve().parent.parent
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="cobalt-tests-"))
 os.environ.setdefault("COBALT_PROJECT_DIR", str(_SESSION_DIR / "project"))
 (_SESSION_DIR / "project").mkdir(exist_ok=True)
+# The Redis DB of the team-mode tests (tests/team_harness.py), read before the COBALT_*
+# variables are cleared below: a suite running beside another sets its own number.
+TEST_REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))
 for _name in list(os.environ):
     if _name.startswith("COBALT_") and _name not in ("COBALT_PROJECT_DIR",):
         del os.environ[_name]
 os.environ["COBALT_SQLITE_PATH"] = str(_SESSION_DIR / "history.db")
+# Started in the background of a script (`pytest … &` without job control), the suite ignores
+# SIGINT, and so would every `cobalt` it starts (an ignored signal survives exec): the tests
+# that interrupt a run like Ctrl-C would see it run to the end.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,8 +1,8 @@
 """Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
 
 A test session gets its own database `cobalt_test_team_<pid>` (dropped at the end) and
-Redis DB 5 (flushed at the start); each test gets its own Celery queue, so work left over
-by one test never reaches another's workers. The worker, migrate and web commands come
+Redis DB 5, or the one COBALT_TEST_REDIS_DB names (flushed at the start); each test gets its
+own Celery queue, so work left over by one test never reaches another's workers. The worker, migrate and web commands come
 from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
 missing, by reading the YAML the same way), so what the compose file runs is what the
 tests run.
@@ -10,6 +10,7 @@ tests run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,10 +28,10 @@ from typing import Any
 import psycopg
 import redis
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, TEST_REDIS_DB, cli_env
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))  # another for a parallel suite
+REDIS_DB = TEST_REDIS_DB  # COBALT_TEST_REDIS_DB: another for a parallel suite
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 COMPOSE_FILE = REPO / "docker-compose.yml"
 LEASE_GRACE = "2"
@@ -263,6 +264,32 @@ class Process:
                 self.popen.wait(timeout=10)
 
 
+def _is_worker_process(pid: int) -> bool:
+    """A live (not zombie) `cobalt worker` process with this pid."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X") and b"cobalt_cli" in command and b"worker" in command
+
+
+def _stop_worker_process(pid: int) -> None:
+    """Until a worker process a supervisor started has exited (SIGTERM after 10 s, then
+    SIGKILL): a straggler would announce itself to the next test."""
+    for signum, patience in ((None, 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if signum is not None and _is_worker_process(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        deadline = time.monotonic() + patience
+        while _is_worker_process(pid):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return
+
+
 @dataclass
 class Team:
     """One test's view: a project folder, its queue, its workers and CLI processes."""
@@ -385,6 +412,11 @@ class Team:
         return self.spawn([sys.executable, "-m", "cobalt_cli", *args])
 
     def stop_all(self) -> None:
+        # The processes `cobalt worker --processes N` started are not ours to wait for: note
+        # the ones announced on this test's queue, to see them gone too.
+        started = {p.popen.pid for p in self.processes}
+        host = socket.gethostname()
+        announced = {w["pid"] for w in self.workers_on_queue() if w.get("host") == host} - started
         running = [p for p in self.processes if p.popen.poll() is None]
         for process in running:
             process.popen.send_signal(signal.SIGTERM)  # all at once: warm shutdowns overlap
@@ -394,6 +426,8 @@ class Team:
             except subprocess.TimeoutExpired:
                 process.popen.kill()
                 process.popen.wait(timeout=10)
+        for pid in announced:  # their supervisor stopped them, or they saw it gone
+            _stop_worker_process(pid)
         # A killed worker (or a pool process of one) stays announced until its key expires;
         # the next test must not count it as running.
         client = self.services.redis()

@@ -24,6 +24,7 @@ from cobalt.config import active_config, load_config, set_active_config
 from cobalt_app import launcher
 from cobalt_app.api import jobs
 from cobalt_app.models import ItemResult, Run
+from tests.conftest import TEST_REDIS_DB
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -528,9 +529,11 @@ def test_a_script_with_a_token_lists_starts_polls_and_reads_items(api_project, t
         assert "/api/runs/{run_id}/items/" in schema.json()["paths"]
 
 
-# Team mode: PostgreSQL, Redis DB 7, a real `cobalt worker` and `cobalt serve` -----------------
+# Team mode: PostgreSQL, Redis, a real `cobalt worker` and `cobalt serve` ----------------------
 
-API_REDIS_URL = "redis://127.0.0.1:6379/7"  # this area's Redis DB (team tests use 5)
+# The team tests' Redis DB (COBALT_TEST_REDIS_DB): a module at a time uses it, each flushing it
+# at its start and end; a suite running beside this one has its own.
+API_REDIS_URL = f"redis://127.0.0.1:6379/{TEST_REDIS_DB}"
 
 
 @pytest.fixture(scope="module")

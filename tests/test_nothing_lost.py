@@ -465,8 +465,9 @@ def test_a_stopping_worker_claims_nothing_more_hands_back_its_items_and_exits(te
     from tests.team_harness import experiment_source, wait_for
 
     (team.folder / "experiments" / "demo.cobalt.py").write_text(
-        experiment_source(items=40, token=team.queue, delay=1.0, call_agent=False, concurrency=2)
+        experiment_source(items=20, token=team.queue, delay=1.0, call_agent=False, concurrency=2)
     )
+    # Each of its two lanes claims 20 // (2 * 2) = 5 items at a time: more than it starts.
     first = team.start_worker("--concurrency", "2", env={"COBALT_SHUTDOWN_GRACE": "0.5"})
     run = team.cli_background("run")
     wait_for(lambda: len(team.executions()) >= 3, timeout=60, what="a few items started")
@@ -484,7 +485,7 @@ def test_a_stopping_worker_claims_nothing_more_hands_back_its_items_and_exits(te
 
     team.start_worker("--concurrency", "2")
     assert run.wait(120) == 0, run.out() + run.err()
-    assert team.item_statuses(run_id) == {"ok": 40}
+    assert team.item_statuses(run_id) == {"ok": 20}
 
 
 @pytestmark_db

@@ -48,11 +48,17 @@ def test_the_report_meets_its_scores():
 """
 
 
+# DeepEval's and LangSmith's pytest plugins, installed beside Cobalt in the dev virtualenv,
+# import their whole libraries (DeepEval's takes seconds and reports the session to its
+# telemetry): this suite turns them off in pyproject.toml, and so does the pytest it runs.
+OTHER_PLUGINS_OFF = ("-p", "no:deepeval", "-p", "no:langsmith_plugin")
+
+
 def pytest_in(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", *args]
-        if "--lf" not in args
-        else [sys.executable, "-m", "pytest", *args],
+        [sys.executable, "-m", "pytest", *OTHER_PLUGINS_OFF]
+        + (["-p", "no:randomly", "-p", "no:cacheprovider"] if "--lf" not in args else [])
+        + list(args),
         cwd=project.path,
         env=cli_env(),
         capture_output=True,

@@ -1,4 +1,4 @@
-"""Team mode end to end: PostgreSQL, Redis DB 5, real `cobalt worker` processes, real CLI.
+"""Team mode end to end: PostgreSQL, Redis, real `cobalt worker` processes, real CLI.
 
 See tests/team_harness.py for how the services, queues and compose commands are set up.
 """
