@@ -16,12 +16,10 @@ from pathlib import Path
 
 import cobalt
 
-HARNESS = (
-    str(Path(cobalt.__file__).parent) + "/",
-    str(Path(__file__).parent) + "/",
-    str(Path(sysconfig.get_paths()["stdlib"])) + "/",
-    "<frozen ",
-)
+OWN = (str(Path(cobalt.__file__).parent) + "/", str(Path(__file__).parent) + "/")
+STDLIB = str(Path(sysconfig.get_paths()["stdlib"])) + "/"
+# Outside a virtualenv, installed packages live below the standard library's folder.
+INSTALLED = ("/site-packages/", "/dist-packages/")
 
 
 def user_traceback(exc: BaseException) -> str:
@@ -35,4 +33,8 @@ def user_traceback(exc: BaseException) -> str:
 
 
 def is_harness(filename: str) -> bool:
-    return filename.startswith(HARNESS)
+    """Cobalt's own code, importlib's frozen modules, or the standard library (the thread
+    that ran a sync runner) — not a package installed beside it, even below that folder."""
+    if filename.startswith(OWN) or filename.startswith("<frozen "):
+        return True
+    return filename.startswith(STDLIB) and not any(part in filename for part in INSTALLED)

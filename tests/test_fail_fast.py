@@ -442,3 +442,19 @@ def test_an_import_error_is_shown_from_the_users_own_line(project):
     assert f'  File "{path}", line 5, in load' in lines
     assert "cobalt/dataset.py" in loaded.traceback  # below the user's code, the frames stay
     assert lines[-1].startswith("cobalt.dataset.DatasetError: item at index 1 has the id 1")
+
+
+def test_the_harness_is_cobalt_and_the_standard_library_not_the_packages_installed_in_it():
+    import sysconfig
+
+    from cobalt_app import engine
+    from cobalt_app.tracebacks import is_harness
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert is_harness(engine.__file__)
+    assert is_harness(f"{stdlib}/concurrent/futures/thread.py")
+    assert is_harness("<frozen importlib._bootstrap>")
+    # Outside a virtualenv, site-packages sits below the standard library's folder.
+    assert not is_harness(f"{stdlib}/site-packages/openai/_base_client.py")
+    assert not is_harness("/usr/lib/python3/dist-packages/langchain/chains/base.py")
+    assert not is_harness("/home/me/project/experiments/qa.cobalt.py")
