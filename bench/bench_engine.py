@@ -7,7 +7,8 @@
    its item) and off (`[trace] enabled = false`); the target holds for both (issue 15: capture
    stays within 1.10x of the bare script).
 2. 50,000 items, no-op runner, one function evaluator: items/s of the whole `cobalt run`
-   process and its peak RSS.
+   process and its peak RSS; async, then sync (a sync runner and a sync function evaluator
+   with a `pass_threshold`, scoring below it: every item fails its mark).
 3. `--replay` (issue 16; `python bench/bench_engine.py --replay`, alone): workload 1 with
    the judge cache warm, live (`cobalt run`) versus replayed (`cobalt run --replay`, after one
    `--record`): the whole process, and the run's own duration from its results file. Target:
@@ -77,6 +78,23 @@ dataset = Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])
     Evaluator(name="fn", type="function", fn=lambda ctx: 1.0),
 ])
 async def run(ctx):
+    return ctx.item["input"]
+"""
+
+# What users write most: a sync runner and a sync function evaluator with its own pass mark
+# (every score passes through the one verdict rule of `cobalt.verdict`).
+SYNC_NOOP = """
+from cobalt import Dataset, Evaluator, experiment
+
+dataset = Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])
+
+def contains_q(ctx):
+    return 0.6 if "q" in ctx.output else 0.0
+
+@experiment("bench-sync", dataset, concurrency=40, evaluators=[
+    Evaluator(name="fn", type="function", fn=contains_q, pass_threshold=0.8),
+])
+def run(ctx):
     return ctx.item["input"]
 """
 
@@ -224,6 +242,14 @@ def main() -> None:
                 f"  whole process             : {elapsed:6.2f} s = {args.big / elapsed:,.0f} items/s (target >= 2,000)"
             )
             print(f"  peak RSS                  : {rss:6.0f} MB (target < 300)")
+
+            sync = project(tmp_path / "sync", "sync", SYNC_NOOP, args.big)
+            elapsed, rss = timed([sys.executable, "-m", "cobalt_cli", "run"], sync, env)
+            print(f"Sync workload: {args.big} items, sync runner, sync function evaluator")
+            print(
+                f"  whole process             : {elapsed:6.2f} s = {args.big / elapsed:,.0f} items/s"
+            )
+            print(f"  peak RSS                  : {rss:6.0f} MB")
     finally:
         fake.terminate()
         fake.wait(timeout=10)

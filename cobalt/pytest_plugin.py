@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from cobalt_app.stats import DEFAULT_PASS_SCORE
+from cobalt.verdict import Verdict, evaluation_verdict, pass_mark
 
 
 class ItemFailed(Exception):
@@ -122,8 +122,7 @@ class ExperimentRun:
 
     def pass_marks(self) -> dict[str, float]:
         return {
-            e.name: float(e.options.get("pass_threshold", DEFAULT_PASS_SCORE))
-            for e in self.experiment.evaluators
+            e.name: pass_mark(e.options.get("pass_threshold")) for e in self.experiment.evaluators
         }
 
 
@@ -175,16 +174,18 @@ class ThresholdsTest(ExperimentTest):
 
 
 def item_problems(entry: dict[str, Any], pass_marks: dict[str, float]) -> list[str]:
-    """Why an item's test fails: its error, or each evaluation below its pass mark."""
+    """Why an item's test fails: its error, or each evaluation that errored or failed its
+    pass mark (`cobalt.verdict`)."""
     if entry["status"] != "ok":
         return [f"{entry['status']}: {entry.get('error') or ''}".rstrip()]
     problems = []
     for name, evaluation in (entry.get("evaluations") or {}).items():
         score = evaluation.get("score")
-        mark = pass_marks.get(name, DEFAULT_PASS_SCORE)
-        if score is None:
+        mark = pass_mark(pass_marks.get(name))
+        judged = evaluation_verdict(score, mark, error="error" in evaluation)
+        if judged is Verdict.ERROR:
             problems.append(f"{name}: evaluation error: {evaluation.get('error')}")
-        elif score < mark:
+        elif judged is Verdict.FAIL:
             reason = evaluation.get("reason") or ""
             problems.append(f"{name} scored {score:.2f} (pass mark {mark:.2f}): {reason}")
     return problems

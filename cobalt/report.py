@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from cobalt_app.stats import DEFAULT_PASS_SCORE  # below it, an evaluation failed
+from cobalt.verdict import Verdict, evaluation_verdict
 
 FAILURES_SHOWN = 20
 
@@ -91,8 +91,9 @@ class ExperimentReport:
         return self.data
 
     def failures(self) -> list[dict[str, Any]]:
-        """The items that errored, timed out, or have an evaluation that failed or scored
-        below the pass mark, in dataset order (results-file entries)."""
+        """The items that errored or timed out, or have an evaluation that errored or scored
+        below its evaluator's pass mark (its `verdict`), in dataset order (results-file
+        entries)."""
         return [item for item in self.items if _failed(item)]
 
     def __await__(self) -> Generator[Any, None, ExperimentReport]:
@@ -155,13 +156,24 @@ def assert_scores(report: ExperimentReport, thresholds: dict[str, Any]) -> None:
         )
 
 
+def _verdict(evaluation: dict[str, Any]) -> Verdict:
+    """An evaluation's verdict as its results entry states it (against its evaluator's pass
+    mark); an entry written before verdicts were, against the default mark."""
+    if evaluation.get("verdict"):
+        return Verdict(evaluation["verdict"])
+    return evaluation_verdict(evaluation.get("score"), error="error" in evaluation)
+
+
+def _failing(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The item's evaluations that failed or errored, by evaluator."""
+    evaluations = item.get("evaluations") or {}
+    return {
+        name: e for name, e in evaluations.items() if _verdict(e) in (Verdict.FAIL, Verdict.ERROR)
+    }
+
+
 def _failed(item: dict[str, Any]) -> bool:
-    if item.get("status") != "ok":
-        return True
-    return any(
-        e.get("score") is None or e["score"] < DEFAULT_PASS_SCORE
-        for e in (item.get("evaluations") or {}).values()
-    )
+    return item.get("status") != "ok" or bool(_failing(item))
 
 
 def _why(item: dict[str, Any]) -> str:
@@ -170,8 +182,7 @@ def _why(item: dict[str, Any]) -> str:
         return f"{item.get('status')}: {first}"
     reasons = [
         f"{name} {_num(e.get('score'))}: {e.get('reason') or e.get('error') or ''}"
-        for name, e in (item.get("evaluations") or {}).items()
-        if e.get("score") is None or e["score"] < DEFAULT_PASS_SCORE
+        for name, e in _failing(item).items()
     ]
     return "; ".join(reasons)
 

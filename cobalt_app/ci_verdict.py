@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cobalt import verdict
 from cobalt.config import Config
 from cobalt_app.gates import (
-    TOLERANCE,
     Check,
     GateSettings,
     canonical,
@@ -130,10 +130,8 @@ def scores_of(run_id: str, evaluator: str) -> list[float]:
 
 
 def pass_rate(run_id: str, evaluator: str, min_score: float) -> float | None:
-    values = scores_of(run_id, evaluator)
-    if not values:
-        return None
-    return sum(1 for v in values if v >= min_score - TOLERANCE) / len(values)
+    """The share of the evaluator's scores at or above `min_score` (the verdict rule's)."""
+    return verdict.pass_rate(scores_of(run_id, evaluator), min_score)
 
 
 def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[ErroredItem]:

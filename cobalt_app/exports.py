@@ -3,6 +3,8 @@
 The same generators feed the page downloads (`StreamingHttpResponse`) and
 `cobalt export RUN --format csv|md|json`. Agent outputs are untrusted: CSV text cells that a
 spreadsheet would run as a formula are prefixed with `'`, Markdown cells are HTML-escaped.
+People's labels come beside the scores, as they are when exporting: each item's `labels` in
+JSON; in CSV an `<evaluator>_labels` column per evaluator and `label_disagreement`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from cobalt import verdict
 from cobalt_app import results
 from cobalt_app.models import Run
 
@@ -60,10 +63,11 @@ def export_csv(run: Run) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     header = ["index", "run_index", "key", "status", "input", "output", "metadata"]
-    header += ["latency_ms", "tokens", "cost", "error"]
+    header += ["latency_ms", "tokens", "cost", "error", "verdict"]
     for name in names:
-        header += [f"{name}_score", f"{name}_reason"]
+        header += [f"{name}_score", f"{name}_verdict", f"{name}_reason"]
     header += ["steps", "trace"]
+    header += [*(f"{name}_labels" for name in names), "label_disagreement"]
     writer.writerow(header)
     for count, entry in enumerate(results.iter_item_entries(run), start=1):
         output = entry["output"]
@@ -79,19 +83,43 @@ def export_csv(run: Run) -> Iterator[str]:
             entry["tokens"],
             _decimal(entry["cost"]),
             safe_cell(entry["error"] or ""),
+            entry["verdict"],
         ]
         for name in names:
-            verdict = entry["evaluations"].get(name) or {}
-            if "error" in verdict:
-                row += ["", safe_cell(f"error: {verdict['error']}")]
+            evaluation = entry["evaluations"].get(name) or {}
+            judged = evaluation.get("verdict", "")
+            if "error" in evaluation:
+                row += ["", judged, safe_cell(f"error: {evaluation['error']}")]
             else:
-                row += [_number(verdict.get("score")), safe_cell(verdict.get("reason") or "")]
+                row += [
+                    _number(evaluation.get("score")),
+                    judged,
+                    safe_cell(evaluation.get("reason") or ""),
+                ]
         trace = entry["trace"]
         row += [len(trace), safe_cell(json.dumps(trace, ensure_ascii=False) if trace else "")]
+        row += label_cells(entry["labels"], names)
         writer.writerow(row)
         if count % 500 == 0:
             yield _drain(buffer)
     yield _drain(buffer)
+
+
+def label_cells(labels: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Per evaluator, its current labels as `reviewer: verdict` (`; ` between reviewers);
+    then `yes` when one of them disagrees with the judge. Stale labels are left out."""
+    current = [label for label in labels if not label["stale"]]
+    cells = [
+        safe_cell(
+            "; ".join(
+                f"{label['reviewer']}: {label['verdict']}"
+                for label in current
+                if label["evaluator"] == name
+            )
+        )
+        for name in names
+    ]
+    return [*cells, "yes" if any(label["disagrees"] for label in current) else ""]
 
 
 def safe_cell(text: str) -> str:
@@ -133,12 +161,14 @@ def export_markdown(run: Run) -> Iterator[str]:
     for name in names:
         s = summary.get("scores", {}).get(name) or {}
         cells = [_number(s.get(k), 2) for k in ("avg", "min", "max", "p50", "p95")]
-        rate = s.get("passRate")
-        cells.append("—" if rate is None else f"{rate:.0%}")
+        rate, mark = s.get("passRate"), verdict.pass_mark(s.get("passMark"))
+        at = "" if mark == verdict.DEFAULT_PASS_THRESHOLD else f" (≥ {mark:g})"
+        cells.append("—" if rate is None else f"{rate:.0%}{at}")
         cells += [str(s.get("count", 0)), str(s.get("errors", 0))]
         lines.append(f"| {md_cell(name)} | " + " | ".join(c or "—" for c in cells) + " |")
     lines += ["", "## Items", ""]
-    head = ["#", "Key", "Status", "Input", "Output", *names, "Latency", "Tokens", "Steps"]
+    head = ["#", "Key", "Status", "Verdict", "Input", "Output", *names]
+    head += ["Latency", "Tokens", "Steps"]
     lines.append("| " + " | ".join(md_cell(h) for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     yield "\n".join(lines) + "\n"
@@ -149,10 +179,15 @@ def export_markdown(run: Run) -> Iterator[str]:
         output = entry["output"]["output"]
         if entry["status"] != "ok":
             output = f"{entry['status']}: {entry['error'] or ''}"
-        cells = [index, entry["key"], entry["status"], _text(entry["input"]), _text(output)]
+        cells = [index, entry["key"], entry["status"], entry["verdict"]]
+        cells += [_text(entry["input"]), _text(output)]
         for name in names:
-            verdict = entry["evaluations"].get(name) or {}
-            cells.append("error" if "error" in verdict else _number(verdict.get("score"), 2))
+            evaluation = entry["evaluations"].get(name) or {}
+            score = _number(evaluation.get("score"), 2)
+            judged = evaluation.get("verdict")
+            cells.append(
+                "error" if "error" in evaluation else f"{score} {judged}" if judged else score
+            )
         cells += [_ms(entry["latencyMs"]), str(entry["tokens"]), steps_cell(entry["trace"])]
         chunk.append("| " + " | ".join(md_cell(c or "—") for c in cells) + " |")
         if len(chunk) >= 500:

@@ -1,8 +1,11 @@
 """Flaky items: the items of an experiment whose verdict flips between runs and repetitions.
 
 An *observation* is one finished item result of one run of the experiment (one repetition).
-It passes when the agent answered and every scored evaluation reached the pass score; it fails
-when one fell short or the item errored or timed out. Observations with no scored evaluation
+It passes when the agent answered and every scored evaluation reached its evaluator's pass
+mark (`cobalt.verdict`: an item fails when any evaluation fails; or one `pass_score` for all,
+when asked); it fails when one fell short or the item errored or timed out. Every observation
+is judged by the marks of the newest run looked at: a flip says the scores moved, not that a
+`pass_threshold` was changed between runs. Observations with no scored evaluation
 (evaluator errors only) have no verdict and are left out. Observations are ordered by run
 creation, then repetition; an item's *flip rate* is the share of consecutive observations
 whose verdict differs, and its *score variance* is the population variance of each
@@ -24,9 +27,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from cobalt import verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import experiment_names
-from cobalt_app.stats import DEFAULT_PASS_SCORE
 
 HISTORY_RUNS = 20
 VERDICT_STATUSES = (ItemResult.Status.OK, ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT)
@@ -34,7 +37,8 @@ VERDICT_STATUSES = (ItemResult.Status.OK, ItemResult.Status.ERROR, ItemResult.St
 
 @dataclass(frozen=True)
 class Observation:
-    """One repetition of one item in one run: its status and its scored evaluations."""
+    """One repetition of one item in one run: its status, its scored evaluations and the pass
+    marks of that run's evaluators."""
 
     run_id: str
     run_index: int
@@ -42,6 +46,7 @@ class Observation:
     index: int
     status: str
     scores: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,19 +109,27 @@ class ItemFlakiness:
         }
 
 
-def observation_passed(observation: Observation, *, pass_score: float) -> bool | None:
-    """True/False, or None when the observation has no verdict (nothing was scored)."""
+def observation_passed(observation: Observation, *, pass_score: float | None = None) -> bool | None:
+    """True/False, or None when the observation has no verdict (nothing was scored): the
+    item's verdict (`cobalt.verdict.item_verdict`) by each evaluator's pass mark, or by
+    `pass_score` for every evaluator when given."""
     if observation.status != ItemResult.Status.OK:
         return False
     if not observation.scores:
         return None
-    return all(score >= pass_score for score in observation.scores.values())
+    verdicts = (
+        verdict.score_verdict(
+            score, observation.marks.get(name) if pass_score is None else pass_score
+        )
+        for name, score in observation.scores.items()
+    )
+    return verdict.item_verdict(verdicts).passed
 
 
 def item_flakiness(
     observations: Iterable[Observation],
     *,
-    pass_score: float = DEFAULT_PASS_SCORE,
+    pass_score: float | None = None,
     min_stddev: float | None = None,
 ) -> dict[str, ItemFlakiness]:
     """Per item key: verdict counts, flips, flip rate and score variance, in the given order."""
@@ -189,13 +202,22 @@ def history_runs(
 
 
 def observations(
-    runs: QuerySet | Sequence[str], *, keys: Iterable[str] | None = None
+    runs: QuerySet | Sequence[str],
+    *,
+    keys: Iterable[str] | None = None,
+    pass_marks: dict[str, float] | None = None,
 ) -> list[Observation]:
-    """Every finished repetition of the runs' items (only `keys` when given), in run order.
+    """Every finished repetition of the runs' items (only `keys` when given), in run order,
+    each with its run's pass marks (`pass_marks` when every run has the same ones).
 
-    One query: the items joined (left) to their evaluations, so an errored item without any
-    evaluation is still observed. `runs` is a list of run ids or a `history()` subquery.
+    The items joined (left) to their evaluations, so an errored item without any evaluation
+    is still observed, in one query; the runs' evaluators (for their pass marks) in another,
+    unless given. `runs` is a list of run ids or a `history()` subquery.
     """
+    marks: dict[str, dict[str, float]] = {}
+    if pass_marks is None:
+        configured = Run.objects.filter(id__in=runs).values_list("id", "config__evaluators")
+        marks = {run_id: verdict.pass_marks(described or []) for run_id, described in configured}
     items = ItemResult.objects.filter(run_id__in=runs, status__in=VERDICT_STATUSES)
     if keys is not None:
         items = items.filter(item_key__in=list(keys))
@@ -212,13 +234,17 @@ def observations(
     )
     found: list[Observation] = []
     current_id = None
-    for item_id, run_id, run_index, key, index, status, name, score, verdict in rows.iterator(
+    for item_id, run_id, run_index, key, index, status, name, score, state in rows.iterator(
         chunk_size=5000
     ):
         if item_id != current_id:
-            found.append(Observation(run_id, run_index, key, index, status, {}))
+            found.append(
+                Observation(
+                    run_id, run_index, key, index, status, {}, marks.get(run_id, pass_marks or {})
+                )
+            )
             current_id = item_id
-        if name is not None and verdict == Evaluation.Status.OK and score is not None:
+        if name is not None and state == Evaluation.Status.OK and score is not None:
             found[-1].scores[name] = score
     return found
 
@@ -259,25 +285,32 @@ def flaky_report(
     experiment: str,
     *,
     last: int = HISTORY_RUNS,
-    pass_score: float = DEFAULT_PASS_SCORE,
+    pass_score: float | None = None,
     min_stddev: float | None = None,
     until: Run | None = None,
     keys: Iterable[str] | None = None,
 ) -> FlakyReport:
-    """The items of an experiment ranked by flakiness over its latest `last` runs."""
+    """The items of an experiment ranked by flakiness over its latest `last` runs, judged by
+    the pass marks of the newest of them."""
     run_ids = history_runs(experiment, last=last, until=until)
+    newest = Run.objects.filter(id__in=run_ids[-1:]).values_list("config__evaluators", flat=True)
+    marks = verdict.pass_marks(newest.first() or [])
     found = item_flakiness(
-        observations(run_ids, keys=keys), pass_score=pass_score, min_stddev=min_stddev
+        observations(run_ids, keys=keys, pass_marks=marks),
+        pass_score=pass_score,
+        min_stddev=min_stddev,
     )
     return FlakyReport(experiment, run_ids, ranked(found.values()))
 
 
 def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
-    """The flaky items among `keys` of a run, judged on its experiment's history up to it."""
+    """The flaky items among `keys` of a run, judged on its experiment's history up to it, by
+    this run's pass marks."""
     keys = list(keys)
     if not keys:
         return {}
-    found = item_flakiness(observations(history(run.name, until=run), keys=keys))
+    marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+    found = item_flakiness(observations(history(run.name, until=run), keys=keys, pass_marks=marks))
     return {key: item for key, item in found.items() if item.flaky}
 
 

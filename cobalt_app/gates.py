@@ -24,7 +24,7 @@ from cobalt.config import (
     ConfigError,
     check_thresholds,
 )
-from cobalt_app.stats import DEFAULT_PASS_SCORE
+from cobalt.verdict import DEFAULT_PASS_THRESHOLD, pass_mark
 
 TOLERANCE = 1e-9
 SUMMARY_KEYS = {"pass_rate": "passRate"}
@@ -173,8 +173,10 @@ def check_run(
 ) -> list[Check]:
     """Every check of one run: evaluator floors, latency and cost ceilings, errors, scoring.
 
-    `pass_rate_at(evaluator, min_score)` supplies pass rates for a `min_score` other than the
-    summary's 0.5.
+    A `pass_rate` counts the scores at or above `min_score`, by default the evaluator's pass
+    mark (`cobalt.verdict`), at which the summary's `passRate` is counted (`passMark`: 0.5 in
+    summaries stored before it was kept). `pass_rate_at(evaluator, min_score)` supplies pass
+    rates at another `min_score`.
     """
     checks: list[Check] = []
     scores: Mapping[str, Mapping[str, Any]] = summary.get("scores") or {}
@@ -191,16 +193,19 @@ def check_run(
                 checks.append(Check(name, metric, None, threshold, "missing", False, note=note))
             continue
         values = scores[name]
-        min_score = metrics.get("min_score", DEFAULT_PASS_SCORE)
+        mark = pass_mark(values.get("passMark"))  # the mark the summary's passRate counts
+        min_score = metrics.get("min_score", mark)
         for metric in SCORE_METRICS:
             if metric not in floors:
                 continue
             actual = values.get(SUMMARY_KEYS.get(metric, metric))
-            if metric == "pass_rate" and not math.isclose(min_score, DEFAULT_PASS_SCORE):
+            if metric == "pass_rate" and not math.isclose(min_score, mark):
                 actual = pass_rate_at(name, min_score) if pass_rate_at else None
             check = _compare(name, metric, actual, floors[metric], floor=True)
             if metric == "pass_rate" and "min_score" in metrics:
                 check = replace(check, note=f"min_score {fmt_number(min_score)}")
+            elif metric == "pass_rate" and not math.isclose(mark, DEFAULT_PASS_THRESHOLD):
+                check = replace(check, note=f"pass mark {fmt_number(mark)}")
             checks.append(check)
     for metric, threshold in settings.latency.items():
         actual = (summary.get("latency") or {}).get(metric)

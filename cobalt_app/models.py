@@ -272,3 +272,53 @@ class Recording(models.Model):
 
     def __str__(self) -> str:
         return f"{self.experiment} {self.item_key} #{self.run_index}"
+
+
+class Label(models.Model):
+    """A person's verdict on one evaluation of one output: pass or fail, optionally a corrected
+    score and a corrected expected output, and a note.
+
+    A label is about the output it was given on, not about a row of one run: it is keyed by
+    experiment, item key and a hash of the output (`labels.output_hash`), so it comes back
+    when the same output does (a re-judge, a replayed or cached run) and reads as stale when
+    the output changed. Each reviewer has their own label (never averaged away); `version`
+    counts edits, so a save that did not see the latest one is refused, not lost."""
+
+    class Verdict(models.TextChoices):
+        PASS = "pass"
+        FAIL = "fail"
+
+    experiment = models.CharField(max_length=200)
+    item_key = models.CharField(max_length=200)
+    output_hash = models.CharField(max_length=64)
+    evaluator = models.CharField(max_length=100)
+    reviewer = models.CharField(max_length=150)
+    verdict = models.CharField(max_length=8, choices=Verdict.choices)
+    score = models.FloatField(null=True, blank=True, help_text="A corrected score, 0..1.")
+    expected_output = models.JSONField(
+        null=True, blank=True, help_text="A corrected expected output (null: not corrected)."
+    )
+    note = models.TextField(blank=True)
+    run = models.ForeignKey(
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="labels",
+        help_text="The run it was given on.",
+    )
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "item_key", "output_hash", "evaluator", "reviewer"],
+                name="label_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["experiment", "item_key"], name="label_item")]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer}: {self.evaluator}={self.verdict} ({self.item_key})"

@@ -18,11 +18,12 @@ from typing import Any
 
 from django.db.models import Min
 
+from cobalt.verdict import evaluation_verdict, score_verdict
 from cobalt_app import score_tables, trace_spans
 from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
-from cobalt_app.page_selectors import pass_marks, score_verdict
+from cobalt_app.page_selectors import pass_marks
 from cobalt_app.score_tables import Pairing
 from cobalt_app.selectors import compare_runs
 from cobalt_app.significance import ALPHA
@@ -383,6 +384,4 @@ def _trace_text(item: ItemResult | None) -> str:
 def _verdict_of(evaluation: Any, mark: float | None) -> str:
     if evaluation is None:
         return "none"
-    if evaluation.status != "ok":
-        return "error"
-    return score_verdict(evaluation.score, mark)
+    return evaluation_verdict(evaluation.score, mark, error=evaluation.status != "ok")

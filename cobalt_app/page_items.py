@@ -17,10 +17,11 @@ from typing import Any
 from django.db.models import F, FilteredRelation, Min, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
+from cobalt.verdict import Verdict, evaluation_verdict, score_verdict
 from cobalt_app import score_tables, trace_spans
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.page_selectors import pass_marks, score_verdict
+from cobalt_app.page_selectors import pass_marks
 from cobalt_app.selectors import failed_items
 
 TEXT_PREVIEW = 160
@@ -228,12 +229,13 @@ def repeated_item_page(run: Run, *, page: int = 1, per_page: int = 50) -> ItemsP
 
 
 def _repeated_scores(name: str, cells: list[dict[str, Any]], mark: float | None) -> dict[str, Any]:
-    values = [c["score"] for c in cells if c.get("verdict") in ("pass", "fail")]
+    judged = [c for c in cells if Verdict(c.get("verdict") or "none").passed is not None]
+    values = [c["score"] for c in judged]
     mean = sum(values) / len(values) if values else None
     stddev = (
         math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if mean is not None else None
     )
-    passes = sum(1 for c in cells if c.get("verdict") == "pass")
+    passes = sum(1 for c in judged if Verdict(c["verdict"]).passed)  # borderline ones pass
     return {
         "name": name,
         "mean": mean,
@@ -375,12 +377,11 @@ def _item_row(
     cells = []
     for name in names:
         cell = scores.get(name, {"score": None, "status": None})
-        if cell["status"] not in (None, Evaluation.Status.OK) or (
-            cell["status"] and cell["score"] is None
-        ):
-            verdict = "error"
+        if cell["status"] is None:  # not evaluated (yet)
+            verdict = Verdict.NONE
         else:
-            verdict = score_verdict(cell["score"], marks.get(name))
+            errored = cell["status"] != Evaluation.Status.OK
+            verdict = evaluation_verdict(cell["score"], marks.get(name), error=errored)
         cells.append({"name": name, **cell, "verdict": verdict})
     return ItemRow(
         id=item.id,
@@ -440,9 +441,10 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.trace_summary = trace_spans.summary(steps) if steps else ""
     marks = pass_marks(run)
     for verdict in item.verdicts:  # the colour of its score cell
-        unscored = verdict.status != Evaluation.Status.OK or verdict.score is None
-        verdict.verdict = (
-            "error" if unscored else score_verdict(verdict.score, marks.get(verdict.evaluator))
+        verdict.verdict = evaluation_verdict(
+            verdict.score,
+            marks.get(verdict.evaluator),
+            error=verdict.status != Evaluation.Status.OK,
         )
     return item
 
@@ -518,7 +520,8 @@ def version_fingerprint(run: Run) -> str:
 def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
     """The flaky items among `keys`: verdicts that flipped across the repetitions of this run
     and of the earlier runs of the same version (`version_fingerprint`), never across
-    versions. Two queries: the candidate runs, then their observations of these keys."""
+    versions. Two queries: the candidate runs, then their observations of these keys (with
+    this run's pass marks: the same version has the same evaluators)."""
     keys = list(keys)
     if not keys:
         return {}
@@ -533,7 +536,9 @@ def flaky_marks(run: Run, keys: Iterable[str]) -> dict[str, ItemFlakiness]:
     ]
     if run.id not in same:
         same.append(run.id)  # still running: its repetitions so far
-    found = item_flakiness(observations(list(reversed(same)), keys=keys))
+    found = item_flakiness(
+        observations(list(reversed(same)), keys=keys, pass_marks=pass_marks(run))
+    )
     return {key: item for key, item in found.items() if item.flaky}
 
 

@@ -4,8 +4,8 @@ run's overview, trends. The runs they show come from `selectors`.
 Lists read the summaries stored on runs at finalisation; only a run that is still running
 is aggregated from its rows. The histogram, which touches every evaluation of a large run,
 is one SQL pass over the `(run, evaluator, score)` index. Every score is shown against its
-evaluator's pass mark (`pass_threshold`, 0.5 by default): `score_verdict` names the colour
-(fail / borderline / pass).
+evaluator's pass mark (`pass_threshold`, 0.5 by default): `cobalt.verdict.score_verdict` names
+the colour (fail / borderline / pass), as it names the verdict at every other door.
 A run's items and the item panel are read in `page_items`, the compare page in
 `page_compare`.
 """
@@ -19,13 +19,10 @@ from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
+from cobalt import verdict
+from cobalt.verdict import score_verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import experiment_runs
-from cobalt_app.stats import DEFAULT_PASS_SCORE
-
-# Passing scores less than this above their pass mark are shown as borderline (the one place
-# it is set; the pages' legend prints it).
-BORDERLINE_MARGIN = 0.1
 
 HISTOGRAM_BINS = 10
 
@@ -43,24 +40,8 @@ def score_cells(run: Run) -> list[tuple[str, float | None, str]]:
 
 
 def pass_marks(run: Run) -> dict[str, float]:
-    """Each evaluator's pass mark: its `pass_threshold` when set, else the default 0.5."""
-    marks = {}
-    for described in run.config.get("evaluators", []):
-        mark = described.get("pass_threshold")
-        marks[described["name"]] = DEFAULT_PASS_SCORE if mark is None else float(mark)
-    return marks
-
-
-def score_verdict(score: float | None, mark: float | None) -> str:
-    """ "fail" below the pass mark; "borderline" at or above it by less than
-    `BORDERLINE_MARGIN` (it passes, only just); "pass" above that; "none" without a score."""
-    if score is None:
-        return "none"
-    mark = DEFAULT_PASS_SCORE if mark is None else mark
-    if score < mark:
-        return "fail"
-    # A perfect score is never borderline, however close to 1 the mark is.
-    return "borderline" if score < min(mark + BORDERLINE_MARGIN, 1.0) else "pass"
+    """Each evaluator of the run's pass mark (`cobalt.verdict.pass_marks`)."""
+    return verdict.pass_marks((run.config or {}).get("evaluators", []))
 
 
 def _scores(run: Run) -> dict[str, dict[str, Any]]:
@@ -114,7 +95,7 @@ def run_overview(run: Run) -> RunOverview:
     evaluators = []
     for name in names:
         values = summary.get("scores", {}).get(name) or {}
-        mark = marks.get(name, DEFAULT_PASS_SCORE)
+        mark = marks.get(name, verdict.DEFAULT_PASS_THRESHOLD)
         evaluators.append(
             {
                 "name": name,

@@ -1,7 +1,12 @@
 """Run summaries and the results file (`.cobalt/results/<timestamp>_<name>_<id>.json`).
 
 The file follows the seed format (id, name, timestamp, tags, config, summary, items) and adds,
-per item, `status`, `error` and `runIndex`; a failed evaluation is `{"score": null, "error"}`.
+per item, `status`, `verdict`, `error` and `runIndex`; each evaluation has its `verdict`
+(`cobalt.verdict`: against its evaluator's pass mark), a failed one is `{"score": null,
+"verdict": "error", "error"}`. Each evaluator's summary `passRate` counts its own pass mark,
+kept beside it as `passMark`.
+People's labels (`cobalt_app.labels`) come beside the scores: each item's `labels`, and the
+run's label counts as `labels` in the header, as they are when the document is written.
 Summaries are computed once, at finalisation, and stored on the run so lists never aggregate
 raw rows.
 """
@@ -19,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt_app import recordings, stats, storable
+from cobalt import verdict
+from cobalt_app import labels, recordings, stats, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
-from cobalt_app.selectors import scores_by_item
+from cobalt_app.selectors import FAILED, scores_by_item
 
 if TYPE_CHECKING:
     from cobalt_app.engine import ItemOutcome
@@ -64,8 +70,11 @@ def compute_summary(run: Run) -> dict[str, Any]:
         judge_cost += cost
     unpriced = unpriced_models(run)
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
+    marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     per_evaluator = {
-        name: stats.describe(scores.get(name, []), errors=eval_errors.get(name, 0))
+        name: stats.describe(
+            scores.get(name, []), errors=eval_errors.get(name, 0), pass_mark=marks.get(name)
+        )
         for name in names
     }
     from cobalt_app import significance  # numpy/scipy: loaded when first needed
@@ -229,14 +238,16 @@ EVALUATION_FIELDS = (
 
 
 def evaluation_entry(
-    score, reason, status, error, cached, chain_of_thought="", unpriced_model=""
+    score, reason, status, error, cached, chain_of_thought="", unpriced_model="", *, mark=None
 ) -> dict[str, Any]:
+    """One evaluation of an item entry, with its `verdict` against the evaluator's pass mark."""
     if status == Evaluation.Status.OK:
-        entry: dict[str, Any] = {"score": score, "reason": reason}
+        judged = verdict.evaluation_verdict(score, mark)
+        entry: dict[str, Any] = {"score": score, "verdict": judged, "reason": reason}
         if chain_of_thought:
             entry["chainOfThought"] = chain_of_thought
     else:
-        entry = {"score": None, "error": error}
+        entry = {"score": None, "verdict": verdict.Verdict.ERROR, "error": error}
     if cached:
         entry["cached"] = True
     if unpriced_model:
@@ -247,13 +258,19 @@ def evaluation_entry(
 def row_entry(
     row: tuple, evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded)."""
+    """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
+    `verdict` from its evaluations' (`verdict.item_verdict`)."""
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
+    judged = verdict.item_verdict(
+        (verdict.Verdict(e["verdict"]) for e in evaluations.values()),
+        errored=status in FAILED,
+    )
     return {
         "index": index,
         "runIndex": repetition,
         "key": key,
         "status": status,
+        "verdict": judged,
         "error": error or None,
         "input": storable.from_json(item),
         "output": {"output": storable.from_json(output), "metadata": storable.from_json(metadata)},
@@ -271,14 +288,19 @@ def iter_item_entries(
     ids: Iterable[int] | None = None,
     keys: Iterable[str] | None = None,
     first_repetition: bool = False,
+    labelled: dict[int, list[dict[str, Any]]] | None = None,
+    with_id: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Result entries of a run's items (only those of `ids`, or of `keys`, or only the first
-    repetitions, when given), in order.
+    repetitions, when given), in order, each with its `labels` (`labelled`: already read
+    with `labels.labels_by_item`; else read once here, one query when the run has none),
+    and with the item result's database `id` if `with_id` (the API: labels name items by it).
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
     """
     where, params = ["run_id = %s"], [run.id]
+    ids = None if ids is None else list(ids)
     for column, values in (("id", ids), ("item_key", keys)):
         if values is not None:
             values = list(values)
@@ -288,6 +310,9 @@ def iter_item_entries(
             params += values
     if first_repetition:
         where.append("run_index = 0")
+    marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+    if labelled is None:
+        labelled = labels.labels_by_item(run, item_ids=ids)
     sql = (
         f"SELECT {', '.join(ITEM_FIELDS)} FROM {ItemResult._meta.db_table} "
         f"WHERE {' AND '.join(where)} AND (item_index > %s OR (item_index = %s AND "
@@ -300,31 +325,38 @@ def iter_item_entries(
             chunk = cursor.fetchall()
         if not chunk:
             return
-        yield from _entries(chunk)
+        yield from _entries(chunk, marks, labelled, with_id)
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][1], chunk[-1][2])
 
 
-def _entries(rows: list[tuple]) -> Iterator[dict[str, Any]]:
+def _entries(
+    rows: list[tuple],
+    marks: dict[str, float],
+    labelled: dict[int, list[dict[str, Any]]],
+    with_id: bool = False,
+) -> Iterator[dict[str, Any]]:
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
     ids = [row[0] for row in rows]
-    marks = ", ".join(["%s"] * len(ids))
+    slots = ", ".join(["%s"] * len(ids))
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(EVALUATION_FIELDS)} FROM {Evaluation._meta.db_table} "
-            f"WHERE item_id IN ({marks}) ORDER BY id",
+            f"WHERE item_id IN ({slots}) ORDER BY id",
             ids,
         )
         for item_id, evaluator, *rest in cursor.fetchall():
-            by_item[item_id][evaluator] = evaluation_entry(*rest)
+            by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
         cursor.execute(
-            f"SELECT item_id, steps FROM {ItemTrace._meta.db_table} WHERE item_id IN ({marks})",
+            f"SELECT item_id, steps FROM {ItemTrace._meta.db_table} WHERE item_id IN ({slots})",
             ids,
         )
         traces = {item_id: storable.from_json(steps) for item_id, steps in cursor.fetchall()}
     for row in rows:
-        yield row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
+        entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
+        entry["labels"] = labelled.get(row[0], [])
+        yield {"id": row[0], **entry} if with_id else entry
 
 
 def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:
@@ -336,9 +368,9 @@ def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[Ite
     rank = {name: position for position, name in enumerate(order or [])}
     evaluations: dict[int, list[EvalOutcome]] = defaultdict(list)
     rows = Evaluation.objects.filter(item_id__in=ids).values_list(*EVALUATION_FIELDS)
-    for item_id, *verdict in rows:
+    for item_id, *values in rows:
         evaluations[item_id].append(
-            EvalOutcome(**dict(zip(EVALUATION_FIELDS[1:], verdict, strict=True)))
+            EvalOutcome(**dict(zip(EVALUATION_FIELDS[1:], values, strict=True)))
         )
     items = (
         ItemResult.objects.filter(id__in=ids)
@@ -363,7 +395,16 @@ def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[Ite
 
 def run_results(run: Run) -> dict[str, Any]:
     """The whole results document of a run, in memory."""
-    return {**run_header(run), "items": list(iter_item_entries(run))}
+    header, labelled = labelled_header(run)
+    return {**header, "items": list(iter_item_entries(run, labelled=labelled))}
+
+
+def labelled_header(run: Run) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
+    """The results document's header with the run's label counts (`labels`), and its labels
+    by item id: the labels are read once for both."""
+    rows = labels.run_labels(run)
+    header = {**run_header(run), "labels": labels.label_summary(run, rows=rows)}
+    return header, labels.labels_by_item(run, rows=rows)
 
 
 RESULTS_NAME_MAX = 100  # of the experiment name in a file name (file systems allow 255 bytes)
@@ -392,11 +433,12 @@ def write_results_file(run: Run, results_dir: Path) -> Path:
 def results_document(run: Run, *, chunk: int = 500) -> Iterator[str]:
     """The results document as text, `chunk` items at a time: the results file and the
     downloads stream it, never holding a big run in memory."""
-    head = json.dumps(run_header(run), ensure_ascii=False, indent=2, default=str)
+    header, labelled = labelled_header(run)
+    head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
     first = True
     pending: list[str] = []
-    for entry in iter_item_entries(run):
+    for entry in iter_item_entries(run, labelled=labelled):
         pending.append(
             ("\n    " if first else ",\n    ") + json.dumps(entry, ensure_ascii=False, default=str)
         )

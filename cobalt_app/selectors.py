@@ -10,9 +10,10 @@ from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from cobalt import verdict
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 
 if TYPE_CHECKING:
@@ -193,10 +194,18 @@ def failed_items(
     return items.only(*FAILED_FIELDS).order_by("item_index", "run_index")
 
 
-def low_scores(run: Run, below: float) -> dict[str, list[int]]:
-    """Evaluator → the indexes of the items it scored below `below` (repetitions once)."""
+def low_scores(run: Run, below: float | None = None) -> dict[str, list[int]]:
+    """Evaluator → the indexes of the items it scored below its pass mark (`cobalt.verdict`:
+    a failing verdict), or below `below` when given (repetitions once)."""
+    if below is None:
+        marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+        low = Q(score__lt=verdict.DEFAULT_PASS_THRESHOLD) & ~Q(evaluator__in=list(marks))
+        for name, mark in marks.items():
+            low |= Q(evaluator=name, score__lt=mark)
+    else:
+        low = Q(score__lt=below)
     rows = (
-        Evaluation.objects.filter(run=run, status=Evaluation.Status.OK, score__lt=below)
+        Evaluation.objects.filter(low, run=run, status=Evaluation.Status.OK)
         .values_list("evaluator", "item__item_index")
         .order_by("evaluator", "item__item_index")
         .distinct()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-DEFAULT_PASS_SCORE = 0.5
+from cobalt import verdict
+
 SCORE_RANGE = (0.0, 1.0)  # every score (a function's score outside it is an evaluation error)
 
 
@@ -29,11 +30,14 @@ def percentile(sorted_values: Sequence[float], p: float) -> float | None:
 
 
 def describe(
-    scores: Sequence[float], *, errors: int = 0, pass_score: float = DEFAULT_PASS_SCORE
+    scores: Sequence[float], *, errors: int = 0, pass_mark: float | None = None
 ) -> dict[str, float | int | None]:
-    """avg, min, max, p50, p95, p99, population stddev, count, errors and pass rate."""
+    """avg, min, max, p50, p95, p99, population stddev, count, errors, and the pass rate at
+    the evaluator's pass mark (`verdict.pass_mark`: the default when None), which is kept
+    beside it as `passMark`."""
     values = sorted(float(s) for s in scores)
     n = len(values)
+    mark = verdict.pass_mark(pass_mark)
     if n == 0:
         return {
             "avg": None,
@@ -46,6 +50,7 @@ def describe(
             "count": 0,
             "errors": errors,
             "passRate": None,
+            "passMark": mark,
         }
     mean = math.fsum(values) / n
     variance = math.fsum((v - mean) ** 2 for v in values) / n
@@ -59,7 +64,8 @@ def describe(
         "stddev": math.sqrt(variance),
         "count": n,
         "errors": errors,
-        "passRate": sum(1 for v in values if v >= pass_score) / n,
+        "passRate": verdict.pass_rate(values, mark),
+        "passMark": mark,
     }
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cobalt_app import views
+from cobalt_app import views, views_review
 
 app_name = "cobalt"
 
@@ -12,6 +12,9 @@ urlpatterns = [
     path("runs/<str:run_id>/status/", views.run_status, name="run-status"),
     path("runs/<str:run_id>/items/<int:item_id>/", views.item_panel, name="item"),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="export"),
+    path("runs/<str:run_id>/review/", views_review.review, name="review"),
+    path("runs/<str:run_id>/review/label/", views_review.review_label, name="review-label"),
+    path("runs/<str:run_id>/review/dataset/", views_review.review_dataset, name="review-dataset"),
     path("compare/", views.compare, name="compare"),
     path("trends/", views.trends, name="trends"),
     path("healthz/", views.healthz, name="healthz"),

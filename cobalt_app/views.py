@@ -28,7 +28,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from cobalt_app import exports, page_compare, page_items, page_selectors, selectors
+from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
@@ -273,6 +273,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     }
     if target is None:
         context["previous"] = selectors.previous_run(run)
+        context["labels"] = labels.label_summary(run)  # beside the link to review mode
     partial = "item-results" if target == "item-results" else "items"
     return partial_or_page(request, "cobalt/run_detail.html", context, partial)
 

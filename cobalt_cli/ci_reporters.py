@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import cobalt
+from cobalt import verdict
 from cobalt_app import recordings
 from cobalt_app.ci_verdict import CiOutcome, GateReport
 from cobalt_app.gates import Check, fmt_number
@@ -41,6 +43,7 @@ class JsonLinesReporter:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self.run_id: str | None = None
+        self.marks: dict[str, float] = {}  # each evaluator's pass mark
 
     def claim_stdout(self) -> None:
         self.stream = sys.stdout
@@ -60,6 +63,7 @@ class JsonLinesReporter:
     def run_started(self, run: Any, experiment: Any) -> None:
         self.run_id = run.id
         config = run.config or {}
+        self.marks = verdict.pass_marks(config.get("evaluators", []))
         self.emit(
             "run.started",
             timestamp=iso(),
@@ -78,7 +82,16 @@ class JsonLinesReporter:
     def item_finished(self, outcome: Any, done: int, total: int) -> None:
         evaluations = {}
         for evaluation in outcome.evaluations:
-            entry: dict[str, Any] = {"score": evaluation.score, "status": evaluation.status}
+            judged = verdict.evaluation_verdict(
+                evaluation.score,
+                self.marks.get(evaluation.evaluator),
+                error=evaluation.status != "ok",
+            )
+            entry: dict[str, Any] = {
+                "score": evaluation.score,
+                "verdict": judged,
+                "status": evaluation.status,
+            }
             if evaluation.status == "ok":
                 entry["reason"] = evaluation.reason
             else:
@@ -91,6 +104,10 @@ class JsonLinesReporter:
             runIndex=outcome.run_index,
             key=outcome.item_key,
             status=outcome.status,
+            verdict=verdict.item_verdict(
+                (e["verdict"] for e in evaluations.values()),
+                errored=outcome.status in ("error", "timeout"),
+            ),
             error=outcome.error or None,
             latencyMs=outcome.latency_ms,
             tokens=outcome.tokens,
@@ -289,6 +306,8 @@ def junit_document(outcome: CiOutcome) -> ET.ElementTree:
         for gate in gate_names(report):
             checks = [c for c in report.checks if c.gate == gate]
             notes = [n for n in report.notes if n.startswith(f"{gate}:")]
+            if gate in report.evaluators and (line := pass_line(gate, report.summary)):
+                notes.append(line)
             notes += [c.line() for c in report.error_classes if c.evaluator == gate]
             tests, failures = _testcase(suite, classname, gate, checks, notes=notes)
             counts["tests"] += tests
@@ -442,6 +461,17 @@ def github_annotations(outcome: CiOutcome, project_dir: Path) -> list[str]:
                         title="Cobalt: evaluation errors",
                     )
                 )
+        for name in report.evaluators:
+            line = pass_line(name, report.summary, only_failing=True)
+            if line:
+                lines.append(
+                    gh_command(
+                        "warning",
+                        f"{report.name}: {line}",
+                        file=file,
+                        title="Cobalt: scores below the pass mark",
+                    )
+                )
         if not report.settings.fail_on_error:
             for item in report.errored_items[:5]:
                 first = (item.error or item.status).splitlines()[0]
@@ -501,7 +531,8 @@ def step_summary(outcome: CiOutcome) -> str:
             out.append(
                 f"| {md(name)} | {fmt_score(values.get('avg'))} | {fmt_score(values.get('min'))}"
                 f" | {fmt_score(values.get('p50'))} | {fmt_score(values.get('p95'))}"
-                f" | {_percent(values.get('passRate'))} | {values.get('errors', 0)} | {gate} |"
+                f" | {_percent(values.get('passRate'))}{_mark_note(values)}"
+                f" | {values.get('errors', 0)} | {gate} |"
             )
         out.append("")
         if report.violations:
@@ -524,6 +555,29 @@ def step_summary(outcome: CiOutcome) -> str:
 
 def _percent(value: float | None) -> str:
     return "—" if value is None else f"{fmt_number(value * 100)}%"
+
+
+def _mark_note(values: Mapping[str, Any]) -> str:
+    """` (≥ 0.8)` beside a pass rate counted at a pass mark other than the default."""
+    mark = verdict.pass_mark(values.get("passMark"))
+    return "" if mark == verdict.DEFAULT_PASS_THRESHOLD else f" (≥ {fmt_number(mark)})"
+
+
+def pass_line(name: str, summary: Mapping[str, Any], *, only_failing: bool = False) -> str:
+    """`quality: 4 of 4 scores below its pass mark 0.8 (pass rate 0%)`, from the run's summary
+    (`passRate` counts each evaluator's pass mark, `passMark`); "" when nothing was scored, or
+    with `only_failing` when every score passed."""
+    values = (summary.get("scores") or {}).get(name) or {}
+    count, rate = int(values.get("count") or 0), values.get("passRate")
+    if not count or rate is None:
+        return ""
+    below = round(count * (1 - rate))
+    if only_failing and not below:
+        return ""
+    mark = fmt_number(verdict.pass_mark(values.get("passMark")))
+    return (
+        f"{name}: {below} of {count} scores below its pass mark {mark} (pass rate {_percent(rate)})"
+    )
 
 
 def append_step_summary(path: Path, outcome: CiOutcome) -> None:

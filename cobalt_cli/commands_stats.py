@@ -62,8 +62,13 @@ def flaky(
     last: Annotated[int, typer.Option(min=1, help="Latest finished runs to look at.")] = 20,
     limit: Annotated[int, typer.Option(min=1, help="Items to list.")] = 20,
     pass_score: Annotated[
-        float, typer.Option(help="A score at or above this passes.", min=0.0)
-    ] = 0.5,
+        float | None,
+        typer.Option(
+            help="A score at or above this passes, for every evaluator (default: each "
+            "evaluator's pass mark, its pass_threshold or 0.5).",
+            min=0.0,
+        ),
+    ] = None,
     min_stddev: Annotated[
         float | None,
         typer.Option(help="Also count items whose score stddev reaches this as flaky.", min=0.0),
@@ -92,9 +97,10 @@ def flaky(
     runs = len(report.run_ids)
     observed = len(report.items)
     found = report.flaky
+    rule = "each evaluator's pass mark" if pass_score is None else f"score ≥ {pass_score:g}"
     out().print(
         f"\n [bold]{escape(experiment)}[/]: {len(found)} flaky of {observed} items "
-        f"over the last {runs} run{'s' * (runs != 1)} (pass: score ≥ {pass_score:g})\n"
+        f"over the last {runs} run{'s' * (runs != 1)} (pass: {rule})\n"
     )
     if not found:
         out().print(" No item changed its verdict between runs or repetitions.\n")

@@ -12,12 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import cobalt
+from cobalt import verdict
 from cobalt_app import recordings
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
-from cobalt_app.stats import DEFAULT_PASS_SCORE
 from cobalt_cli.console import cli_console
-
-LOW_SCORE = DEFAULT_PASS_SCORE  # an evaluation below it has not passed
 
 
 def fmt_score(value: float | None) -> str:
@@ -48,6 +46,7 @@ class ConsoleReporter:
         self.runs = 1
         self.header_printed = False
         self.usage_problems: dict[str, int] = {}  # first shape seen → items reporting it
+        self.marks: dict[str, float] = {}  # each evaluator's pass mark
 
     def banner(self) -> None:
         self.console.print(f"\n [bold]cobalt[/] v{cobalt.__version__}\n")
@@ -55,6 +54,7 @@ class ConsoleReporter:
     def run_started(self, run, experiment) -> None:
         config = run.config
         self.runs = int(config.get("runs", 1))
+        self.marks = verdict.pass_marks(config.get("evaluators", []))
         size = (config.get("dataset") or {}).get("size")
         self.items_in_dataset = size or max(run.total_items // max(self.runs, 1), 1)
         evaluators = len(config.get("evaluators", []))
@@ -95,17 +95,23 @@ class ConsoleReporter:
             label += f" · {plural(int(conversation.get('turns') or 0), 'turn')}"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":
-            parts, scored = [], []
+            parts, verdicts, low = [], [], []
             for evaluation in outcome.evaluations:
-                if evaluation.status == "ok":
-                    parts.append(f"{evaluation.evaluator}: {evaluation.score:.2f}")
-                    scored.append(evaluation.score >= LOW_SCORE)
-                else:
+                threshold = verdict.pass_mark(self.marks.get(evaluation.evaluator))
+                judged = verdict.evaluation_verdict(
+                    evaluation.score, threshold, error=evaluation.status != "ok"
+                )
+                verdicts.append(judged)
+                if judged is verdict.Verdict.ERROR:
                     parts.append(f"{evaluation.evaluator}: eval error")
+                    continue
+                parts.append(f"{evaluation.evaluator}: {evaluation.score:.2f}")
+                if judged is verdict.Verdict.FAIL:
+                    low.append(f"{evaluation.evaluator} < {threshold:g}")
             scores = " | ".join(parts) if parts else "no evaluators"
-            errors = any(e.status != "ok" for e in outcome.evaluations)
-            failed = bool(scored) and not any(scored)  # every scored evaluation below its mark
-            suffix = "  ⚠ low score" if any(scored) and not all(scored) else ""
+            errors = verdict.Verdict.ERROR in verdicts
+            failed = verdict.item_verdict(verdicts) is verdict.Verdict.FAIL
+            suffix = f"  ⚠ low score ({', '.join(low)})" if low else ""
             suffix += "  ⚠ evaluation error" if errors else ""
             mark, colour = ("✗", "red") if failed else ("✓", "green")
             if failed or errors:
@@ -265,12 +271,13 @@ def warnings(run) -> list[str]:
 
     lines: list[str] = []
     summary = run.summary
-    for evaluator, indexes in low_scores(run, LOW_SCORE).items():
+    marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+    for evaluator, indexes in low_scores(run).items():
         shown = ", ".join(f"#{i + 1}" for i in indexes[:8])
         more = "…" if len(indexes) > 8 else ""
+        mark = verdict.pass_mark(marks.get(evaluator))
         lines.append(
-            f"{plural(len(indexes), 'item')} scored below {LOW_SCORE} on "
-            f"'{evaluator}' ({shown}{more})"
+            f"{plural(len(indexes), 'item')} scored below {mark:g} on '{evaluator}' ({shown}{more})"
         )
     failed = list(failed_items(run)[:5])
     for item in failed:

@@ -195,6 +195,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "cobalt_app.models.Run.Status",
         "ItemStatusEnum": "cobalt_app.models.ItemResult.Status",
+        "LabelVerdictEnum": "cobalt_app.models.Label.Verdict",
     },
 }
 

@@ -70,7 +70,11 @@ def test_plugins_of_the_config_work_when_the_file_is_run_directly(project, fake_
     result = run_directly(project, "experiments/x.cobalt.py", fake_provider)
     assert result.returncode == 0, result.stderr
     (item,) = results(project)["items"]
-    assert item["evaluations"]["kw"] == {"score": 1.0, "reason": "from the plugin"}
+    assert item["evaluations"]["kw"] == {
+        "score": 1.0,
+        "verdict": "pass",
+        "reason": "from the plugin",
+    }
 
 
 # ---------------------------------------------------------------- 2. reasoning models
@@ -245,6 +249,7 @@ def test_bracket_paths_are_rendered_and_bad_placeholders_never_reach_the_judge(
     assert evaluations["rendered"]["score"] == 1.0
     assert evaluations["unparsable"] == {
         "score": None,
+        "verdict": "error",
         "error": "the prompt's placeholder {{tags[first]}} is not a field path; write "
         "{{field}}, {{field.key}} or {{field[0]}} (e.g. {{items[0].name}})",
     }
@@ -476,7 +481,7 @@ def test_dict_evaluators_and_context_mappers_of_the_original_work(
     assert result.returncode == 0, result.stdout + result.stderr
     evaluations = results(project)["items"][0]["evaluations"]
     assert evaluations["exact"]["score"] == 1.0
-    assert evaluations["fn"] == {"score": 1.0, "reason": "topic MATH"}
+    assert evaluations["fn"] == {"score": 1.0, "verdict": "pass", "reason": "topic MATH"}
     assert evaluations["judge"]["score"] == 0.7
     (request,) = fake_provider_server.requests
     assert "Topic math, question 2+2?: 4" in request["json"]["messages"][-1]["content"]

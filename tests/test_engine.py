@@ -241,6 +241,7 @@ def test_the_results_file_follows_the_seed_format_with_statuses(project):
     assert first["output"] == {"output": "a0", "metadata": first["output"]["metadata"]}
     assert first["evaluations"]["exact"] == {
         "score": 1.0,
+        "verdict": "pass",
         "reason": "output equals the expected value",
     }
     assert (

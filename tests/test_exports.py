@@ -84,8 +84,8 @@ def test_an_empty_run_exports_valid_documents(db):
     empty = make_run(keys=[], evaluators=("judge",))
     assert json.loads(text(empty, "json"))["items"] == []
     assert text(empty, "csv").splitlines() == [
-        "index,run_index,key,status,input,output,metadata,latency_ms,tokens,cost,error,"
-        "judge_score,judge_reason,steps,trace"
+        "index,run_index,key,status,input,output,metadata,latency_ms,tokens,cost,error,verdict,"
+        "judge_score,judge_verdict,judge_reason,steps,trace,judge_labels,label_disagreement"
     ]
 
 

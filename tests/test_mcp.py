@@ -91,7 +91,13 @@ def initialised(project: Project, cobalt_cli) -> Project:
 def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provider_server):
     async def scenario(session: ClientSession) -> None:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-        assert set(tools) == {"cobalt_run", "cobalt_results", "cobalt_compare", "cobalt_generate"}
+        assert set(tools) == {
+            "cobalt_run",
+            "cobalt_results",
+            "cobalt_compare",
+            "cobalt_labels",
+            "cobalt_generate",
+        }
         assert tools["cobalt_compare"].input_schema["required"] == ["runA", "runB"]
         assert tools["cobalt_generate"].input_schema["required"] == ["agentFile"]
         assert set(tools["cobalt_run"].input_schema["properties"]) == {
@@ -102,6 +108,8 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "project",
         }
         assert tools["cobalt_results"].annotations.read_only_hint is True
+        assert tools["cobalt_labels"].annotations.read_only_hint is True
+        assert tools["cobalt_labels"].input_schema["required"] == ["runId"]
         for tool in tools.values():
             assert tool.input_schema["additionalProperties"] is False
             assert tool.output_schema["type"] == "object"
@@ -386,7 +394,7 @@ def test_file_arguments_outside_the_project_are_refused(
         assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
         # The server is still there and still works.
-        assert len((await session.list_tools()).tools) == 4
+        assert len((await session.list_tools()).tools) == 5
         example = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
         assert not example.is_error
         assert example.structured_content["runs"][0]["name"] == "example-qa"

@@ -202,19 +202,19 @@ def test_the_budget_is_configurable_and_shared_by_the_runs_of_one_call(
         BULK_EXPERIMENT.format(count=40).replace('"bulk"', '"more-bulk"'),
     )
     config = project.path / "cobalt.toml"
-    config.write_text(config.read_text() + "\n[mcp]\nresult_tokens = 6000\n")
+    config.write_text(config.read_text() + "\n[mcp]\nresult_tokens = 6500\n")
     seen: dict[str, Any] = {}
 
     async def scenario(session: ClientSession) -> None:
         seen["run"] = await session.call_tool("cobalt_run", {})
-        config.write_text(config.read_text().replace("6000", "'lots'"))
+        config.write_text(config.read_text().replace("6500", "'lots'"))
         seen["refused"] = await session.call_tool("cobalt_results", {})
 
     run_session(project, fake_provider_server, scenario)
 
     run = seen["run"]
     assert not run.is_error, text_of(run)
-    assert wire_tokens(run) <= 6_000
+    assert wire_tokens(run) <= 6_500
     documents = {doc["name"]: doc for doc in run.structured_content["runs"]}
     assert set(documents) == {"bulk", "more-bulk"}
     failing = {
@@ -222,7 +222,7 @@ def test_the_budget_is_configurable_and_shared_by_the_runs_of_one_call(
         for name, doc in documents.items()
     }
     assert failing == {"bulk": set(range(60, 80)), "more-bulk": set()}
-    assert all(doc["budgetTokens"] == 6_000 for doc in documents.values())
-    assert "Left out to stay within 6,000 tokens" in text_of(run)
+    assert all(doc["budgetTokens"] == 6_500 for doc in documents.values())
+    assert "Left out to stay within 6,500 tokens" in text_of(run)
     refused = seen["refused"]
     assert refused.is_error and "`mcp.result_tokens` must be a whole number" in text_of(refused)

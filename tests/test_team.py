@@ -448,6 +448,7 @@ def test_rejudge_scores_the_stored_outputs_again_without_calling_the_agent(
     assert item["evaluations"]["judge"]["score"] == 0.3
     assert item["evaluations"]["has-answer"] == {
         "score": 1.0,
+        "verdict": "pass",
         "reason": "looked for 'answer'",
         "cached": True,
     }
@@ -533,7 +534,7 @@ def test_rejudge_in_embedded_mode_scores_again_in_process(project, cobalt_cli):
     )
     result = cobalt_cli(project, "rejudge", original["id"][:6])
     assert result.returncode == 0, result.stderr
-    assert "✓ Item 1/3 — judge: 0.10 | has-answer: 1.00" in result.stdout
+    assert "✗ Item 1/3 — judge: 0.10 | has-answer: 1.00" in result.stdout  # judge failed
     assert len((project.path / "executions.log").read_text().splitlines()) == 3
     documents = [json.loads(p.read_text()) for p in project.results_files()]
     rejudged = next(d for d in documents if d["parentRunId"] == original["id"])

@@ -69,6 +69,7 @@ def test_failing_items_count_their_steps_and_export_carries_the_trace(project, c
     scores = {i["key"]: i["evaluations"].get("tools") for i in again["items"]}
     assert scores["paris"] == {
         "score": 1.0,
+        "verdict": "pass",
         "reason": "1 tool call(s) match the 1 expected (strict)",
     }
 

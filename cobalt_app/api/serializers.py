@@ -9,14 +9,126 @@ from rest_framework import serializers
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.verdict import Verdict
 from cobalt_app import discovery, launcher
-from cobalt_app.models import ItemResult, Run
+from cobalt_app.labels import MAX_NOTE
+from cobalt_app.models import ItemResult, Label, Run
 
 MAX_CONCURRENCY = 1000
 
 
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
+
+
+# Human labels (cobalt_app/labels.py) --------------------------------------------------------
+
+
+class LabelSerializer(serializers.Serializer):
+    """A person's label of one evaluation, on the item of the run it shows on."""
+
+    id = serializers.IntegerField()
+    item = serializers.IntegerField(help_text="The item's number (1-based).")
+    itemId = serializers.IntegerField(help_text="The item result's id.")
+    itemKey = serializers.CharField()
+    repetition = serializers.IntegerField(help_text="0-based, as `runIndex`.")
+    evaluator = serializers.CharField()
+    reviewer = serializers.CharField()
+    verdict = serializers.ChoiceField(choices=Label.Verdict.choices)
+    score = serializers.FloatField(allow_null=True, help_text="A corrected score, 0 to 1.")
+    note = serializers.CharField(allow_blank=True)
+    expectedOutput = serializers.JSONField(
+        allow_null=True, help_text="A corrected expected output (null: not corrected)."
+    )
+    stale = serializers.BooleanField(
+        help_text="Given on another output of the item than this run's (it changed since)."
+    )
+    judgeScore = serializers.FloatField(allow_null=True)
+    judgeVerdict = serializers.ChoiceField(choices=[v.value for v in Verdict])
+    disagrees = serializers.BooleanField(
+        help_text="A current label whose pass/fail differs from the judge's verdict."
+    )
+    version = serializers.IntegerField(help_text="Send it back to change the label.")
+    labelledRun = serializers.CharField(allow_null=True, help_text="The run it was given on.")
+    createdAt = serializers.CharField()
+    updatedAt = serializers.CharField()
+
+
+class LabelListSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    labels = LabelSerializer(many=True)
+
+
+class LabelSummarySerializer(serializers.Serializer):
+    labels = serializers.IntegerField(help_text="Current labels on the run's items.")
+    stale = serializers.IntegerField(help_text="Labels given on outputs that changed since.")
+    itemsLabelled = serializers.IntegerField()
+    reviewers = serializers.ListField(child=serializers.CharField())
+    disagreements = serializers.IntegerField(help_text="Current labels that differ from the judge.")
+
+
+class LabelQuerySerializer(serializers.Serializer):
+    evaluator = serializers.CharField(required=False, max_length=100)
+    reviewer = serializers.CharField(required=False, max_length=150)
+    disagrees = serializers.BooleanField(
+        default=False, help_text="Only current labels that disagree with the judge."
+    )
+    stale = serializers.BooleanField(
+        default=True, help_text="Include labels given on another output (false: current only)."
+    )
+
+
+class ItemLabelInputSerializer(serializers.Serializer):
+    """The reviewer is the authenticated user. Without `version` a save overwrites the
+    label; with the version last read, a label changed since is a 409."""
+
+    evaluator = serializers.CharField(max_length=100)
+    verdict = serializers.ChoiceField(
+        choices=Label.Verdict.choices,
+        required=False,
+        allow_null=True,
+        help_text="Without it, `score` decides by the evaluator's pass mark.",
+    )
+    score = serializers.FloatField(
+        required=False, allow_null=True, help_text="A corrected score, 0 to 1."
+    )
+    note = serializers.CharField(required=False, allow_blank=True, max_length=MAX_NOTE)
+    expectedOutput = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text="A corrected expected output (null clears it; left out: unchanged).",
+    )
+    version = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The label's version you last read (0: you saw none).",
+    )
+
+
+class LabelInputSerializer(ItemLabelInputSerializer):
+    item = serializers.IntegerField(
+        min_value=1, max_value=2**63 - 1, help_text="The item result's id (`itemId`)."
+    )
+
+
+class AddToDatasetSerializer(serializers.Serializer):
+    file = serializers.CharField(
+        max_length=500,
+        help_text="A .jsonl dataset file, relative to the project folder (created if missing).",
+    )
+    evaluator = serializers.CharField(
+        required=False,
+        max_length=100,
+        help_text="Take the corrected expected output from a label on this evaluator.",
+    )
+
+
+class AddedToDatasetSerializer(serializers.Serializer):
+    file = serializers.CharField(help_text="Relative to the project folder.")
+    line = serializers.IntegerField(help_text="The item's line in the file.")
+    id = serializers.CharField(help_text="The item's id: its item key.")
+    item = serializers.JSONField(help_text="The line written.")
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -97,12 +209,18 @@ class RunDetailSerializer(serializers.Serializer):
     )
     config = RunConfigSerializer()
     summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
+    labels = LabelSummarySerializer(help_text="People's labels of the run's items, now.")
     progress = ProgressSerializer()
     failure = serializers.CharField(allow_blank=True)
 
 
 class EvaluationSerializer(serializers.Serializer):
     score = serializers.FloatField(allow_null=True)
+    verdict = serializers.ChoiceField(
+        choices=[v.value for v in Verdict if v is not Verdict.NONE],
+        help_text="Against the evaluator's pass mark (pass_threshold, 0.5 unless set): pass, "
+        "borderline (passes by less than 0.1), fail, or error (the evaluation errored).",
+    )
     reason = serializers.CharField(required=False, allow_blank=True)
     error = serializers.CharField(required=False, allow_blank=True)
     cached = serializers.BooleanField(required=False)
@@ -132,12 +250,19 @@ class TraceStepSerializer(serializers.Serializer):
 
 
 class ItemSerializer(serializers.Serializer):
-    """One item result, as in the results file."""
+    """One item result, as in the results file, with its id."""
 
+    id = serializers.IntegerField(help_text="The item result's id (its labels' `itemId`).")
     index = serializers.IntegerField()
     runIndex = serializers.IntegerField()
     key = serializers.CharField()
     status = serializers.ChoiceField(choices=ItemResult.Status.choices)
+    verdict = serializers.ChoiceField(
+        choices=[v.value for v in Verdict],
+        help_text="fail when any evaluation failed; pass (or borderline) when every scored one "
+        "passed; error when the item errored or timed out, or its evaluations only errored; "
+        "none without evaluations.",
+    )
     error = serializers.CharField(allow_null=True)
     input = serializers.JSONField()
     output = ItemOutputSerializer()
@@ -146,6 +271,7 @@ class ItemSerializer(serializers.Serializer):
     cost = serializers.FloatField()
     evaluations = serializers.DictField(child=EvaluationSerializer())
     trace = TraceStepSerializer(many=True)
+    labels = LabelSerializer(many=True, help_text="People's labels of the item, now.")
 
 
 class RunRefSerializer(serializers.Serializer):

@@ -9,6 +9,17 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.RunDetailView.as_view(), name="api-run-detail"),
     path("runs/<str:run_id>/items/", views.RunItemsView.as_view(), name="api-run-items"),
     path("runs/<str:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
+    path("runs/<str:run_id>/labels/", views.RunLabelsView.as_view(), name="api-run-labels"),
+    path(
+        "runs/<str:run_id>/items/<int:item_id>/labels/",
+        views.ItemLabelsView.as_view(),
+        name="api-item-labels",
+    ),
+    path(
+        "runs/<str:run_id>/items/<int:item_id>/add-to-dataset/",
+        views.AddToDatasetView.as_view(),
+        name="api-item-add-to-dataset",
+    ),
     path("compare/", views.CompareView.as_view(), name="api-compare"),
     path("trends/", views.TrendsView.as_view(), name="api-trends"),
     path("experiments/", views.ExperimentsView.as_view(), name="api-experiments"),

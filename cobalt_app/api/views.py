@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db.models import QuerySet
@@ -19,7 +20,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from cobalt.config import active_config
-from cobalt_app import launcher
+from cobalt_app import label_datasets, labels, launcher
 from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
@@ -82,13 +83,38 @@ class ProjectMisconfigured(exceptions.APIException):
     default_code = "project_misconfigured"
 
 
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+# The API's name of a field a `LabelError` message starts with.
+LABEL_FIELDS = {"expected_output": "expectedOutput"}
+
+
+def label_problem(exc: labels.LabelError) -> exceptions.APIException:
+    """A refused label (or dataset addition) as the API answers it: 404, 409, or a 400 under
+    the field its message names."""
+    if exc.status == status.HTTP_404_NOT_FOUND:
+        return exceptions.NotFound(str(exc))
+    if exc.status == status.HTTP_409_CONFLICT:
+        return Conflict(str(exc))
+    named = re.match(r"[A-Za-z_]+", str(exc))
+    field = named.group(0) if named else ""
+    field = LABEL_FIELDS.get(field, field)
+    return exceptions.ValidationError({field or "non_field_errors": [str(exc)]})
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, plus: a missing run is a 404 whose message says how to find runs; a
-    broken plugin is a JSON 500 naming it (as `cobalt run` would)."""
+    broken plugin is a JSON 500 naming it (as `cobalt run` would); a refused label is a 400,
+    404 or 409 (`label_problem`)."""
     if isinstance(exc, RunNotFound):
         exc = exceptions.NotFound(str(exc))
     elif isinstance(exc, PluginError):
         exc = ProjectMisconfigured(str(exc))
+    elif isinstance(exc, labels.LabelError):
+        exc = label_problem(exc)
     return drf_exception_handler(exc, context)
 
 
@@ -201,6 +227,7 @@ def run_detail(run: Run) -> dict[str, Any]:
             "finishedAt": run.finished_at,
         },
         "failure": run.failure,
+        "labels": labels.label_summary(run),
     }
 
 
@@ -303,7 +330,8 @@ class RunItemsView(CobaltAPIView, generics.ListAPIView):
             ids = KnownCount(ids, self.run.total_items)
         page = self.paginate_queryset(ids)
         # Entries are already in the results-file shape ItemSerializer documents.
-        return self.get_paginated_response(list(iter_item_entries(self.run, ids=page)))
+        entries = iter_item_entries(self.run, ids=page, with_id=True)
+        return self.get_paginated_response(list(entries))
 
     @extend_schema(
         summary="A run's item results (paginated, filterable)",
@@ -369,3 +397,124 @@ class ConfigView(CobaltAPIView):
             "config": config.redacted(),
         }
         return Response(serializers.ConfigSerializer(body).data)
+
+
+# Human labels -------------------------------------------------------------------------------
+
+CONFLICT = OpenApiResponse(
+    serializers.ErrorSerializer,
+    description="The run is still running, or the label changed since the version sent.",
+)
+
+
+def _list_labels(request: Request, run_id: str, item_id: int | None = None) -> Response:
+    run = run_get(run_id)
+    query = serializers.LabelQuerySerializer(data=request.query_params.dict())
+    query.is_valid(raise_exception=True)
+    rows = labels.label_list(run, item_id=item_id, **query.validated_data)
+    body = {"count": len(rows), "labels": [row.as_json() for row in rows]}
+    return Response(serializers.LabelListSerializer(body).data)
+
+
+def _save_label(request: Request, run_id: str, item_id: int | None = None) -> Response:
+    run = settled(run_get(run_id))
+    form_class = serializers.LabelInputSerializer
+    if item_id is not None:
+        form_class = serializers.ItemLabelInputSerializer
+    form = form_class(data=request.data)
+    form.is_valid(raise_exception=True)
+    data = form.validated_data
+    item_id = data["item"] if item_id is None else item_id
+    label = labels.label_save(
+        run=run,
+        item_id=item_id,
+        evaluator=data["evaluator"],
+        reviewer=request.user.get_username(),
+        verdict=data.get("verdict"),
+        score=data.get("score"),
+        note=data.get("note", ""),
+        expected_output=data.get("expectedOutput", labels.UNSET),
+        version=data.get("version"),
+    )
+    row = labels.saved_row(run, item_id, label)
+    code = status.HTTP_201_CREATED if label.version == 1 else status.HTTP_200_OK
+    return Response(serializers.LabelSerializer(row.as_json()).data, status=code)
+
+
+SAVED = {
+    200: OpenApiResponse(serializers.LabelSerializer, description="Changed."),
+    201: OpenApiResponse(serializers.LabelSerializer, description="Created."),
+    409: CONFLICT,
+}
+
+
+class RunLabelsView(CobaltAPIView):
+    @extend_schema(
+        summary="People's labels of a run's items, in item order",
+        operation_id="runs_labels_list",
+        parameters=[serializers.LabelQuerySerializer],
+        responses={200: serializers.LabelListSerializer, **errors(400, 404)},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return _list_labels(request, run_id)
+
+    @extend_schema(
+        summary="Label an item of a finished run (the reviewer is you)",
+        operation_id="runs_labels_create",
+        request=serializers.LabelInputSerializer,
+        responses={**SAVED, **errors(400, 404)},
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        return _save_label(request, run_id)
+
+
+class ItemLabelsView(CobaltAPIView):
+    @extend_schema(
+        summary="People's labels of one item of a run",
+        operation_id="runs_items_labels_list",
+        parameters=[serializers.LabelQuerySerializer],
+        responses={200: serializers.LabelListSerializer, **errors(400, 404)},
+    )
+    def get(self, request: Request, run_id: str, item_id: int) -> Response:
+        return _list_labels(request, run_id, item_id)
+
+    @extend_schema(
+        summary="Label this item of a finished run (the reviewer is you)",
+        operation_id="runs_items_labels_create",
+        request=serializers.ItemLabelInputSerializer,
+        responses={**SAVED, **errors(400, 404)},
+    )
+    def post(self, request: Request, run_id: str, item_id: int) -> Response:
+        return _save_label(request, run_id, item_id)
+
+
+class AddToDatasetView(CobaltAPIView):
+    @extend_schema(
+        summary="Append the item to a JSON Lines dataset of the project, as reviewed",
+        description="The line is the item keyed by its item key, with your label's corrected "
+        "expected output (else the item's own) and the review in `metadata`. The file must be "
+        "a .jsonl file inside the project; it is created when missing and only appended to.",
+        request=serializers.AddToDatasetSerializer,
+        responses={
+            201: serializers.AddedToDatasetSerializer,
+            409: OpenApiResponse(
+                serializers.ErrorSerializer,
+                description="The file already has this item's id, or the run is still running.",
+            ),
+            **errors(400, 404),
+        },
+    )
+    def post(self, request: Request, run_id: str, item_id: int) -> Response:
+        run = run_get(run_id)
+        form = serializers.AddToDatasetSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        added = label_datasets.add_to_dataset(
+            run=run,
+            item_id=item_id,
+            path=form.validated_data["file"],
+            reviewer=request.user.get_username(),
+            evaluator=form.validated_data.get("evaluator"),
+        )
+        return Response(
+            serializers.AddedToDatasetSerializer(added).data, status=status.HTTP_201_CREATED
+        )

@@ -154,7 +154,7 @@ def sort_query(context: template.Context, column: str, current: str) -> str:
 
 @register.inclusion_tag("cobalt/_score_legend.html")
 def score_legend() -> dict[str, Any]:
-    """What the score colours mean, with the borderline margin `score_verdict` uses."""
-    from cobalt_app.page_selectors import BORDERLINE_MARGIN
+    """What the score colours mean, with the borderline margin `cobalt.verdict` uses."""
+    from cobalt.verdict import BORDERLINE_MARGIN
 
     return {"margin": BORDERLINE_MARGIN}

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cobalt_app.stats import DEFAULT_PASS_SCORE
+from cobalt.verdict import Verdict
 from cobalt_cli.mcp.budget import Fitted, compact, estimate_tokens, fit, value_tokens
 from cobalt_cli.mcp.project import Project
 
-LOW_SCORE = DEFAULT_PASS_SCORE  # the pass mark: a score below it makes an item failing
 FAILING_SHOWN = 10  # failing items described in the plain-language summary
 NOT_RUN = ("cancelled", "pending")
 ITEM_STATUSES = ("ok", "error", "timeout", *NOT_RUN)
@@ -22,21 +21,23 @@ PAGE_SIZE = 50  # items of a page unless `limit` says otherwise (fewer if they d
 
 def item_problems(entry: dict[str, Any], evaluator: str | None = None) -> list[str]:
     """Why an item is failing (empty when it passes or never ran): an error or timeout, an
-    evaluation error, a score below the pass mark; only `evaluator`'s verdict if given."""
+    evaluation error, a score below its evaluator's pass mark (the evaluation's `verdict` in
+    the results entry, `cobalt.verdict`); only `evaluator`'s verdict if given."""
     status = entry.get("status")
     if status in NOT_RUN:
         return []
     if status not in (None, "ok"):
         return [f"{status}: {entry.get('error') or 'no detail'}"]
     problems = []
-    for name, verdict in (entry.get("evaluations") or {}).items():
+    for name, evaluation in (entry.get("evaluations") or {}).items():
         if evaluator is not None and name != evaluator:
             continue
-        if verdict.get("score") is None:
-            problems.append(f"{name} could not score it ({verdict.get('error')})")
-        elif verdict["score"] < LOW_SCORE:
-            reason = f" — {verdict['reason']}" if verdict.get("reason") else ""
-            problems.append(f"{name} {verdict['score']:.2f}{reason}")
+        judged = evaluation.get("verdict")
+        if judged == Verdict.ERROR or evaluation.get("score") is None:
+            problems.append(f"{name} could not score it ({evaluation.get('error')})")
+        elif judged == Verdict.FAIL:
+            reason = f" — {evaluation['reason']}" if evaluation.get("reason") else ""
+            problems.append(f"{name} {evaluation['score']:.2f}{reason}")
     return problems
 
 
@@ -271,7 +272,7 @@ def describe_run(
     not_run = sum((summary.get("itemStatus") or {}).get(status, 0) for status in NOT_RUN)
     if not failing:
         passed = "No item that ran failed" if not_run else "All items passed"
-        lines.append(f"{passed} (no error, no score below {LOW_SCORE}).")
+        lines.append(f"{passed} (no error, no score below its evaluator's pass mark).")
     else:
         lines.append(f"{len(failing)} of {total} items failing:")
     if not_run:

@@ -14,7 +14,10 @@ class Open(BaseModel):
 
 class ItemCounts(Open):
     total: int
-    failing: int = Field(description="Errors, timeouts, evaluation errors, scores below 0.5.")
+    failing: int = Field(
+        description="Errors, timeouts, evaluation errors, scores below their evaluator's pass "
+        "mark (pass_threshold, 0.5 unless set)."
+    )
     passing: int
     notRun: int = Field(description="Cancelled or pending items (not listed).")
     shown: int
@@ -109,6 +112,29 @@ class CompareOutput(Open):
     improvementCount: int
     regressionsPage: ChangesPage
     improvementsPage: ChangesPage
+
+
+class LabelSummary(Open):
+    labels: int = Field(description="Current labels (given on the output the run has).")
+    stale: int = Field(description="Labels given on an output of the item that changed since.")
+    itemsLabelled: int
+    reviewers: list[str]
+    disagreements: int
+
+
+class LabelsOutput(Open):
+    """`cobalt_labels`: the run's label counts and a page of its labels."""
+
+    runId: str
+    name: str
+    status: str
+    summary: LabelSummary
+    filter: dict[str, Any]
+    labels: list[dict[str, Any]] = Field(
+        description="In item order: reviewer, verdict, score, note, expectedOutput, stale, "
+        "judgeScore, judgeVerdict, disagrees."
+    )
+    page: ChangesPage
 
 
 class GenerateOutput(Open):

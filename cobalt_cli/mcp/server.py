@@ -43,7 +43,8 @@ that score each output. Use cobalt_run to run experiments (all, or one file), re
 items and the judges' reasons, change the agent, run again, then cobalt_compare the two runs.
 Results are kept within a token budget: when a result says items were left out, page through
 them with cobalt_results (runId, status="failing", offset). cobalt_generate writes a new
-experiment file for an agent. Paths are relative to the project."""
+experiment file for an agent. cobalt_labels reads what people said about a run's items (their
+labels) and where they disagree with the judge. Paths are relative to the project."""
 
 
 def build_server(target: Project | Workspace) -> MCPServer:

@@ -1,4 +1,4 @@
-"""The four tools' declarations: typed arguments (unknown ones refused), output schemas, and
+"""The tools' declarations: typed arguments (unknown ones refused), output schemas, and
 whether each works on this server's project or forwards to a workspace's project."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 from cobalt_cli.mcp import schemas
 from cobalt_cli.mcp.authoring import cobalt_generate_tool
 from cobalt_cli.mcp.errors import database, tool_errors
+from cobalt_cli.mcp.labels import LABELS_SHOWN, cobalt_labels_tool
 from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reads import COMPARE_SHOWN, cobalt_compare_tool, cobalt_results_tool
 from cobalt_cli.mcp.reports import ItemFilter, StatusName
@@ -25,7 +26,8 @@ StatusFilter = Annotated[
     StatusName | None,
     Field(
         description="Only items that are: failing (error, timeout, evaluation error or a score "
-        "below 0.5), passing, or of this item status."
+        "below its evaluator's pass mark, pass_threshold: 0.5 unless set), passing, or of this "
+        "item status."
     ),
 ]
 
@@ -58,7 +60,7 @@ def local(target: Project | Workspace, project: str | None) -> Project:
 
 
 def tools(target: Project | Workspace) -> list[Tool]:
-    """The four tools, working on one project, or forwarding to a workspace's projects."""
+    """The tools, working on one project, or forwarding to a workspace's projects."""
 
     async def cobalt_run(
         ctx: Context,
@@ -182,6 +184,45 @@ def tools(target: Project | Workspace) -> list[Tool]:
 
         return await anyio.to_thread.run_sync(read)
 
+    async def cobalt_labels(
+        ctx: Context,
+        runId: Annotated[str, Field(description="A run id (or a unique prefix).")],
+        evaluator: Annotated[
+            str | None, Field(description="Only the labels of this evaluator.")
+        ] = None,
+        disagreements: Annotated[
+            bool, Field(description="Only the current labels that disagree with the judge.")
+        ] = False,
+        offset: Annotated[int, Field(ge=0, description="Skip this many labels (paging).")] = 0,
+        limit: Annotated[
+            int, Field(ge=1, le=500, description="Labels to return (fewer if they do not fit).")
+        ] = LABELS_SHOWN,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, schemas.LabelsOutput]:
+        if isinstance(target, Workspace):
+            arguments = {
+                "runId": runId,
+                "evaluator": evaluator,
+                "disagreements": disagreements,
+                "offset": offset,
+                "limit": limit,
+            }
+            with tool_errors("cobalt_labels"):
+                return await target.call(ctx, project, "cobalt_labels", arguments)
+
+        def read() -> CallToolResult:
+            with tool_errors("cobalt_labels"), database():
+                return cobalt_labels_tool(
+                    local(target, project),
+                    run_id=runId,
+                    evaluator=evaluator,
+                    disagreements=disagreements,
+                    offset=offset,
+                    limit=limit,
+                )
+
+        return await anyio.to_thread.run_sync(read)
+
     async def cobalt_generate(
         ctx: Context,
         agentFile: Annotated[
@@ -258,6 +299,14 @@ def tools(target: Project | Workspace) -> list[Tool]:
                 "Compare two runs: per-evaluator deltas and the items that regressed or "
                 "improved (matched by item key) with both outputs and the judges' reasons; "
                 "page with offset and limit.",
+            ),
+            (
+                cobalt_labels,
+                reads,
+                "People's labels of a run's evaluations (pass/fail, corrected score and "
+                "expected output, note, by reviewer) in item order, each with the judge's "
+                "score and whether they disagree; the run's label counts; page with offset "
+                "and limit, or ask only for the disagreements.",
             ),
             (
                 cobalt_generate,
