@@ -280,11 +280,6 @@ def _judge_verdicts(run: Run, item_ids: list[int]) -> dict[tuple[int, str], tupl
     return found
 
 
-def disagreements(run: Run, *, evaluator: str | None = None) -> list[LabelRow]:
-    """Current labels whose verdict differs from the judge's."""
-    return [row for row in run_labels(run, evaluator=evaluator, stale=False) if row.disagrees]
-
-
 def labels_by_item(
     run: Run, *, item_ids: list[int] | None = None, rows: list[LabelRow] | None = None
 ) -> dict[int, list[dict[str, Any]]]:

@@ -160,8 +160,6 @@ def review_dataset(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     evaluator, item_id, path = data["evaluator"], data["item"], data["path"].strip()
     values = {"path": path}
     try:
-        if not run.is_finished:  # as for a label: the run's items are not final yet
-            raise LabelConflict(f"run {run.id} is still {run.status}: wait for its end")
         added = label_datasets.add_to_dataset(
             run=run,
             item_id=item_id,
@@ -301,6 +299,7 @@ def review_context(
     start: bool = False,
 ) -> dict[str, Any]:
     reviewer = request.user.get_username()
+    rows = labels.run_labels(run)  # read once: counts, disagreements and this item's labels
     context: dict[str, Any] = {
         "run": run,
         "evaluator": evaluator,
@@ -310,8 +309,8 @@ def review_context(
         "item": None,
         "missing": False,
         "bad_evaluator": False,
-        "summary": labels.label_summary(run),
-        "disagreements": labels.disagreements(run)[:DISAGREEMENTS_SHOWN],
+        "summary": labels.label_summary(run, rows=rows),
+        "disagreements": [r for r in rows if r.disagrees][:DISAGREEMENTS_SHOWN],
     }
     if evaluator not in run.evaluator_names:
         context["bad_evaluator"] = True
@@ -333,7 +332,7 @@ def review_context(
         context["missing"] = True
         context["error"] = error or f"run {run.id} has no item with id {item_id}"
         return context
-    rows = labels.run_labels(run, item_ids=[item.id], evaluator=evaluator)
+    rows = [r for r in rows if r.item_id == item.id and r.label.evaluator == evaluator]
     mine = next((r for r in rows if r.label.reviewer == reviewer and not r.stale), None)
     before, after = queue.neighbours(item.id)
     skip_to = queue.next_after(item.id)

@@ -55,7 +55,7 @@ def test_several_reviewers_keep_their_own_labels_and_each_disagreement_is_listed
         (0, "ben", "pass"),
         (1, "ana", "fail"),
     ]
-    [disagreement] = labels.disagreements(run)
+    [disagreement] = labels.label_list(run, disagrees=True)
     assert (disagreement.label.reviewer, disagreement.judge_score) == ("ana", 0.9)
     assert disagreement.as_json()["judgeVerdict"] == "pass"
     summary = labels.label_summary(run)
