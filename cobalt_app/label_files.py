@@ -60,28 +60,12 @@ class LabelFileError(ValueError):
 
 
 def export_rows(run: Run, *, evaluator: str | None = None) -> list[dict[str, Any]]:
-    """The run's current labels (not the stale ones) as rows, in item order."""
+    """The run's current labels (not the stale ones) as rows, in item order: the columns of
+    `LabelRow.as_json`, after the run's id."""
     rows = []
     for row in labels.run_labels(run, evaluator=evaluator, stale=False):
-        label = row.label
-        rows.append(
-            {
-                "run": run.id,
-                "item": row.item_index + 1,
-                "itemKey": label.item_key,
-                "repetition": row.run_index,
-                "evaluator": label.evaluator,
-                "reviewer": label.reviewer,
-                "verdict": label.verdict,
-                "score": label.score,
-                "note": label.note,
-                "expectedOutput": label.expected_output,
-                "version": label.version,
-                "judgeScore": row.judge_score,
-                "judgeVerdict": str(row.judge_verdict),
-                "disagrees": row.disagrees,
-            }
-        )
+        entry = row.as_json()
+        rows.append({"run": run.id, **{column: entry[column] for column in COLUMNS[1:]}})
     return rows
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import REPO, Project, cli_env
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.conftest import Project, cli_env
+from tests.test_browser import ARTIFACTS, CHROMIUM, browser
+
+__all__ = ["browser"]  # the fixture, used by name below
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-ARTIFACTS = REPO / "test-artifacts"
 PASSWORD = "a long enough password"
 ITEMS = 16
 XSS = "<script>alert(1)</script>"
@@ -127,17 +128,6 @@ def site(tmp_path_factory) -> Iterator[ReviewSite]:
             server.wait(timeout=30)
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @dataclass
