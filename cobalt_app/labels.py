@@ -119,16 +119,20 @@ def label_save(
     return Label.objects.get(id=existing.id)
 
 
+def check_evaluator(run: Run, evaluator: str) -> None:
+    """`LabelError` naming the run's evaluators when it has no `evaluator`."""
+    if evaluator not in run.evaluator_names:
+        raise LabelError(
+            f"evaluator: run {run.id} has no evaluator {evaluator!r} "
+            f"(it has: {', '.join(run.evaluator_names) or 'none'})"
+        )
+
+
 def clean_label(
     run: Run, *, evaluator: str, reviewer: str, verdict: Any, score: Any, note: Any
 ) -> dict[str, Any]:
     """The stored values of a label, or `LabelError` naming the field that is wrong."""
-    names = run.evaluator_names
-    if evaluator not in names:
-        raise LabelError(
-            f"evaluator: run {run.id} has no evaluator {evaluator!r} "
-            f"(it has: {', '.join(names) or 'none'})"
-        )
+    check_evaluator(run, evaluator)
     reviewer = (reviewer or "").strip() if isinstance(reviewer, str) else ""
     if not reviewer or len(reviewer) > MAX_REVIEWER:
         raise LabelError(f"reviewer: a user name of 1 to {MAX_REVIEWER} characters is needed")
@@ -407,11 +411,7 @@ def default_review_evaluator(run: Run) -> str | None:
 def review_queue(run: Run, evaluator: str, *, reviewer: str) -> ReviewQueue:
     """The judge's failures (lowest score first) and borderline items, then every other item
     the evaluator scored or errored on, shuffled by a seed of the run and evaluator."""
-    if evaluator not in run.evaluator_names:
-        raise LabelError(
-            f"evaluator: run {run.id} has no evaluator {evaluator!r} "
-            f"(it has: {', '.join(run.evaluator_names) or 'none'})"
-        )
+    check_evaluator(run, evaluator)
     mark = pass_marks(run.config.get("evaluators", [])).get(evaluator)
     first: list[tuple[int, float, int]] = []
     rest: list[int] = []

@@ -33,10 +33,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url
 
 from cobalt.config import active_config
-from cobalt.verdict import evaluation_verdict, pass_marks
 from cobalt_app import label_datasets, labels, page_items
 from cobalt_app.labels import LabelConflict, LabelError
 from cobalt_app.models import Run
+from cobalt_app.page_selectors import pass_marks
 from cobalt_app.views import CONTENT_SECURITY_POLICY, HtmxHttpRequest, get_run_or_404
 
 TEMPLATE = "cobalt/review.html"
@@ -312,12 +312,11 @@ def review_context(
         "summary": labels.label_summary(run, rows=rows),
         "disagreements": [r for r in rows if r.disagrees][:DISAGREEMENTS_SHOWN],
     }
-    if evaluator not in run.evaluator_names:
+    try:
+        labels.check_evaluator(run, evaluator)
+    except LabelError as exc:
         context["bad_evaluator"] = True
-        context["error"] = error or (
-            f"evaluator: run {run.id} has no evaluator {evaluator!r} "
-            f"(it has: {', '.join(run.evaluator_names) or 'none'})"
-        )
+        context["error"] = error or str(exc)
         return context
     if not run.is_finished:
         return context
@@ -379,13 +378,11 @@ def _judge(run: Run, item: Any, evaluator: str) -> dict[str, Any] | None:
     evaluation = next((v for v in item.verdicts if v.evaluator == evaluator), None)
     if evaluation is None:
         return None
-    mark = pass_marks(run.config.get("evaluators", [])).get(evaluator)
     errored = evaluation.status != "ok"
-    verdict = evaluation_verdict(evaluation.score, mark, error=errored)
     return {
         "score": evaluation.score,
-        "verdict": str(verdict),
-        "mark": mark,
+        "verdict": str(evaluation.verdict),  # the one rule's, set by `page_items.item_detail`
+        "mark": pass_marks(run).get(evaluator),
         "reason": evaluation.reason,
         "error": evaluation.error if errored else "",
         "chain_of_thought": evaluation.chain_of_thought,

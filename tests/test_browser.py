@@ -168,12 +168,10 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A page that records console errors, uncaught exceptions and JavaScript dialogs."""
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
+def watched_tab(context, problems: list[str]):
+    """A new tab of `context` whose console errors, uncaught exceptions and JavaScript
+    dialogs are appended to `problems`."""
     tab = context.new_page()
-    problems: list[str] = []
     tab.on(
         "console",
         lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
@@ -181,6 +179,15 @@ def page(browser):
     tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     tab.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
     tab.set_default_timeout(15_000)
+    return tab
+
+
+@pytest.fixture
+def page(browser):
+    """A page that records console errors, uncaught exceptions and JavaScript dialogs."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    problems: list[str] = []
+    tab = watched_tab(context, problems)
     yield tab
     context.close()
     assert problems == []

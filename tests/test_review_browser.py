@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Project, cli_env
-from tests.test_browser import ARTIFACTS, CHROMIUM, browser
+from tests.test_browser import ARTIFACTS, CHROMIUM, browser, watched_tab
 
 __all__ = ["browser"]  # the fixture, used by name below
 
@@ -150,15 +150,8 @@ def log_in(browser, site: ReviewSite, user: str, *, context=None, **options) -> 
 
     if context is None:
         context = browser.new_context(viewport={"width": 1360, "height": 900}, **options)
-    tab = context.new_page()
-    tab.set_default_timeout(15_000)
     problems: list[str] = []
-    tab.on(
-        "console",
-        lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
-    )
-    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    tab.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    tab = watched_tab(context, problems)
     tab.goto(site.review_url())
     if "/login/" in tab.url:
         tab.get_by_label("Username").fill(user)

@@ -32,9 +32,11 @@ def cobalt_labels_tool(
 
     tokens = project.result_tokens(project.config())
     run = find_run(run_id)
-    if evaluator is not None and evaluator not in run.evaluator_names:
-        known = ", ".join(run.evaluator_names) or "none"
-        raise ToolError(f"run {run.id} has no evaluator {evaluator!r} (it has: {known})")
+    if evaluator is not None:
+        try:
+            labels.check_evaluator(run, evaluator)
+        except labels.LabelError as exc:
+            raise ToolError(str(exc)) from None
     summary = labels.label_summary(run)
     rows = labels.label_list(run, evaluator=evaluator, disagrees=disagreements)
     page = [row.as_json() for row in rows[offset : offset + limit]]
