@@ -142,6 +142,14 @@ class Reviewer:
     def progress(self):
         return self.tab.locator("#review-progress")
 
+    def idle(self) -> None:
+        """Wait until the panel has no request in flight or settling (its keys ignore a
+        press until then: one press is one label)."""
+        from playwright.sync_api import expect
+
+        busy = self.tab.locator("#review-panel.htmx-request, #review-panel .htmx-request")
+        expect(busy).to_have_count(0)
+
 
 def log_in(browser, site: ReviewSite, user: str, *, context=None, **options) -> Reviewer:
     """A tab that opened review mode, was sent to log in as `user`, and came back; it records
@@ -185,6 +193,7 @@ def test_a_reviewer_labels_ten_items_from_the_keyboard(site, browser):
     plan += ["s", "f", ("note", "borderline, but right", "p"), "p", "f"]
     done = 0
     for step in plan:
+        ana.idle()
         key = ana.shown()
         if isinstance(step, tuple):
             _, text, verdict = step
@@ -240,6 +249,8 @@ def test_two_reviewers_labelling_the_same_run_at_once_both_keep_every_label(site
     carla = log_in(browser, site, "carla")
     keys, first_item = [], ben.tab.locator("#label-form input[name=item]").get_attribute("value")
     for done in range(1, 7):
+        ben.idle()
+        carla.idle()
         assert ben.shown() == carla.shown()  # one queue for every reviewer
         keys.append(ben.shown())
         # Both saves are on their way before either answers: the same item, at once.
