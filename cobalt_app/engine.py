@@ -8,11 +8,9 @@ executes it: a lane of the embedded mode or of a team worker.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import inspect
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -22,7 +20,7 @@ from django.utils import timezone
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
 from cobalt_app import recordings, storable, trace_spans, traces
-from cobalt_app.aio import DatabaseThread
+from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
     Conversation,
     ConversationError,
@@ -30,6 +28,7 @@ from cobalt_app.conversation import (
     converse,
     is_transcript,
 )
+from cobalt_app.deadlines import DeadlineExceeded, within
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, stopped_by_user_code
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pricing import agent_cost, agent_usage
@@ -122,30 +121,12 @@ def split_result(value: Any) -> tuple[Any, dict[str, Any]]:
     return value, {}
 
 
-class DeadlineExceeded(Exception):
-    """Cobalt's per-item deadline passed (a `TimeoutError` the runner raises is its own error)."""
-
-
-async def within(awaitable: Any, timeout: float) -> Any:
-    """Await within the deadline; `DeadlineExceeded` only when the deadline itself expired."""
-    try:
-        async with asyncio.timeout(timeout) as deadline:
-            return await awaitable
-    except TimeoutError:
-        if deadline.expired():
-            raise DeadlineExceeded from None
-        raise
-
-
 async def call_runner(
-    experiment: Experiment, context: RunContext, *, timeout: float, pool: ThreadPoolExecutor
+    experiment: Experiment, context: RunContext, *, timeout: float, threads: Threads
 ) -> Any:
     if experiment.is_async:
         return await within(experiment.runner(context), timeout)
-    loop = asyncio.get_running_loop()
-    # In a copy of this context: the thread sees the item's trace collector and OTel context.
-    future = loop.run_in_executor(pool, contextvars.copy_context().run, experiment.runner, context)
-    value = await within(future, timeout)
+    value = await within(threads.call(experiment.runner, context), timeout)
     if inspect.isawaitable(value):
         value = await within(value, timeout)
     return value
@@ -157,7 +138,7 @@ async def execute_item(
     env: EvalEnv,
     *,
     timeout: float,
-    pool: ThreadPoolExecutor,
+    threads: Threads,
 ) -> ItemOutcome:
     """Run the agent on one item, then score its output with every evaluator."""
     outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
@@ -172,9 +153,11 @@ async def execute_item(
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
         with traces.capture_item(env.trace) as collector:
             if experiment.conversation is not None:
-                await converse_item(experiment, context, env, outcome, timeout=timeout, pool=pool)
+                await converse_item(
+                    experiment, context, env, outcome, timeout=timeout, threads=threads
+                )
             else:
-                await run_item(experiment, context, outcome, timeout=timeout, pool=pool)
+                await run_item(experiment, context, outcome, timeout=timeout, threads=threads)
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
     outcome.trace = traces.steps(collector, env.trace)
@@ -203,11 +186,11 @@ async def run_item(
     outcome: ItemOutcome,
     *,
     timeout: float,
-    pool: ThreadPoolExecutor,
+    threads: Threads,
 ) -> None:
     """Call the runner once; its output, or how it failed, goes on the outcome."""
     try:
-        value = await call_runner(experiment, context, timeout=timeout, pool=pool)
+        value = await call_runner(experiment, context, timeout=timeout, threads=threads)
     except DeadlineExceeded:
         outcome.status = ItemResult.Status.TIMEOUT
         outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
@@ -232,7 +215,7 @@ async def converse_item(
     outcome: ItemOutcome,
     *,
     timeout: float,
-    pool: ThreadPoolExecutor,
+    threads: Threads,
 ) -> None:
     """Play the item's conversation (`cobalt_app.conversation`) within the item's timeout;
     the transcript is the output, also when a turn failed or time ran out."""
@@ -240,7 +223,9 @@ async def converse_item(
 
     async def call(turn_context: RunContext) -> tuple[Any, dict[str, Any]]:
         try:
-            value = await call_runner(experiment, turn_context, timeout=turn_timeout, pool=pool)
+            value = await call_runner(
+                experiment, turn_context, timeout=turn_timeout, threads=threads
+            )
         except DeadlineExceeded:
             raise TurnTimedOut(turn_timeout) from None
         return split_result(value)

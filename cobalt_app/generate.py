@@ -27,7 +27,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,11 +200,13 @@ def try_first_item(experiment: Experiment, config: Config) -> dict[str, Any]:
     async def attempt() -> engine.ItemOutcome:
         db = aio.DatabaseThread()
         env = engine.make_env(config, db)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cobalt-generate")
+        threads = aio.Threads("cobalt-generate", 1)
         try:
-            return await engine.execute_item(experiment, snapshot, env, timeout=timeout, pool=pool)
+            return await engine.execute_item(
+                experiment, snapshot, env, timeout=timeout, threads=threads
+            )
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            threads.shutdown()
             await env.hub.aclose()
             db.close()
 

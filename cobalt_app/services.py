@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cobalt.dataset import item_key
 from cobalt.experiments import Experiment
-from cobalt_app import flaky, storable
+from cobalt_app import bulk_sql, flaky, storable
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 
 CREATE_BATCH = 2000
@@ -253,7 +253,7 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             )
             outcomes = [o for o in outcomes if o.id in open_ids]
         outcomes = [storable.prepare(o) for o in outcomes]
-        adapt = connection.ops.adapt_datetimefield_value  # SQLite stores datetimes as text
+        adapt = bulk_sql.datetime_adapter()  # SQLite stores datetimes as text
         params = [
             (
                 o.status,
@@ -271,7 +271,9 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             for o in outcomes
         ]
         recorded = 0
-        if params:
+        if params and bulk_sql.is_sqlite():
+            recorded = bulk_sql.items_update([row[:11] for row in params], finished)
+        elif params:
             with connection.cursor() as cursor:
                 cursor.executemany(ITEM_UPDATE_SQL, params)
                 recorded = max(cursor.rowcount, 0)
@@ -293,7 +295,9 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             for o in outcomes
             for e in o.evaluations
         ]
-        if evaluations:
+        if evaluations and bulk_sql.is_sqlite():
+            bulk_sql.evaluations_upsert(evaluations)
+        elif evaluations:
             with connection.cursor() as cursor:
                 cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
         trace_rows = [(o.id, o.stored_trace) for o in outcomes if o.stored_trace is not None]

@@ -214,8 +214,11 @@ def prepare(outcome: Any) -> Any:
         outcome.evaluations = []
     outcome.stored = (stored_output, stored_metadata)
     trace = getattr(outcome, "trace", None)
-    if trace:  # built by `trace_spans` (texts already cleaned); salvaged all the same
-        outcome.stored_trace = json.dumps(salvage(trace), ensure_ascii=False, allow_nan=False)
+    if trace:  # built by `trace_spans`, texts already cleaned: salvaged only if need be
+        try:
+            outcome.stored_trace = json.dumps(trace, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            outcome.stored_trace = json.dumps(salvage(trace), ensure_ascii=False, allow_nan=False)
     return outcome
 
 

@@ -58,17 +58,40 @@ REDACTED = "***"
 
 
 def secret_values() -> list[str]:
-    """Values of secret-looking environment variables (long enough not to be words)."""
-    return sorted(
-        {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}, key=len
-    )[::-1]
+    """Values of secret-looking environment variables (long enough not to be words), read
+    again only when the environment changed (asked for every item of a traced run)."""
+    environ = getattr(os.environ, "_data", None)  # CPython's own: compared in C, quickly
+    snapshot = tuple(environ.items()) if isinstance(environ, dict) else None
+    if snapshot is None or snapshot != _secrets[0]:
+        values = {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}
+        _secrets[:] = [snapshot, sorted(values, key=len)[::-1]]
+    return _secrets[1]
+
+
+_secrets: list[Any] = [None, []]  # the environment last read, its secret values
+# Case-folded pieces every match of SECRET_TEXT contains: text without any cannot match.
+SECRET_TEXT_HINTS = ("bearer", "basic", "sk-", "pk-", "rk-", "aiza")
 
 
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
+    lowered = text.casefold()
+    if not any(hint in lowered for hint in SECRET_TEXT_HINTS):
+        return text
     return SECRET_TEXT.sub(REDACTED, text)
+
+
+# Case-folded pieces of every key SECRET_KEY matches.
+SECRET_KEY_HINTS = ("authorization", "api", "secret", "password", "token", "bearer", "cookie")
+
+
+def _may_hold(text: str) -> bool:
+    """Whether a JSON text may hold a value under a secret-looking key: only then is it parsed
+    to take them out (its credentials in text are taken out either way)."""
+    folded = text.casefold()
+    return any(hint in folded for hint in SECRET_KEY_HINTS)
 
 
 def redact_value(value: Any, secrets: Sequence[str] = ()) -> Any:
@@ -91,7 +114,7 @@ def shown(value: Any, max_chars: int, secrets: Sequence[str] = ()) -> str | None
         return None
     if isinstance(value, str):
         try:
-            parsed = json.loads(value) if value[:1] in ("{", "[") else None
+            parsed = json.loads(value) if value[:1] in ("{", "[") and _may_hold(value) else None
         except ValueError:
             parsed = None
         text = (
@@ -134,9 +157,11 @@ def _first(attributes: Any, *keys: str) -> Any:
     return None
 
 
-def step_of(span: Any, origin_ns: int, max_chars: int, secrets: Sequence[str]) -> dict[str, Any]:
-    """One finished OpenTelemetry span (`ReadableSpan`) as a stored step (parent not set)."""
-    a = span.attributes or {}
+def step_of(
+    span: Any, a: dict[str, Any], origin_ns: int, max_chars: int, secrets: Sequence[str]
+) -> dict[str, Any]:
+    """One finished OpenTelemetry span (`ReadableSpan`, its attributes `a` as a dict) as a
+    stored step (parent not set)."""
     kind = kind_of(a)
     model = _first(a, "llm.model_name", "gen_ai.response.model", "gen_ai.request.model")
     input_tokens = _int(
@@ -208,11 +233,13 @@ def steps_of(
         return []
     secrets = secret_values()
     index_of = {s.context.span_id: i for i, s in enumerate(spans)}
-    steps = [step_of(s, origin_ns, max_chars, secrets) for s in spans]
+    attributes = [dict(span.attributes or {}) for span in spans]
+    steps = [
+        step_of(s, a, origin_ns, max_chars, secrets) for s, a in zip(spans, attributes, strict=True)
+    ]
     for step, span in zip(steps, spans, strict=True):
         parent = span.parent.span_id if span.parent is not None else None
         step["parent"] = index_of.get(parent)
-    attributes = [dict(span.attributes or {}) for span in spans]
     steps, attributes = _merge_nested_calls(steps, attributes)
     if not any(s["kind"] == "tool" for s in steps):
         steps = _with_inferred_tools(steps, attributes, max_chars, secrets)

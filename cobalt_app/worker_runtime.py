@@ -22,7 +22,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,12 +51,9 @@ class Runtime:
         self.queues: list[str] = [team.queue_name()]
         self.loop_thread = aio.loop_thread()
         self.loop = self.loop_thread.loop
-        self.db = aio.DatabaseThread()
-        self.db.pool = ThreadPoolExecutor(
-            max_workers=max(2, min(8, concurrency // 4)), thread_name_prefix="cobalt-db"
-        )
+        self.db = aio.DatabaseThread(threads=max(2, min(8, concurrency // 4)))
         self.env: EvalEnv = engine.make_env(config, self.db)
-        self.runners = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-run")
+        self.runners = aio.Threads("cobalt-run", concurrency)
         self.recorder = Recorder(config=config, announce=team_broker.announce_progress)
         self.held: dict[int, Held] = {}
         self.lock = threading.Lock()
@@ -77,6 +73,7 @@ class Runtime:
             records_before_claims=True,
             hold=self._hold,
             release=self._unhold,
+            make_way=self.db.make_way,
         )
         self._orphaned = False
         self._beat: threading.Thread | None = None

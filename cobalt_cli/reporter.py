@@ -47,12 +47,14 @@ class ConsoleReporter:
         self.header_printed = False
         self.usage_problems: dict[str, int] = {}  # first shape seen → items reporting it
         self.marks: dict[str, float] = {}  # each evaluator's pass mark
+        self.output = self.console.file
 
     def banner(self) -> None:
         self.console.print(f"\n [bold]cobalt[/] v{cobalt.__version__}\n")
 
     def run_started(self, run, experiment) -> None:
         config = run.config
+        self.output = self.console.file  # looked up once: rich resolves it on every access
         self.runs = int(config.get("runs", 1))
         self.marks = verdict.pass_marks(config.get("evaluators", []))
         size = (config.get("dataset") or {}).get("size")
@@ -83,65 +85,71 @@ class ConsoleReporter:
             self.progress.start()
             self.task_id = self.progress.add_task("items", total=run.total_items)
 
-    def item_line(self, outcome) -> tuple[str, str]:
-        """(plain text, rich markup) of one item's line."""
+    def item_line(self, outcome, *, markup: bool = False) -> str:
+        """One item's line: plain text, or rich markup (`markup`) for a terminal."""
         label = f"Item {outcome.item_index + 1}/{self.items_in_dataset}"
         if outcome.run_index >= self.runs:  # --repeat-flaky: a flaky item's extra repetitions
             label += f" (repeat {outcome.run_index + 1})"
         elif self.runs > 1:
             label += f" (run {outcome.run_index + 1}/{self.runs})"
-        conversation = (outcome.metadata or {}).get("conversation")
+        metadata = outcome.metadata
+        conversation = metadata.get("conversation") if metadata else None
         if isinstance(conversation, dict):  # conversation=True: how many turns it took
             label += f" · {plural(int(conversation.get('turns') or 0), 'turn')}"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":
-            parts, verdicts, low = [], [], []
-            for evaluation in outcome.evaluations:
-                threshold = verdict.pass_mark(self.marks.get(evaluation.evaluator))
-                judged = verdict.evaluation_verdict(
-                    evaluation.score, threshold, error=evaluation.status != "ok"
-                )
-                verdicts.append(judged)
-                if judged is verdict.Verdict.ERROR:
-                    parts.append(f"{evaluation.evaluator}: eval error")
-                    continue
-                parts.append(f"{evaluation.evaluator}: {evaluation.score:.2f}")
-                if judged is verdict.Verdict.FAIL:
-                    low.append(f"{evaluation.evaluator} < {threshold:g}")
-            scores = " | ".join(parts) if parts else "no evaluators"
-            errors = verdict.Verdict.ERROR in verdicts
-            failed = verdict.item_verdict(verdicts) is verdict.Verdict.FAIL
-            suffix = f"  ⚠ low score ({', '.join(low)})" if low else ""
-            suffix += "  ⚠ evaluation error" if errors else ""
+            scores, suffix, failed = self.scores(outcome)
             mark, colour = ("✗", "red") if failed else ("✓", "green")
-            if failed or errors:
+            if failed or suffix:
                 latency += steps_note(outcome)
-            plain = f"  {mark} {label} — {scores}  {latency}{suffix}"
-            markup = f"  [{colour}]{mark}[/] {label} — {escape(scores)}  [dim]{latency}[/]"
-            markup += f"[yellow]{suffix}[/]" if suffix else ""
-            return plain, markup
+            if not markup:
+                return f"  {mark} {label} — {scores}  {latency}{suffix}"
+            line = f"  [{colour}]{mark}[/] {label} — {escape(scores)}  [dim]{latency}[/]"
+            return line + f"[yellow]{suffix}[/]" if suffix else line
         if outcome.status == "timeout":
             steps = steps_note(outcome)
-            plain = f"  ⏱ {label} — timeout: {outcome.error}{steps}"
-            return plain, f"  [yellow]⏱[/] {label} — [yellow]{escape(outcome.error)}[/]{steps}"
+            if not markup:
+                return f"  ⏱ {label} — timeout: {outcome.error}{steps}"
+            return f"  [yellow]⏱[/] {label} — [yellow]{escape(outcome.error)}[/]{steps}"
         error = outcome.error.splitlines()[0] if outcome.error else outcome.status
         latency += steps_note(outcome)
-        plain = f"  ✗ {label} — error: {error}  {latency}"
-        return plain, f"  [red]✗[/] {label} — [red]{escape(error)}[/]  [dim]{latency}[/]"
+        if not markup:
+            return f"  ✗ {label} — error: {error}  {latency}"
+        return f"  [red]✗[/] {label} — [red]{escape(error)}[/]  [dim]{latency}[/]"
+
+    def scores(self, outcome) -> tuple[str, str, bool]:
+        """An item's scores, its warnings (low scores, evaluation errors), whether it failed."""
+        parts, verdicts, low = [], [], []
+        for evaluation in outcome.evaluations:
+            threshold = verdict.pass_mark(self.marks.get(evaluation.evaluator))
+            judged = verdict.evaluation_verdict(
+                evaluation.score, threshold, error=evaluation.status != "ok"
+            )
+            verdicts.append(judged)
+            if judged is verdict.Verdict.ERROR:
+                parts.append(f"{evaluation.evaluator}: eval error")
+                continue
+            parts.append(f"{evaluation.evaluator}: {evaluation.score:.2f}")
+            if judged is verdict.Verdict.FAIL:
+                low.append(f"{evaluation.evaluator} < {threshold:g}")
+        suffix = f"  ⚠ low score ({', '.join(low)})" if low else ""
+        suffix += "  ⚠ evaluation error" if verdict.Verdict.ERROR in verdicts else ""
+        failed = verdict.item_verdict(verdicts) is verdict.Verdict.FAIL
+        return " | ".join(parts) if parts else "no evaluators", suffix, failed
 
     def item_finished(self, outcome, done: int, total: int) -> None:
-        problem = usage_problem(getattr(outcome, "metadata", None) or {})
+        metadata = getattr(outcome, "metadata", None)
+        problem = usage_problem(metadata) if metadata else None
         if problem:
             first = next(iter(self.usage_problems), problem)
             self.usage_problems[first] = self.usage_problems.get(first, 0) + 1
         if self.quiet:
             return
-        plain, markup = self.item_line(outcome)
         if self.progress is not None:
-            self.progress.console.print(markup)
+            self.progress.console.print(self.item_line(outcome, markup=True))
             self.progress.update(self.task_id, completed=done)
         else:
-            self.console.file.write(plain + "\n")
+            self.output.write(self.item_line(outcome) + "\n")
 
     def stop_progress(self) -> None:
         if self.progress is not None:

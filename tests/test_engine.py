@@ -337,18 +337,20 @@ def test_a_claim_on_sqlite_finds_its_items_by_id_not_by_scanning_every_pending_i
     # visits every pending item of every run at each claim: a 50,000-item run claimed slowly.
     from django.db import connection
 
-    from cobalt_app.runs.claims import claim_next_sql, claim_sql
+    from cobalt_app.runs import claims
 
-    claims = {
-        "by ids": (claim_sql(3, postgresql=False), 4 + 3 + 1),
-        "next": (claim_next_sql(postgresql=False), 4 + 3 + 1),
+    statements = {
+        "pick by ids": (claims.SQLITE_PICK_IDS, 2, "INTEGER PRIMARY KEY"),
+        "pick next": (claims.SQLITE_PICK_NEXT, 3, "item_run_status"),
+        "claim": (claims.SQLITE_CLAIM, 5, "INTEGER PRIMARY KEY"),
+        "read back": (claims.SQLITE_CLAIMED, 1, "INTEGER PRIMARY KEY"),
     }
-    for name, (sql, params) in claims.items():
+    for name, (sql, params, index) in statements.items():
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", ["x"] * params)
             plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
         assert "item_lease" not in plan, (name, plan)
-        assert "INTEGER PRIMARY KEY" in plan, (name, plan)
+        assert index in plan, (name, plan)
 
 
 def test_a_run_gives_the_garbage_collector_back_as_it_found_it(project):

@@ -9,15 +9,17 @@ status `error` and a reason, never a silent score of 0. New types register with 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from cobalt.evaluator import EvalContext, EvalResult, Evaluator
+from cobalt_app.aio import Threads
+from cobalt_app.deadlines import DeadlineExceeded, within
 
 logger = logging.getLogger("cobalt.evaluators")
 
@@ -207,10 +209,8 @@ async def evaluate(
                 evaluator.name, f"`timeout=` must be a number of seconds above 0 (got {own!r})"
             )
         timeout = float(own)
-    deadline = asyncio.timeout(timeout)
     try:
-        async with deadline:
-            outcome = await registered.implementation(evaluator, target, env)
+        outcome = await within(registered.implementation(evaluator, target, env), timeout)
     except EvaluationError as exc:
         return EvalOutcome.failed(
             evaluator.name,
@@ -219,9 +219,7 @@ async def evaluate(
             cost=exc.cost,
             unpriced_model=exc.unpriced_model,
         )
-    except TimeoutError as exc:
-        if not deadline.expired():
-            return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
+    except DeadlineExceeded:
         return EvalOutcome.failed(
             evaluator.name,
             f"timed out after {timeout:g}s (the evaluator was stopped; give it more time "
@@ -328,22 +326,31 @@ async def maybe_await(value: Any) -> Any:
     return value
 
 
-_user_threads: ThreadPoolExecutor | None = None
+_user_threads = Threads("cobalt-eval", 256)
 
 
 async def call_user_function(fn: Callable[..., Any], *args: Any) -> Any:
     """Call a user's evaluator function: a coroutine function on the event loop, any other in
     a thread (a slow sync evaluator must not hold up every other item), awaiting what it
     returns. Threads are started on demand, up to many: they mostly wait on I/O."""
-    global _user_threads
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an instance with `async def __call__`
-    ):
+    if is_coroutine_function(fn):
         return await fn(*args)
-    if _user_threads is None:
-        _user_threads = ThreadPoolExecutor(max_workers=256, thread_name_prefix="cobalt-eval")
-    loop = asyncio.get_running_loop()
-    return await maybe_await(await loop.run_in_executor(_user_threads, fn, *args))
+    return await maybe_await(await _user_threads.call(fn, *args))
+
+
+def is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    """`async def`, or an instance with `async def __call__` (asked once per function)."""
+    try:
+        return _is_coroutine_function(fn)
+    except TypeError:  # an unhashable callable: asked every time
+        return _is_coroutine_function.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an instance with `async def __call__`
+    )
 
 
 _builtins_loaded = False

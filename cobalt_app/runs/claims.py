@@ -9,6 +9,7 @@ workers (PostgreSQL) claim and record with the same functions.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt_app import services, storable
+from cobalt_app import bulk_sql, services, storable
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs import TeamModeError
 from cobalt_app.services import ItemSnapshot
@@ -69,29 +70,19 @@ CLAIM_SET = (
     "UPDATE cobalt_app_itemresult SET status = %s, worker = %s, attempts = attempts + 1, "
     "lease_expires_at = %s, started_at = %s"
 )
-CLAIM_RETURNING = (
-    " RETURNING id, run_id, item_index, run_index, item_key, input, output, metadata, "
-    "latency_ms, tokens, cost, attempts"
+CLAIM_COLUMNS = (
+    "id, run_id, item_index, run_index, item_key, input, output, metadata, latency_ms, tokens, "
+    "cost, attempts"
 )
+CLAIM_RETURNING = f" RETURNING {CLAIM_COLUMNS}"
 
 
-def still_pending(*, postgresql: bool) -> str:
-    """The claim's condition on the row itself. SQLite would answer it from the index on
-    (status, lease), visiting every pending item of every run at each claim, where the ids
-    name the rows already (a 20,000-item run claimed 30% slower). The unary `+` keeps it a
-    plain condition: SQLite's documented way to rule an index out."""
-    return "status = %s" if postgresql else "+status = %s"
-
-
-def claim_sql(count: int, *, postgresql: bool) -> str:
-    """Take these pending items (a conditional UPDATE); on PostgreSQL, start the run too."""
+def claim_sql(count: int) -> str:
+    """PostgreSQL: take these pending items (a conditional UPDATE) and start their run, in
+    one round trip."""
     claim = (
-        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) "
-        f"AND {still_pending(postgresql=postgresql)}{CLAIM_RETURNING}"
+        f"{CLAIM_SET} WHERE id IN ({', '.join(['%s'] * count)}) AND status = %s{CLAIM_RETURNING}"
     )
-    if not postgresql:
-        return claim
-    # The claim and "the run has started" in one round trip.
     return (
         f"WITH claimed AS ({claim}), started AS (UPDATE cobalt_app_run SET status = %s, "
         "started_at = %s WHERE id IN (SELECT run_id FROM claimed) AND status = %s) "
@@ -99,24 +90,15 @@ def claim_sql(count: int, *, postgresql: bool) -> str:
     )
 
 
-def claim_next_sql(*, postgresql: bool) -> str:
-    """Take the run's first few pending items; concurrent lanes skip each other's rows."""
-    pick = (
-        "SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
-        "ORDER BY id LIMIT %s"
-    )
-    if not postgresql:  # SQLite: one writer at a time, the subquery runs once
-        return (
-            f"{CLAIM_SET} WHERE id IN ({pick}) "
-            f"AND {still_pending(postgresql=False)}{CLAIM_RETURNING}"
-        )
-    # A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
-    # for every row it scans, each time taking the next few items: one lane took them all.
-    returning = CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
-    return (
-        f"WITH next AS ({pick} FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
-        f"WHERE cobalt_app_itemresult.id = next.id AND status = %s{returning}"
-    )
+# PostgreSQL: take the run's first few pending items; concurrent lanes skip each other's
+# rows. A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
+# for every row it scans, each time taking the next few items: one lane took them all.
+CLAIM_NEXT_SQL = (
+    "WITH next AS (SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
+    f"ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
+    "WHERE cobalt_app_itemresult.id = next.id AND status = %s"
+    + CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
+)
 
 
 def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
@@ -127,26 +109,28 @@ def items_claim(item_ids: list[int], worker: str) -> list[Claim]:
     if not item_ids:
         return []
     now = timezone.now()
-    params = [*_claim_set_params(worker, now), *item_ids, ItemResult.Status.PENDING]
-    together = connection.vendor == "postgresql"
-    if together:
-        adapt = connection.ops.adapt_datetimefield_value
-        params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
-    claims = _claimed(claim_sql(len(item_ids), postgresql=together), params)
-    if claims and not together:
-        Run.objects.filter(
-            id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
-        ).update(status=Run.Status.RUNNING, started_at=now)
-    return claims
+    pending = ItemResult.Status.PENDING
+    if bulk_sql.is_sqlite():
+        claims = _claimed_sqlite(SQLITE_PICK_IDS, [json.dumps(item_ids), pending], worker, now)
+        if claims:
+            Run.objects.filter(
+                id__in={claim.run_id for claim in claims}, status=Run.Status.QUEUED
+            ).update(status=Run.Status.RUNNING, started_at=now)
+        return claims
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [*_claim_set_params(worker, now), *item_ids, pending]
+    params += [Run.Status.RUNNING, adapt(now), Run.Status.QUEUED]
+    return _claimed(claim_sql(len(item_ids)), params)
 
 
 def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
     """Take up to `limit` of the run's pending items, first ones first (a lane going on)."""
     pending = ItemResult.Status.PENDING
-    claim, pick = _claim_set_params(worker, timezone.now()), [run_id, pending, limit]
-    postgresql = connection.vendor == "postgresql"
-    params = [*pick, *claim, pending] if postgresql else [*claim, *pick, pending]
-    return _claimed(claim_next_sql(postgresql=postgresql), params)
+    if bulk_sql.is_sqlite():
+        params = [run_id, pending, limit]
+        return _claimed_sqlite(SQLITE_PICK_NEXT, params, worker, timezone.now())
+    claim = _claim_set_params(worker, timezone.now())
+    return _claimed(CLAIM_NEXT_SQL, [run_id, pending, limit, *claim, pending])
 
 
 def _claim_set_params(worker: str, now: Any) -> list[Any]:
@@ -158,12 +142,48 @@ def _claim_set_params(worker: str, now: Any) -> list[Any]:
 def _claimed(sql: str, params: list[Any]) -> list[Claim]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = sorted(cursor.fetchall())
+        return _claims(cursor.fetchall())
+
+
+# SQLite: which items a claim takes (by id, or the run's next ones), then the claim itself
+# and the claimed rows read back, each statement one step (see `bulk_sql`). The unary `+`
+# keeps "still pending" a plain condition: planned from the (status, lease) index, it would
+# visit every pending item of every run at each claim.
+SQLITE_PICK_IDS = (
+    "SELECT json_group_array(id) FROM cobalt_app_itemresult "
+    "WHERE id IN (SELECT value FROM json_each(%s)) AND +status = %s"
+)
+SQLITE_PICK_NEXT = (
+    "SELECT json_group_array(id) FROM (SELECT id FROM cobalt_app_itemresult "
+    "WHERE run_id = %s AND status = %s ORDER BY id LIMIT %s)"
+)
+SQLITE_CHOSEN = "WHERE id IN (SELECT value FROM json_each(%s))"
+SQLITE_CLAIM = f"{CLAIM_SET} {SQLITE_CHOSEN}"
+SQLITE_CLAIMED = (
+    f"SELECT json_group_array(json_array({CLAIM_COLUMNS})) "
+    f"FROM cobalt_app_itemresult {SQLITE_CHOSEN}"
+)
+
+
+def _claimed_sqlite(pick: str, params: list[Any], worker: str, now: Any) -> list[Claim]:
+    """SQLite: pick, claim and read back in one transaction (Cobalt's SQLite transactions
+    begin IMMEDIATE: no other writer comes in between)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(pick, params)
+        ids = cursor.fetchone()[0]
+        if ids == "[]":
+            return []
+        cursor.execute(SQLITE_CLAIM, [*_claim_set_params(worker, now), ids])
+        cursor.execute(SQLITE_CLAIMED, [ids])
+        return _claims(json.loads(cursor.fetchone()[0]))
+
+
+def _claims(rows: list[Any]) -> list[Claim]:
     claims = []
-    for row in rows:
+    for row in sorted(rows):
         item_id, run_id, index, repetition, key, item = row[:6]
         snapshot = ItemSnapshot(item_id, index, repetition, key, storable.from_json(item))
-        claims.append(Claim(item_id, run_id, row[11], snapshot, row[6:11]))
+        claims.append(Claim(item_id, run_id, row[11], snapshot, tuple(row[6:11])))
     return claims
 
 

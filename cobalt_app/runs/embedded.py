@@ -9,15 +9,15 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from typing import Any
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
 from cobalt_app import liveness, recordings, services, traces
-from cobalt_app.aio import DatabaseThread
+from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.progress import Progress
@@ -33,6 +33,7 @@ MAX_CLAIM = 250  # items a lane claims at once, at most
 # one SQLite writer (team workers commit sooner: `cobalt run` shows what they recorded).
 LINGER = 0.25
 CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
+CLAIM_SECONDS = 0.5  # towards the end, a claim holds about this much of a lane's work
 AHEAD_WHILE = 2  # lanes claim ahead while claims hold at least this many items
 
 
@@ -137,10 +138,18 @@ async def execute_lanes(
     unclaimed = pending
     progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
 
+    started, done_before = time.monotonic(), done
+
     def size() -> int:
-        """Big claims while there is plenty left, one at a time towards the end."""
+        """Big claims while there is plenty left; towards the end, what a lane executes in
+        about CLAIM_SECONDS at the pace of the items so far (quick items: still big claims,
+        each a round trip to the one database thread; slow ones: one at a time)."""
         nonlocal unclaimed
-        count = max(1, min(MAX_CLAIM, unclaimed // (lanes * CLAIMS_PER_LANE)))
+        share = unclaimed // (lanes * CLAIMS_PER_LANE)
+        if done > done_before:
+            per_item = lanes * (time.monotonic() - started) / (done - done_before)
+            share = max(share, int(CLAIM_SECONDS / per_item))
+        count = max(1, min(MAX_CLAIM, share))
         unclaimed = max(0, unclaimed - count)
         return count
 
@@ -157,10 +166,16 @@ async def execute_lanes(
         if progress is not None:
             await progress.notify(done, total)
 
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cobalt-runner")
+    threads = Threads("cobalt-runner", concurrency)
     recorder = Recorder(config=config, commit_on=db.pool, linger=LINGER)
-    host = LaneHost(name=worker_name(), db=db, recorder=recorder, statuses=RunStatuses(db))
-    step = step_for(experiment, run.config, env, pool)
+    host = LaneHost(
+        name=worker_name(),
+        db=db,
+        recorder=recorder,
+        statuses=RunStatuses(db),
+        make_way=db.make_way,
+    )
+    step = step_for(experiment, run.config, env, threads)
     # The lanes' first claims in one round trip: the last lane starts with the first.
     sizes = [size() for _ in range(lanes)]
     claims = await db(items_claim_next, run.id, host.name, sum(sizes))
@@ -186,7 +201,7 @@ async def execute_lanes(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         recorder.close(wait=False)
-        pool.shutdown(wait=False, cancel_futures=True)
+        threads.shutdown()
 
 
 @contextlib.contextmanager

@@ -15,11 +15,11 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from cobalt.experiments import Experiment
+from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
 from cobalt_app.runs.recorder import Batch, Recorder
@@ -34,7 +34,7 @@ def worker_name() -> str:
 
 
 def step_for(
-    experiment: Experiment, run_config: dict[str, Any], env: Any, pool: ThreadPoolExecutor
+    experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
 ) -> Step:
     """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
     from cobalt_app import engine, rejudge
@@ -51,7 +51,7 @@ def step_for(
 
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(
-            experiment, claim.snapshot, env, timeout=timeout, pool=pool
+            experiment, claim.snapshot, env, timeout=timeout, threads=threads
         )
 
     return execute
@@ -123,6 +123,7 @@ class LaneHost:
     records_before_claims: bool = False
     hold: Callable[[list[Held]], None] = _nothing
     release: Callable[[list[Held]], None] = _nothing
+    make_way: Callable[[], None] = lambda: None  # between items: for the database threads
 
 
 @dataclass
@@ -242,6 +243,7 @@ async def _execute_claims(
             batch = host.recorder.submit(held.claim, outcome)
             handed.setdefault(id(batch), (batch, []))[1].append(held.claim.item_id)
             host.release([held])  # the recorder has it: no lease to renew, nothing to hand back
+            host.make_way()
             if on_outcome is not None:
                 await on_outcome(outcome)
     finally:
