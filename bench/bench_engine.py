@@ -26,8 +26,6 @@
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -230,10 +228,10 @@ def project(folder: Path, name: str, source: str, n: int, config: str = "") -> P
 def run_duration_s(folder: Path) -> float:
     """The newest run's own duration (its results file's `summary.totalDurationMs`), in any
     of the results file's forms (JSON or JSON Lines, gzip-compressed or not)."""
-    newest = max((folder / ".cobalt" / "results").glob("*.json*"), key=lambda p: p.stat().st_mtime)
-    opener = gzip.open if newest.suffix == ".gz" else open
-    with opener(newest, "rt", encoding="utf-8") as file:
-        header = json.loads(file.readline()) if ".jsonl" in newest.name else json.load(file)
+    from cobalt.results_file import read_results, results_files
+
+    newest = max(results_files(folder / ".cobalt" / "results"), key=lambda p: p.stat().st_mtime)
+    header, _ = read_results(newest)
     return header["summary"]["totalDurationMs"] / 1000
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cobalt.evaluator import EvalContext, EvalResult, Evaluator
     from cobalt.experiments import RunContext, experiment
     from cobalt.report import ExperimentReport, assert_scores
+    from cobalt.results_file import load_results, read_results
     from cobalt.tracing import span, tool
 
 # The one place the version is set: the `cobalt-agents` distribution takes it from here
@@ -35,6 +36,8 @@ _SOURCES = {
     "define_config": "cobalt.config",
     "experiment": "cobalt.experiments",
     "load_config": "cobalt.config",
+    "load_results": "cobalt.results_file",
+    "read_results": "cobalt.results_file",
     "span": "cobalt.tracing",
     "tool": "cobalt.tracing",
 }
@@ -50,6 +53,8 @@ __all__ = [
     "define_config",
     "experiment",
     "load_config",
+    "load_results",
+    "read_results",
     "span",
     "tool",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt_app.redaction import redact  # the one redaction (also imported from here)
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
@@ -60,11 +61,13 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dashboard": ("host", "port", "open"),
     "trace": ("enabled", "max_chars"),
     "mcp": ("result_tokens",),
+    "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
     "langfuse": ("public_key", "secret_key", "host"),
     "langsmith": ("api_key", "endpoint"),
     "braintrust": ("api_key", "api_url"),
     "basalt": ("api_key", "api_url"),
+    "retention": ("runs", "traces", "recordings", "keep_last", "baselines"),
 }
 SETTINGS = tuple(dict.fromkeys([*DEFAULTS, "prices", "replay", *TABLE_SETTINGS]))
 SETTING_HINTS = {"reporters": "choose the reporter per run: `cobalt run --reporter json`"}
@@ -154,6 +157,18 @@ def parse_ttl(value: str | int | float | None) -> float | None:
     match = TTL_PATTERN.match(str(value))
     if not match:
         raise ConfigError(f"cache.ttl: {value!r} is not a duration; use e.g. '7d', '12h', '30m'.")
+    return float(match.group(1)) * TTL_UNITS[match.group(2)]
+
+
+def parse_age(value: Any, *, key: str) -> float:
+    """A retention age, the TTL rule with its unit required: `"30d"`, `"12h"`, `"2w"`, `"90m"`
+    (minutes), `"45s"` → seconds. A bare `30` is refused: read as seconds, it would delete
+    nearly everything. The ConfigError names `key` (an option or a setting)."""
+    match = TTL_PATTERN.match(value) if isinstance(value, str) else None
+    if match is None or not match.group(2):
+        bare = match is not None or _is_number(value)  # a number without its unit
+        hint = f" (a unit is needed: '{value}d' for days?)" if bare else ""
+        raise ConfigError(f"{key}: {value!r} is not an age; use e.g. 30d, 12h, 2w{hint}")
     return float(match.group(1)) * TTL_UNITS[match.group(2)]
 
 
@@ -329,6 +344,10 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
         check_webhooks(data["webhooks"], source=source)
     if "replay" in data:
         check_replay(data["replay"], source=source)
+    if "results" in data:
+        check_results(data["results"], source=source)
+    if "retention" in data:
+        check_retention(data["retention"], source=source)
     plugins = data.get("plugins", [])
     if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
         fail("plugins", 'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].')
@@ -521,3 +540,47 @@ def check_replay(replay: Any, *, source: str) -> None:
             raise ConfigError(
                 f"{source}: `replay.{key}` must be a list of strings, e.g. {example}."
             )
+
+
+def check_results(results: dict[str, Any], *, source: str) -> None:
+    """`[results]`: `format` ("auto", "json", "jsonl"), `compress` ("auto", true, false) and
+    `large_run` (item results above which `auto` means JSON Lines, compressed)."""
+    where = f"{source}: `results"
+    if results.get("format", "auto") not in RESULTS_FORMATS:
+        raise ConfigError(
+            f"{where}.format` must be one of {', '.join(map(repr, RESULTS_FORMATS))} "
+            f"(got {results['format']!r})."
+        )
+    compress = results.get("compress", "auto")
+    if not (isinstance(compress, bool) or compress == "auto"):
+        raise ConfigError(f"{where}.compress` must be true, false or 'auto' (got {compress!r}).")
+    large = results.get("large_run", 0)
+    if not isinstance(large, int) or isinstance(large, bool) or large < 0:
+        raise ConfigError(f"{where}.large_run` must be a whole number of items (got {large!r}).")
+
+
+RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{4,32}$")
+
+
+def check_retention(retention: dict[str, Any], *, source: str) -> None:
+    """`[retention]`: an age per kind (`runs`, `traces`, `recordings`), `keep_last` (the newest
+    N of each experiment are kept whatever their age) and `baselines` (run ids CI compares
+    with, never deleted). Unknown keys were reported by `_check_known`."""
+    for kind in ("runs", "traces", "recordings"):
+        if kind in retention:
+            parse_age(retention[kind], key=f"{source}: `retention.{kind}`")
+    if "keep_last" in retention:
+        value = retention["keep_last"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(
+                f"{source}: `retention.keep_last` must be a whole number of at least 1 "
+                f"(got {value!r})."
+            )
+    baselines = retention.get("baselines", [])
+    if not isinstance(baselines, list) or not all(
+        isinstance(v, str) and RUN_ID_PATTERN.match(v) for v in baselines
+    ):
+        raise ConfigError(
+            f"{source}: `retention.baselines` must be a list of run ids (or prefixes of at "
+            f'least 4 characters), e.g. ["6051787dfa01"] (got {baselines!r}).'
+        )

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import Any
 
+from cobalt.results_file import load_results
 from cobalt.verdict import Verdict, evaluation_verdict
 
 FAILURES_SHOWN = 20
@@ -23,6 +25,11 @@ class ExperimentReport:
 
     data: dict[str, Any]
     results_path: str | None = None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentReport:
+        """The report of a results file, in any of its forms (`.json`, `.jsonl`, `.gz`)."""
+        return cls(load_results(path), results_path=str(path))
 
     @property
     def id(self) -> str:

@@ -1,7 +1,9 @@
-"""Exports of one run as CSV, Markdown or JSON, streamed chunk by chunk.
+"""Exports of one run as CSV, Markdown, JSON or JSON Lines, streamed chunk by chunk.
 
 The same generators feed the page downloads (`StreamingHttpResponse`) and
-`cobalt export RUN --format csv|md|json`. Agent outputs are untrusted: CSV text cells that a
+`cobalt export RUN --format csv|md|json|jsonl`; each reads the run's items in keyset chunks
+(`results.iter_item_entries`), so memory stays flat whatever the run's size. JSON and JSON
+Lines are the results file's two forms. Agent outputs are untrusted: CSV text cells that a
 spreadsheet would run as a formula are prefixed with `'`, Markdown cells are HTML-escaped.
 People's labels come beside the scores, as they are when exporting: each item's `labels` in
 JSON; in CSV an `<evaluator>_labels` column per evaluator and `label_disagreement`.
@@ -23,6 +25,7 @@ FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
     "md": ("text/markdown; charset=utf-8", "md"),
     "json": ("application/json", "json"),
+    "jsonl": ("application/x-ndjson", "jsonl"),
 }
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 MARKDOWN_CELL = 200
@@ -33,18 +36,20 @@ class ExportError(ValueError):
 
 
 def export(run: Run, fmt: str) -> Iterator[str]:
-    """The run in `fmt` (csv, md or json), as text chunks."""
+    """The run in `fmt` (csv, md, json or jsonl), as text chunks."""
     if fmt == "csv":
         return export_csv(run)
     if fmt == "md":
         return export_markdown(run)
     if fmt == "json":
-        return export_json(run)
+        return results.results_document(run)
+    if fmt == "jsonl":
+        return results.results_lines(run)
     raise ExportError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
 def filename(run: Run, fmt: str) -> str:
-    return results.results_filename(run).removesuffix(".json") + "." + FORMATS[fmt][1]
+    return results.results_stem(run) + "." + FORMATS[fmt][1]
 
 
 def content_type(fmt: str) -> str:
@@ -174,8 +179,8 @@ def export_markdown(run: Run) -> Iterator[str]:
     yield "\n".join(lines) + "\n"
     chunk: list[str] = []
     for entry in results.iter_item_entries(run):
-        run = entry["runIndex"]
-        index = f"#{entry['index'] + 1}" + (f" run {run + 1}" if run else "")  # 1-based, for people
+        repetition = entry["runIndex"]
+        index = f"#{entry['index'] + 1}" + (f" run {repetition + 1}" if repetition else "")
         output = entry["output"]["output"]
         if entry["status"] != "ok":
             output = f"{entry['status']}: {entry['error'] or ''}"
@@ -218,14 +223,6 @@ def _status_line(summary: dict[str, Any]) -> str:
     counts = summary.get("itemStatus") or {}
     parts = [f"{n} {status}" for status, n in counts.items() if n]
     return ", ".join(parts) or "no results"
-
-
-# JSON ---------------------------------------------------------------------------------------
-
-
-def export_json(run: Run) -> Iterator[str]:
-    """The results document (the `.cobalt/results/*.json` format), streamed."""
-    return results.results_document(run)
 
 
 # Helpers ------------------------------------------------------------------------------------

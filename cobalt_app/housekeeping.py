@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from django.utils import timezone
 
+from cobalt import results_file
 from cobalt.config import Config
 from cobalt_app import liveness
 from cobalt_app.models import Run
@@ -17,12 +17,10 @@ def delete_results(config: Config, *, older_than_days: float | None = None) -> t
     """Delete result files and runs (all, or those older than N days). Returns the counts."""
     cutoff_seconds = time.time() - older_than_days * 86400 if older_than_days is not None else None
     files = 0
-    results_dir: Path = config.results_dir
-    if results_dir.is_dir():
-        for path in results_dir.glob("*.json"):
-            if cutoff_seconds is None or path.stat().st_mtime < cutoff_seconds:
-                path.unlink()
-                files += 1
+    for path in results_file.results_files(config.results_dir):
+        if cutoff_seconds is None or path.stat().st_mtime < cutoff_seconds:
+            path.unlink()
+            files += 1
     liveness.sweep()  # runs whose process vanished are finished too
     runs = Run.objects.filter(status__in=Run.FINISHED)
     if older_than_days is not None:

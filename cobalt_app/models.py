@@ -197,14 +197,16 @@ class Evaluation(models.Model):
 
 
 class ItemTrace(models.Model):
-    """The steps (model calls, tool calls, other spans) an item's agent took, as one JSON
-    list in the results-file shape (see `trace_spans`). A table of its own: the pages that
-    list items never read it; only items that produced spans have a row."""
+    """The steps (model calls, tool calls, other spans) an item's agent took, one JSON list
+    in the results-file shape (see `trace_spans`), stored compressed by `blob_store`: written
+    and read through `trace_store`. A table of its own: the pages that list items never read
+    it; only items that produced spans have a row."""
 
     item = models.OneToOneField(
         ItemResult, primary_key=True, on_delete=models.CASCADE, related_name="trace"
     )
-    steps = models.JSONField(default=list)
+    data = models.BinaryField()
+    blobs = models.BinaryField(default=b"")  # the sha256 of each blob `data` refers to
 
     def __str__(self) -> str:
         return f"trace of item {self.item_id}"
@@ -251,13 +253,15 @@ class Recording(models.Model):
     `cobalt run --record` and served back by `--replay` (see `cobalt_app.recordings`).
 
     Keyed by experiment name, item key and repetition, so a later run of the same experiment
-    finds it; `exchanges` is a JSON list of {key, request, response} without any header of
-    the request (no API key, no Authorization)."""
+    finds it. Its exchanges, a JSON list of {request, response} without any header of the
+    request (no API key, no Authorization), are stored compressed by `blob_store`: written
+    and read through `recording_store`."""
 
     experiment = models.CharField(max_length=200)
     item_key = models.CharField(max_length=200)
     run_index = models.IntegerField(default=0)
-    exchanges = models.JSONField(default=list)
+    data = models.BinaryField()
+    blobs = models.BinaryField(default=b"")  # the sha256 of each blob `data` refers to
     request_count = models.IntegerField(default=0)
     recorded_by = models.CharField(max_length=32, blank=True)  # the run that recorded it last
     recorded_at = models.DateTimeField(default=timezone.now)
@@ -272,6 +276,17 @@ class Recording(models.Model):
 
     def __str__(self) -> str:
         return f"{self.experiment} {self.item_key} #{self.run_index}"
+
+
+class Blob(models.Model):
+    """A large value that traces and recordings share (a system prompt, a tools array),
+    stored once: its JSON text, zstd-compressed, keyed by the text's sha256 (`blob_store`)."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    data = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"blob {self.sha256[:12]}"
 
 
 class Label(models.Model):

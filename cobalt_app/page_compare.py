@@ -19,7 +19,7 @@ from typing import Any
 from django.db.models import Min
 
 from cobalt.verdict import evaluation_verdict, score_verdict
-from cobalt_app import score_tables, trace_spans
+from cobalt_app import score_tables, trace_spans, trace_store
 from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
@@ -377,8 +377,8 @@ def _text(value: Any) -> str:
 def _trace_text(item: ItemResult | None) -> str:
     """The item's trace as one line per step (kind, name, model, input, output, error: what
     the agent did, without the timings that differ on every run); "" when none was captured."""
-    stored = getattr(item, "trace", None) if item is not None else None
-    return trace_spans.render(stored.steps, max_chars=TRACE_STEP_CHARS) if stored else ""
+    steps = trace_store.of_item(item) if item is not None else []
+    return trace_spans.render(steps, max_chars=TRACE_STEP_CHARS) if steps else ""
 
 
 def _verdict_of(evaluation: Any, mark: float | None) -> str:

@@ -18,7 +18,7 @@ from django.db.models import F, FilteredRelation, Min, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from cobalt.verdict import Verdict, evaluation_verdict, score_verdict
-from cobalt_app import score_tables, trace_spans
+from cobalt_app import score_tables, trace_spans, trace_store
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_selectors import pass_marks
@@ -435,8 +435,7 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
-    stored = getattr(item, "trace", None)  # none when no step was captured
-    steps = stored.steps if stored is not None else []
+    steps = trace_store.of_item(item)
     item.timeline = trace_spans.timeline(steps)
     item.trace_summary = trace_spans.summary(steps) if steps else ""
     marks = pass_marks(run)

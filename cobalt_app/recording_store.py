@@ -1,25 +1,31 @@
 """Where recordings live: the project's database (`Recording` rows; SQLite in
 `.cobalt/history.db` embedded, the team's PostgreSQL in team mode, so every worker reads
-what any of them recorded). Written and read by `recordings`, listed and cleaned by
-`cobalt recordings`."""
+what any of them recorded), their exchanges stored by `blob_store` (compressed; the system
+prompt and tool definitions every request repeats stored once). Written (`save`) and read
+(`load_experiment`) by `recordings`, listed and cleaned by `cobalt recordings`."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from cobalt_app import blob_store
 from cobalt_app.models import Recording
 
 
 def load_experiment(experiment: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every recording of an experiment: (item key, repetition) → its exchanges."""
-    rows = Recording.objects.filter(experiment=experiment).values_list(
-        "item_key", "run_index", "exchanges"
+    rows = list(
+        Recording.objects.filter(experiment=experiment).values_list(
+            "item_key", "run_index", "data", "blobs"
+        )
     )
-    return {(key, run_index): exchanges for key, run_index, exchanges in rows}
+    exchanges = blob_store.read((data, refs) for _, _, data, refs in rows)
+    return {(row[0], row[1]): found for row, found in zip(rows, exchanges, strict=True)}
 
 
 def save(
@@ -31,17 +37,22 @@ def save(
     run_id: str = "",
 ) -> None:
     """Store (or replace) one item's recording; safe to repeat (a redelivered item)."""
-    Recording.objects.update_or_create(
-        experiment=experiment,
-        item_key=item_key,
-        run_index=run_index,
-        defaults={
-            "exchanges": exchanges,
-            "request_count": len(exchanges),
-            "recorded_by": run_id,
-            "recorded_at": timezone.now(),
-        },
-    )
+    blobs: dict[str, bytes] = {}
+    ((data, refs),) = blob_store.pack([(exchanges, None)], blobs)
+    with transaction.atomic():
+        blob_store.save_blobs(blobs)
+        Recording.objects.update_or_create(
+            experiment=experiment,
+            item_key=item_key,
+            run_index=run_index,
+            defaults={
+                "data": data,
+                "blobs": refs,
+                "request_count": len(exchanges),
+                "recorded_by": run_id,
+                "recorded_at": timezone.now(),
+            },
+        )
 
 
 def experiments_summary() -> list[dict[str, Any]]:
@@ -63,7 +74,8 @@ def items_of(experiment: str, limit: int = 200) -> list[dict[str, Any]]:
 
 
 def delete(*, older_than_seconds: float | None = None, experiment: str | None = None) -> int:
-    """Delete recordings (all, one experiment's, or those recorded before a while ago)."""
+    """Delete recordings (all, one experiment's, or those recorded before a while ago); the
+    blobs no other row uses stay until `blob_store.prune_orphans` (after all the deletes)."""
     rows = Recording.objects.all()
     if experiment is not None:
         rows = rows.filter(experiment=experiment)

@@ -1,4 +1,5 @@
-"""Run summaries and the results file (`.cobalt/results/<timestamp>_<name>_<id>.json`).
+"""Run summaries and the results file (`.cobalt/results/<timestamp>_<name>_<id>.json`, or
+`.jsonl`/`.gz` for big runs: `cobalt.results_file`).
 
 The file follows the seed format (id, name, timestamp, tags, config, summary, items) and adds,
 per item, `status`, `verdict`, `error` and `runIndex`; each evaluation has its `verdict`
@@ -8,7 +9,7 @@ kept beside it as `passMark`.
 People's labels (`cobalt_app.labels`) come beside the scores: each item's `labels`, and the
 run's label counts as `labels` in the header, as they are when the document is written.
 Summaries are computed once, at finalisation, and stored on the run so lists never aggregate
-raw rows.
+raw rows. The file is written from chunked reads, a few hundred items in memory at a time.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt import verdict
-from cobalt_app import labels, recordings, stats, storable
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run
+from cobalt import results_file, verdict
+from cobalt_app import labels, recordings, stats, storable, trace_store
+from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
 
 if TYPE_CHECKING:
@@ -153,8 +154,9 @@ def unpriced_models(run: Run) -> list[str]:
     return sorted(found)
 
 
-def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | None = None):
-    """Compute and store the run's summary, set its final status, write the results file."""
+def run_finalise(run_id: str, *, status: str | None = None) -> Run:
+    """Compute and store the run's summary and its final status (the results file is written
+    where the run was started: `runs.lifecycle.write_results`)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         if run.finished_at is None:
@@ -173,10 +175,6 @@ def run_finalise(run_id: str, *, status: str | None = None, results_dir: Path | 
     from cobalt_app import score_tables  # numpy: loaded when a run ends, not at start-up
 
     score_tables.store(run_id)
-    if results_dir is not None:
-        path = write_results_file(run, results_dir)
-        Run.objects.filter(id=run_id).update(results_path=str(path))
-        run.results_path = str(path)
     return run
 
 
@@ -313,15 +311,17 @@ def iter_item_entries(
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     if labelled is None:
         labelled = labels.labels_by_item(run, item_ids=ids)
+    # A row comparison: PostgreSQL seeks the (run, item_index, run_index) unique index with
+    # it, where `item_index > %s OR (...)` filtered every earlier row of the run per chunk.
     sql = (
         f"SELECT {', '.join(ITEM_FIELDS)} FROM {ItemResult._meta.db_table} "
-        f"WHERE {' AND '.join(where)} AND (item_index > %s OR (item_index = %s AND "
-        "run_index > %s)) ORDER BY item_index, run_index LIMIT %s"
+        f"WHERE {' AND '.join(where)} AND (item_index, run_index) > (%s, %s) "
+        "ORDER BY item_index, run_index LIMIT %s"
     )
     after = (-1, -1)
-    while True:  # keyset chunks over the (run, item_index, run_index) unique index
+    while True:  # keyset chunks
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, after[0], after[0], after[1], EXPORT_CHUNK])
+            cursor.execute(sql, [*params, *after, EXPORT_CHUNK])
             chunk = cursor.fetchall()
         if not chunk:
             return
@@ -348,11 +348,7 @@ def _entries(
         )
         for item_id, evaluator, *rest in cursor.fetchall():
             by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
-        cursor.execute(
-            f"SELECT item_id, steps FROM {ItemTrace._meta.db_table} WHERE item_id IN ({slots})",
-            ids,
-        )
-        traces = {item_id: storable.from_json(steps) for item_id, steps in cursor.fetchall()}
+    traces = trace_store.read(ids)
     for row in rows:
         entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
         entry["labels"] = labelled.get(row[0], [])
@@ -387,7 +383,7 @@ def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[Ite
     # The traces of failed items only: their lines give the step count.
     failed = [o.id for o in found if o.status != ItemResult.Status.OK]
     if failed:
-        traces = dict(ItemTrace.objects.filter(item_id__in=failed).values_list("item_id", "steps"))
+        traces = trace_store.read(failed)
         for outcome in found:
             outcome.trace = traces.get(outcome.id) or []
     return found
@@ -408,45 +404,74 @@ def labelled_header(run: Run) -> tuple[dict[str, Any], dict[int, list[dict[str, 
 
 
 RESULTS_NAME_MAX = 100  # of the experiment name in a file name (file systems allow 255 bytes)
+WRITE_BATCH = 500  # item entries joined into one write
 
 
-def results_filename(run: Run) -> str:
-    """`<timestamp>_<name>_<id>.json`: the name in ASCII letters, digits, `.`, `_` and `-`, cut
-    to RESULTS_NAME_MAX characters (the run id keeps the file names of long names apart)."""
+def results_stem(run: Run) -> str:
+    """`<timestamp>_<name>_<id>`: the name in ASCII letters, digits, `.`, `_` and `-`, cut to
+    RESULTS_NAME_MAX characters (the run id keeps the file names of long names apart)."""
     stamp = run.created_at.strftime("%Y-%m-%dT%H-%M-%S")
     safe_name = re.sub(r"[^A-Za-z0-9._-]+", "-", run.name).strip("-")
     safe_name = safe_name[:RESULTS_NAME_MAX].rstrip("-.") or "experiment"
-    return f"{stamp}_{safe_name}_{run.id}.json"
+    return f"{stamp}_{safe_name}_{run.id}"
 
 
-def write_results_file(run: Run, results_dir: Path) -> Path:
-    """Stream the results document to disk (atomic rename; nothing half-written)."""
+def results_filename(run: Run, form: results_file.Form = results_file.Form()) -> str:
+    """The results file's name: its stem and the suffix of its form (`.json` by default)."""
+    return results_stem(run) + form.suffix
+
+
+def write_results_file(
+    run: Run, results_dir: Path, form: results_file.Form = results_file.Form()
+) -> Path:
+    """Stream the results document to disk in `form` (atomic rename: nothing half-written).
+    A file of the run in another form (written before a `--resume`) is removed."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / results_filename(run)
-    temporary = path.with_suffix(".json.tmp")
-    with temporary.open("w", encoding="utf-8") as fh:
-        fh.writelines(results_document(run))
-    temporary.replace(path)
+    path = results_dir / results_filename(run, form)
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        with results_file.open_text(temporary, "w", compressed=form.compressed) as fh:
+            fh.writelines(results_lines(run) if form.lines else results_document(run))
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    for suffix in results_file.SUFFIXES:
+        if suffix != form.suffix:
+            (results_dir / (results_stem(run) + suffix)).unlink(missing_ok=True)
     return path
 
 
-def results_document(run: Run, *, chunk: int = 500) -> Iterator[str]:
-    """The results document as text, `chunk` items at a time: the results file and the
+def results_document(run: Run) -> Iterator[str]:
+    """The results document as text, WRITE_BATCH items at a time: the results file and the
     downloads stream it, never holding a big run in memory."""
     header, labelled = labelled_header(run)
     head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
-    first = True
-    pending: list[str] = []
-    for entry in iter_item_entries(run, labelled=labelled):
-        pending.append(
-            ("\n    " if first else ",\n    ") + json.dumps(entry, ensure_ascii=False, default=str)
-        )
-        first = False
-        if len(pending) >= chunk:
-            yield "".join(pending)
-            pending = []
-    yield "".join(pending) + "\n  ]\n}\n"
+    entries = iter_item_entries(run, labelled=labelled)
+    for position, batch in enumerate(_batches(entries)):
+        yield ("\n    " if position == 0 else ",\n    ") + ",\n    ".join(batch)
+    yield "\n  ]\n}\n"
+
+
+def results_lines(run: Run) -> Iterator[str]:
+    """The results as JSON Lines: the header (the document without `items`) on the first
+    line, then one item entry per line."""
+    header, labelled = labelled_header(run)
+    yield json.dumps(header, ensure_ascii=False, default=str) + "\n"
+    for batch in _batches(iter_item_entries(run, labelled=labelled)):
+        yield "\n".join(batch) + "\n"
+
+
+def _batches(entries: Iterable[dict[str, Any]]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for entry in entries:
+        batch.append(json.dumps(entry, ensure_ascii=False, default=str))
+        if len(batch) >= WRITE_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def iso(value: datetime | None = None) -> str:

@@ -14,7 +14,8 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from cobalt import verdict
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
+from cobalt_app import trace_store
+from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 
 if TYPE_CHECKING:
     import numpy as np
@@ -227,7 +228,7 @@ def evaluation_errors(run: Run | str) -> QuerySet:
 
 def item_trace(item_id: int) -> list[dict[str, Any]]:
     """The stored steps of one item's trace (empty when none was captured)."""
-    return ItemTrace.objects.filter(item_id=item_id).values_list("steps", flat=True).first() or []
+    return trace_store.read([item_id]).get(item_id, [])
 
 
 # Scores -------------------------------------------------------------------------------------

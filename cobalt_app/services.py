@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cobalt.dataset import item_key
 from cobalt.experiments import Experiment
-from cobalt_app import bulk_sql, flaky, storable
+from cobalt_app import bulk_sql, flaky, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 
 CREATE_BATCH = 2000
@@ -226,10 +226,6 @@ EVALUATION_UPSERT_SQL = (
     "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost, "
     "chain_of_thought = excluded.chain_of_thought, unpriced_model = excluded.unpriced_model"
 )
-TRACE_UPSERT_SQL = (
-    "INSERT INTO cobalt_app_itemtrace (item_id, steps) VALUES (%s, %s) "
-    "ON CONFLICT (item_id) DO UPDATE SET steps = excluded.steps"
-)
 RUN_COUNT_SQL = "UPDATE cobalt_app_run SET finished_items = finished_items + %s WHERE id = %s"
 
 
@@ -300,10 +296,9 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
         elif evaluations:
             with connection.cursor() as cursor:
                 cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
-        trace_rows = [(o.id, o.stored_trace) for o in outcomes if o.stored_trace is not None]
-        if trace_rows:
-            with connection.cursor() as cursor:
-                cursor.executemany(TRACE_UPSERT_SQL, trace_rows)
+        trace_store.write(
+            [(o.id, o.stored_trace, o.trace) for o in outcomes if o.stored_trace is not None]
+        )
         if recorded:
             # Raw: the ORM compiles this UPDATE anew each time, a worker's hottest query.
             with connection.cursor() as cursor:

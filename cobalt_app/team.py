@@ -13,6 +13,7 @@
   `MAX_ATTEMPTS` times, re-enqueues runs whose lanes all vanished with their workers, and
   finalises runs whose last worker died finalising.
   Nothing waits for Redis' visibility timeout.
+- Once an hour (one worker across the team), the sweep applies `[retention]` (`retention`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +32,7 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app import services
+from cobalt_app import retention, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs import lifecycle
@@ -53,6 +55,7 @@ CLAIMS_PER_LANE = 2  # fewer claims than this per lane: one item at a time
 SWEEP_BATCH = 500
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
+RETENTION_EVERY = 3600  # seconds between two applications of `[retention]`, team-wide
 
 
 def queue_name() -> str:
@@ -266,7 +269,46 @@ def sweep(config: Config | None = None) -> SweepReport:
             report.finalised.append(run_id)
     _sweep_runs(report, config)
     announce_progress(touched | set(report.finalised))
+    _retention_turn(config)
     return report
+
+
+_retention_thread: threading.Thread | None = None
+
+
+def _retention_turn(config: Config | None) -> None:
+    """Apply `[retention]` if no worker did within the hour, on a thread of its own: deleting
+    and vacuuming may take minutes, and the sweep runs on the heartbeat thread, whose
+    lease renewals must not wait."""
+    global _retention_thread
+    if config is None or not retention.policy(config):
+        return
+    if _retention_thread is not None and _retention_thread.is_alive():
+        return
+    # Per database: projects sharing a broker may keep their history in different ones.
+    database = f"{connection.settings_dict.get('HOST') or ''}/{connection.settings_dict['NAME']}"
+    if not redis_client().set(f"{KEY}retention:{database}", 1, nx=True, ex=RETENTION_EVERY):
+        return
+    _retention_thread = threading.Thread(
+        target=_apply_retention, args=(config,), name="cobalt-retention", daemon=True
+    )
+    _retention_thread.start()
+
+
+def _apply_retention(config: Config) -> None:
+    try:
+        report = retention.clean(retention.policy(config), config)
+        if report.anything:
+            logger.warning(
+                "retention: deleted %s; kept %d matching runs; %s",
+                report.summary(),
+                len(report.kept),
+                report.space.how if report.space else "no space measured",
+            )
+    except Exception:
+        logger.exception("retention failed; the next turn (within the hour) tries again")
+    finally:
+        connection.close()  # this thread's own connection
 
 
 def _abandoned(item_id: int, message: str, now) -> ItemOutcome:

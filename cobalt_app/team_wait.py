@@ -146,7 +146,7 @@ def wait(
             time.sleep(max(0.0, read_at + MIN_POLL_INTERVAL - time.monotonic()))
     finally:
         listener.close()
-    run = lifecycle.write_results(run_id, config.results_dir)
+    run = lifecycle.write_results(run_id, config)
     if reporter is not None:
         reporter.run_finished(run)
     return run

@@ -30,6 +30,7 @@ class ExportFormat(StrEnum):
     csv = "csv"
     md = "md"
     json = "json"
+    jsonl = "jsonl"
 
 
 def register(app: typer.Typer) -> None:
@@ -288,13 +289,17 @@ def existing_dashboard(host: str, port: int) -> str | None:
 def export(
     run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix).")],
     fmt: Annotated[
-        ExportFormat, typer.Option("--format", "-f", help="csv, md (Markdown) or json.")
+        ExportFormat,
+        typer.Option("--format", "-f", help="csv, md (Markdown), json or jsonl (JSON Lines)."),
     ] = ExportFormat.json,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="File to write (default: stdout); a name ending .gz is gzipped."
+        ),
     ] = None,
 ) -> None:
-    """Export a run's items and scores as CSV, Markdown or JSON."""
+    """Export a run's items and scores as CSV, Markdown, JSON or JSON Lines, streamed."""
     import tempfile
 
     from rich.markup import escape
@@ -303,6 +308,7 @@ def export(
     from cobalt_cli.main import fail, setup
 
     setup()
+    from cobalt import results_file
     from cobalt_app import exports
     from cobalt_app.selectors import RunNotFound, run_get
 
@@ -323,10 +329,11 @@ def export(
         raise fail(f"--output {output}: folder {target.parent} does not exist")
     # Written next to the target and renamed: an interrupted export leaves no half file.
     handle, temporary = tempfile.mkstemp(prefix=".cobalt-export-", dir=target.parent)
+    os.close(handle)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
+        compressed = target.name.endswith(".gz")
+        with results_file.open_text(temporary, "w", compressed=compressed) as fh:
+            fh.writelines(chunks)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -98,23 +98,10 @@ def clean_recordings(
         str | None, typer.Option("--experiment", "-e", help="Only this experiment's.")
     ] = None,
 ) -> None:
-    """Delete recordings (all of them unless narrowed)."""
-    from cobalt.config import ConfigError, parse_ttl
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    """Delete recordings (all of them unless narrowed): `cobalt clean recordings`."""
+    from cobalt_cli.commands_clean import Kind, clean
 
-    seconds = None
-    if older_than is not None:
-        try:
-            seconds = parse_ttl(older_than)
-        except ConfigError:
-            message = f"--older-than: {older_than!r} is not an age; use e.g. 30d, 12h, 90m"
-            raise fail(message) from None
-    setup()
-    from cobalt_app import recording_store
-
-    deleted = recording_store.delete(older_than_seconds=seconds, experiment=experiment)
-    out().print(f" Deleted {deleted} recording{'s' * (deleted != 1)}.")
+    clean(Kind.recordings, older_than=older_than, experiment=experiment)
 
 
 def register(app: typer.Typer) -> None:

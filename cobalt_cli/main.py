@@ -426,31 +426,6 @@ def _delta(value: float | None) -> str:
 
 
 @commands.command()
-def clean(
-    cache: Annotated[bool, typer.Option("--cache", help="Delete judge cache entries.")] = False,
-    results: Annotated[
-        bool, typer.Option("--results", help="Delete result files and their runs.")
-    ] = False,
-    days: Annotated[
-        float | None, typer.Option(min=0, help="Only what is older than N days.")
-    ] = None,
-) -> None:
-    """Delete the judge cache and/or old results."""
-    if not cache and not results:
-        raise fail("nothing to clean: pass --cache and/or --results (optionally --days N)")
-    config = setup()
-    if cache:
-        from cobalt_app.cache import cache_clear
-
-        out().print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
-    if results:
-        from cobalt_app.housekeeping import delete_results
-
-        files, runs = delete_results(config, older_than_days=days)
-        out().print(f" Deleted {files} result files and {runs} runs.")
-
-
-@commands.command()
 def migrate() -> None:
     """Create or update the database tables (automatic for the embedded SQLite database)."""
     setup(migrate=False)
@@ -464,6 +439,7 @@ def migrate() -> None:
 from cobalt_cli import (  # noqa: E402
     commands_api,
     commands_ci,
+    commands_clean,
     commands_dashboard,
     commands_labels,
     commands_mcp,
@@ -475,6 +451,7 @@ from cobalt_cli import (  # noqa: E402
 for _module in (
     commands_api,
     commands_ci,
+    commands_clean,
     commands_dashboard,
     commands_labels,
     commands_mcp,

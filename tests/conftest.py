@@ -88,7 +88,9 @@ class Project:
         return self.write(relative, "".join(json.dumps(i) + "\n" for i in items))
 
     def results_files(self) -> list[Path]:
-        return sorted((self.path / ".cobalt" / "results").glob("*.json"))
+        from cobalt.results_file import results_files
+
+        return results_files(self.path / ".cobalt" / "results")
 
     @property
     def db_path(self) -> Path:

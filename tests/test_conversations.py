@@ -11,6 +11,7 @@ from cobalt import Dataset, Evaluator, experiment, load_config
 from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import ItemResult, Run
+from cobalt_app.selectors import item_trace
 from tests.team_harness import Team
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -296,7 +297,7 @@ def test_each_turn_is_a_step_of_the_trace_holding_the_agents_model_calls(project
     run = execute(project, definition)
     row = items(run)["traced"]
     assert row.status == "ok", row.error
-    trace = row.trace.steps
+    trace = item_trace(row.id)
     turns = [(i, s) for i, s in enumerate(trace) if s["kind"] == "agent"]
     assert [s["name"] for _, s in turns] == ["turn 1", "turn 2"]
     assert [s["input"] for _, s in turns] == ["hello", "more"]

@@ -1,14 +1,17 @@
-"""Exports of a run (CSV, Markdown, JSON): from the run's page and via `cobalt export`."""
+"""Exports of a run (CSV, Markdown, JSON, JSON Lines): from the run's page and via
+`cobalt export`."""
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 
 import pytest
 from django.test import Client
 
+from cobalt.results_file import load_results
 from cobalt_app import exports, results
 from tests.test_pages import XSS, keys, make_run
 
@@ -67,9 +70,41 @@ def test_json_is_the_results_document(run):
     assert [i["key"] for i in document["items"]] == ["k000", "k001", "k002"]
 
 
+def test_json_lines_are_the_header_then_one_item_per_line(run):
+    lines = text(run, "jsonl").splitlines()
+    document = json.loads(text(run, "json"))
+    assert json.loads(lines[0]) == {k: v for k, v in document.items() if k != "items"}
+    assert [json.loads(line) for line in lines[1:]] == document["items"]
+
+
+def test_an_export_bigger_than_a_chunk_is_complete_and_in_order(db, monkeypatch):
+    monkeypatch.setattr(results, "EXPORT_CHUNK", 3)
+    monkeypatch.setattr(results, "WRITE_BATCH", 2)
+    big = make_run(keys=keys(8), runs=2, errors={"k005": "RuntimeError: agent crashed"})
+    expected = [(i, r) for i in range(8) for r in (0, 1)]
+
+    rows = list(csv.DictReader(io.StringIO(text(big, "csv"))))
+    assert [(int(r["index"]), int(r["run_index"])) for r in rows] == expected
+    md = [
+        line
+        for line in text(big, "md").splitlines()
+        if line.startswith("| #") and "Key" not in line
+    ]
+    assert [line.split(" | ")[0] for line in md] == [
+        f"| #{i + 1}" + (f" run {r + 1}" if r else "") for i, r in expected
+    ]
+    for items in (
+        json.loads(text(big, "json"))["items"],
+        [json.loads(line) for line in text(big, "jsonl").splitlines()[1:]],
+    ):
+        assert [(i["index"], i["runIndex"]) for i in items] == expected
+        assert items[10]["status"] == "error" and items[10]["key"] == "k005"
+
+
 def test_the_run_page_downloads_each_format(run):
     client = Client(HTTP_HOST="127.0.0.1")
-    for fmt, content_type in (("csv", "text/csv"), ("md", "text/markdown"), ("json", "json")):
+    formats = (("csv", "text/csv"), ("md", "text/markdown"), ("json", "json"))
+    for fmt, content_type in (*formats, ("jsonl", "application/x-ndjson")):
         reply = client.get(f"/runs/{run.id}/export.{fmt}")
         assert reply.status_code == 200 and content_type in reply["Content-Type"]
         assert reply["Content-Disposition"] == (
@@ -124,6 +159,12 @@ def test_cobalt_export_writes_each_format(project, cobalt_cli):
     assert to_dir.returncode == 0, to_dir.stderr
     (saved,) = (project.path / "exports").iterdir()
     assert saved.suffix == ".json" and len(json.loads(saved.read_text())["items"]) == 4
+
+    gzipped = cobalt_cli(project, "export", run_id, "-f", "jsonl", "-o", "out.jsonl.gz")
+    assert gzipped.returncode == 0, gzipped.stderr
+    with gzip.open(project.path / "out.jsonl.gz", "rt", encoding="utf-8") as fh:
+        assert len(fh.read().splitlines()) == 1 + 4
+    assert load_results(project.path / "out.jsonl.gz") == json.loads(saved.read_text())
 
     nowhere = cobalt_cli(project, "export", run_id, "-o", "missing/out.csv")
     assert nowhere.returncode == 2 and "missing does not exist" in nowhere.stderr

@@ -11,7 +11,8 @@ from openai import AsyncOpenAI
 from cobalt import Dataset, Evaluator, experiment, load_config
 from cobalt.experiments import collecting
 from cobalt_app import launcher
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace
+from cobalt_app.models import Evaluation, ItemResult
+from cobalt_app.selectors import item_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +42,7 @@ def execute(project, name: str, runner) -> list[ItemResult]:
 
 def check_item(item: ItemResult) -> list[dict]:
     """The item's model and tool calls, all about its own city; tokens from the trace."""
-    trace = ItemTrace.objects.get(item=item).steps
+    trace = item_trace(item.id)
     city = re.search(r"city\d+", item.input["input"]).group(0)
     assert item.output == f"tool said: sunny in {city}", (item.error, item.traceback[-1500:])
     calls = [s for s in trace if s["kind"] in ("llm", "tool")]

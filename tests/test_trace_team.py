@@ -3,7 +3,6 @@ items (PostgreSQL) and shown on the run page served by `cobalt serve`."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import httpx
 import pytest
 
 from tests.team_harness import Team, free_port, wait_for
+from tests.test_blob_store import stored_value
 from tests.trace_agents import WEATHER_EXPERIMENT
 
 
@@ -25,15 +25,18 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
     run_id = team.latest_run()
     assert team.run_row(run_id)["mode"] == "team"
     rows = team.services.query(
-        "SELECT i.item_key, i.id, i.tokens, t.steps FROM cobalt_app_itemresult i "
+        "SELECT i.item_key, i.id, i.tokens, t.data, t.blobs FROM cobalt_app_itemresult i "
         "JOIN cobalt_app_itemtrace t ON t.item_id = i.id WHERE i.run_id = %s",
         [run_id],
     )
-    traces = {key: (item_id, tokens, steps) for key, item_id, tokens, steps in rows}
+    blobs = dict(team.services.query("SELECT sha256, data FROM cobalt_app_blob"))
+    traces = {
+        key: (item_id, tokens, stored_value(data, refs, blobs))
+        for key, item_id, tokens, data, refs in rows
+    }
     assert set(traces) == {"paris", "lima", "oslo", "atlantis"}
     for city in ("paris", "lima", "oslo"):
         _, tokens, steps = traces[city]
-        steps = steps if isinstance(steps, list) else json.loads(steps)
         assert [(s["kind"], s["name"]) for s in steps] == [
             ("llm", "ChatCompletion"),
             ("tool", "get_weather"),

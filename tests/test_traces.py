@@ -18,6 +18,7 @@ from cobalt.experiments import collecting
 from cobalt_app import launcher, results
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace
 from cobalt_app.pricing import estimate_cost
+from cobalt_app.selectors import item_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,7 +92,7 @@ def openai_tool_loop(client: openai.OpenAI, city: str) -> str:
 
 
 def stored_trace(item: ItemResult) -> list[dict]:
-    return ItemTrace.objects.get(item=item).steps
+    return item_trace(item.id)
 
 
 def test_a_plain_openai_tool_loop_is_traced_per_item_with_concurrency_20(project, fake_provider):

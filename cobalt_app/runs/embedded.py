@@ -115,7 +115,7 @@ async def drive_run(
 
 async def _end(run_id: str, status: str, failure: str, config: Config, db: DatabaseThread) -> Run:
     await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
-    return await db(lifecycle.write_results, run_id, config.results_dir)
+    return await db(lifecycle.write_results, run_id, config)
 
 
 async def execute_lanes(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from pathlib import Path
 from typing import Any
 
 from django.db import OperationalError, transaction
 
+from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
 from cobalt_app import aio, results, services, webhooks
@@ -140,11 +140,13 @@ def finalise(
     return run
 
 
-def write_results(run_id: str, results_dir: Path) -> Run:
+def write_results(run_id: str, config: Config) -> Run:
     """The results file, where the run was started (its process, or `cobalt run` waiting on
-    the workers); the run remembers its path."""
+    the workers), in its project's results folder and in the form `[results]` gives a run of
+    its size; the run remembers its path."""
     run = Run.objects.get(id=run_id)
-    path = results.write_results_file(run, results_dir)
+    form = results_file.choose(config.get("results"), run.total_items)
+    path = results.write_results_file(run, config.results_dir, form)
     Run.objects.filter(id=run_id).update(results_path=str(path))
     run.results_path = str(path)
     return run
