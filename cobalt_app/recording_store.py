@@ -6,7 +6,6 @@ prompt and tool definitions every request repeats stored once). Written (`save`)
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -71,15 +70,3 @@ def items_of(experiment: str, limit: int = 200) -> list[dict[str, Any]]:
         .order_by("-recorded_at", "item_key", "run_index")
         .values("item_key", "run_index", "request_count", "recorded_by", "recorded_at")[:limit]
     )
-
-
-def delete(*, older_than_seconds: float | None = None, experiment: str | None = None) -> int:
-    """Delete recordings (all, one experiment's, or those recorded before a while ago); the
-    blobs no other row uses stay until `blob_store.prune_orphans` (after all the deletes)."""
-    rows = Recording.objects.all()
-    if experiment is not None:
-        rows = rows.filter(experiment=experiment)
-    if older_than_seconds is not None:
-        rows = rows.filter(recorded_at__lt=timezone.now() - timedelta(seconds=older_than_seconds))
-    deleted, _ = rows.delete()
-    return deleted
