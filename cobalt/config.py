@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
-from cobalt_app.redaction import redact  # the one redaction (also imported from here)
+from cobalt.redaction import redact  # the one redaction
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
 

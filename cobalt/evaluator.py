@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 
 DEFAULT_TYPE = "llm-judge"
 NAMED_OPTIONS = (

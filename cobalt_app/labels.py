@@ -28,7 +28,7 @@ from django.utils import timezone
 from cobalt.verdict import Verdict, evaluation_verdict, pass_marks
 from cobalt_app import storable
 from cobalt_app.models import Evaluation, ItemResult, Label, Run
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 
 MAX_NOTE = 10_000
 MAX_REVIEWER = 150

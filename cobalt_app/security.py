@@ -27,7 +27,7 @@ from django.shortcuts import redirect
 from django.utils.http import urlencode
 from django.views.debug import SafeExceptionReporterFilter
 
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 
 SERVE_HOST_ENV = "COBALT_SERVE_HOST"
 DEFAULT_SERVE_HOST = "127.0.0.1"

@@ -33,7 +33,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 
 MAX_DEPTH = 200  # json.dumps would hit Python's recursion limit a little deeper
 MAX_TOKENS = 2**31 - 1  # the largest count the database column holds

@@ -43,7 +43,7 @@ def redis_client() -> Any:
 
 def check_broker() -> None:
     """Fail before creating anything when the broker does not answer."""
-    from cobalt.config import redact
+    from cobalt.redaction import redact
 
     try:
         redis_client().ping()

@@ -24,7 +24,7 @@ import httpx
 import cobalt
 from cobalt.config import Config
 from cobalt_app.ratelimit import retry_after
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 from cobalt_app.results import iso
 
 logger = logging.getLogger("cobalt.webhooks")

@@ -72,7 +72,7 @@ def worker(
     from celery.signals import worker_shutdown, worker_shutting_down
 
     from cobalt_app import team, worker_runtime
-    from cobalt_app.redaction import redact
+    from cobalt.redaction import redact
     from cobalt_cli.console import out
     from cobalt_cli.main import fail
     from cobalt_project.celery import app as celery_app

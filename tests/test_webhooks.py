@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from cobalt.config import load_config
-from cobalt_app.redaction import redact
+from cobalt.redaction import redact
 from cobalt_app.webhooks import sign, verify
 
 SECRET = "whsec-test-7f3a"

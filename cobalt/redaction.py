@@ -19,7 +19,8 @@ name a database, broker or webhook URL. It hides
   credentials and `name=value` or `name: value` whose name ends in a secret word
   (`api_key=…`, `Password: …`, `X-Api-Key: …`).
 
-Hidden values read `***`. Standard library only: `cobalt.config` (no Django) uses it too.
+Hidden values read `***`. Standard library only, on the bottom floor (`cobalt/`): every floor
+above imports it from here, `cobalt.config` and `cobalt.evaluator` too.
 """
 
 from __future__ import annotations
