@@ -20,9 +20,7 @@ if TYPE_CHECKING:
     from cobalt.results_file import load_results, read_results
     from cobalt.tracing import span, tool
 
-# The one place the version is set: the `cobalt-agents` distribution takes it from here
-# ([tool.hatch.version] in pyproject.toml) and `cobalt --version` prints it.
-__version__ = "0.1.0"
+from cobalt.version import __version__
 
 _SOURCES = {
     "Dataset": "cobalt.dataset",

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.redaction import redact  # the one redaction
+from cobalt.results_file import FORMATS as RESULTS_FORMATS
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
 

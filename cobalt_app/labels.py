@@ -25,10 +25,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from cobalt.redaction import redact
 from cobalt.verdict import Verdict, evaluation_verdict, pass_marks
 from cobalt_app import storable
 from cobalt_app.models import Evaluation, ItemResult, Label, Run
-from cobalt.redaction import redact
 
 MAX_NOTE = 10_000
 MAX_REVIEWER = 150

@@ -14,9 +14,9 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-import cobalt
+from cobalt import version
 
-OWN = (str(Path(cobalt.__file__).parent) + "/", str(Path(__file__).parent) + "/")
+OWN = (str(Path(version.__file__).parent) + "/", str(Path(__file__).parent) + "/")
 STDLIB = str(Path(sysconfig.get_paths()["stdlib"])) + "/"
 # Outside a virtualenv, installed packages live below the standard library's folder.
 INSTALLED = ("/site-packages/", "/dist-packages/")

@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-import cobalt
 from cobalt.config import Config
-from cobalt_app.ratelimit import retry_after
 from cobalt.redaction import redact
+from cobalt.version import __version__
+from cobalt_app.ratelimit import retry_after
 from cobalt_app.results import iso
 
 logger = logging.getLogger("cobalt.webhooks")
@@ -71,7 +71,7 @@ def run_payload(event: str, run: Any) -> dict[str, Any]:
     return {
         "event": event,
         "timestamp": iso(),
-        "cobalt": cobalt.__version__,
+        "cobalt": __version__,
         "run": {
             "id": run.id,
             "name": run.name,
@@ -92,7 +92,7 @@ def ci_payload(event: str, outcome: Any) -> dict[str, Any]:
     return {
         "event": event,
         "timestamp": iso(),
-        "cobalt": cobalt.__version__,
+        "cobalt": __version__,
         "exitCode": outcome.exit_code,
         "passed": outcome.passed,
         "violations": [c.line() for c in outcome.violations],
@@ -145,7 +145,7 @@ async def deliver(hook: Mapping[str, Any], event: str, payload: Mapping[str, Any
     body = json.dumps(payload, ensure_ascii=False, default=str).encode()
     headers = {
         "Content-Type": "application/json",
-        "User-Agent": f"cobalt/{cobalt.__version__}",
+        "User-Agent": f"cobalt/{__version__}",
         "X-Cobalt-Event": event,
         "X-Cobalt-Delivery": uuid.uuid4().hex,
     }

@@ -19,8 +19,8 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 
-import cobalt
 from cobalt import verdict
+from cobalt.version import __version__
 from cobalt_app import recordings
 from cobalt_app.ci_verdict import CiOutcome, GateReport
 from cobalt_app.gates import Check, fmt_number
@@ -137,7 +137,7 @@ class CiConsoleReporter:
         self.failed_lines = 0
 
     def banner(self) -> None:
-        self.console.print(f"cobalt v{cobalt.__version__} · CI mode")
+        self.console.print(f"cobalt v{__version__} · CI mode")
 
     def file_started(self, relative_path: str) -> None:
         pass

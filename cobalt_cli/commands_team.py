@@ -71,8 +71,8 @@ def worker(
     config = _team_setup()
     from celery.signals import worker_shutdown, worker_shutting_down
 
-    from cobalt_app import team, worker_runtime
     from cobalt.redaction import redact
+    from cobalt_app import team, worker_runtime
     from cobalt_cli.console import out
     from cobalt_cli.main import fail
     from cobalt_project.celery import app as celery_app

@@ -63,7 +63,7 @@ def setup(*, migrate: bool = True, config: Config | None = None) -> Config:
 
 def _print_version(value: bool) -> None:
     if value:
-        from cobalt import __version__
+        from cobalt.version import __version__
 
         typer.echo(f"cobalt-agents {__version__}")
         raise typer.Exit()

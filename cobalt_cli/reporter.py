@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import cobalt
 from cobalt import verdict
+from cobalt.version import __version__
 from cobalt_app import recordings
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_cli.console import cli_console
@@ -50,7 +50,7 @@ class ConsoleReporter:
         self.output = self.console.file
 
     def banner(self) -> None:
-        self.console.print(f"\n [bold]cobalt[/] v{cobalt.__version__}\n")
+        self.console.print(f"\n [bold]cobalt[/] v{__version__}\n")
 
     def run_started(self, run, experiment) -> None:
         config = run.config

@@ -12,9 +12,9 @@ import socket
 import pytest
 
 from cobalt.config import active_config, load_config, set_active_config
+from cobalt.redaction import redact
 from cobalt_app import launcher
 from cobalt_app.models import Run
-from cobalt.redaction import redact
 from tests.test_api import api, api_project, token, user  # noqa: F401 (fixtures)
 
 SECRETS = [f"PW{n}-s3cr3t" for n in range(11)]

@@ -26,8 +26,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
-import cobalt
 from cobalt.config import NoProjectError, load_config
+from cobalt.version import __version__
 from cobalt_cli.mcp import resources
 from cobalt_cli.mcp.errors import database, resource_errors
 from cobalt_cli.mcp.project import Project
@@ -51,7 +51,7 @@ def build_server(target: Project | Workspace) -> MCPServer:
     """The MCP server of one project, or of a workspace: tools, resources and prompts."""
     server: MCPServer = MCPServer(
         "cobalt",
-        version=cobalt.__version__,
+        version=__version__,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
         tools=tools(target),
