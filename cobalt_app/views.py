@@ -6,7 +6,6 @@ htmx request gets only the partial it swaps (`"page.html#partial"`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -28,6 +27,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from cobalt.dashboard import project_fingerprint
 from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
@@ -392,8 +392,4 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness, and which project this server shows (so `cobalt run --ui` can reuse it)."""
-    return JsonResponse({"status": "ok", "project": project_fingerprint()})
-
-
-def project_fingerprint() -> str:
-    return hashlib.sha256(str(settings.PROJECT_DIR).encode()).hexdigest()[:16]
+    return JsonResponse({"status": "ok", "project": project_fingerprint(settings.PROJECT_DIR)})

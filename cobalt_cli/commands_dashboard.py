@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cobalt.dashboard import configured_address, existing_dashboard, url_host
+
 if TYPE_CHECKING:
     from cobalt.config import Config
     from cobalt_app.models import Run
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 4000
 READY_MESSAGE = "Cobalt dashboard: "
 
 
@@ -97,12 +97,6 @@ def serve(
         open_url_path=open_path if open_browser else None,
     )
     server.run()
-
-
-def url_host(host: str) -> str:
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]"
-    return host
 
 
 def port_problem(host: str, port: int) -> str | None:
@@ -240,7 +234,7 @@ def open_ui(config: Config, runs: list[Run]) -> None:
 
     host, port = configured_address(config)
     path = f"/runs/{runs[0].id}/" if len(runs) == 1 else "/"
-    running = existing_dashboard(host, port)
+    running = existing_dashboard(host, port, config.project_dir)
     if running:
         url = running + path
         out().print(f"\n Dashboard: {url}")
@@ -260,27 +254,6 @@ def open_ui(config: Config, runs: list[Run]) -> None:
         child.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def configured_address(config: Config) -> tuple[str, int]:
-    """(host, port) of this project's dashboard: `[dashboard]` in the config, else the defaults."""
-    host = (config.get("dashboard.host") or DEFAULT_HOST).strip()
-    return host, int(config.get("dashboard.port") or DEFAULT_PORT)
-
-
-def existing_dashboard(host: str, port: int) -> str | None:
-    """The base URL of this project's dashboard if one answers at host:port."""
-    import httpx
-
-    from cobalt_app.views import project_fingerprint
-
-    base = f"http://{url_host(host)}:{port}"
-    try:
-        reply = httpx.get(f"{base}/healthz/", timeout=1.0)
-        ours = reply.status_code == 200 and reply.json().get("project") == project_fingerprint()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return base if ours else None
 
 
 # export -------------------------------------------------------------------------------------

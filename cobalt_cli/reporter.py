@@ -246,7 +246,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
 def dashboard_hint(run) -> str:
     """Where the run is shown: `cobalt serve`, then its page on the configured address."""
     from cobalt.config import active_config
-    from cobalt_cli.commands_dashboard import configured_address
+    from cobalt.dashboard import configured_address
 
     host, port = configured_address(active_config())
     return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
