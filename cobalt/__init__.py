@@ -2,8 +2,12 @@
 
 from cobalt import experiment, Evaluator, Dataset, define_config, load_config, span, tool
 
-The names are imported on first use (PEP 562), so `cobalt --help` and the commands that only
-read history do not pay for the dataset loaders or OpenTelemetry.
+This module is the roof: it re-exports the public API, the bottom floor's types and rules
+(`cobalt.*`) and the doors above the engine (`experiment()` from `cobalt_cli.script`,
+`assert_scores` from `cobalt_cli.assertions`). The names are imported on first use (PEP 562),
+so `import cobalt` loads no engine, CLI or Django module, and `cobalt --help` and the commands
+that only read history do not pay for the dataset loaders or OpenTelemetry. Code inside Cobalt
+imports from the defining module, never from here.
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from cobalt.version import __version__ as __version__  # `cobalt.__version__`
+
 if TYPE_CHECKING:
     from cobalt.config import define_config, load_config
     from cobalt.dataset import Dataset, DatasetError
     from cobalt.evaluator import EvalContext, EvalResult, Evaluator
-    from cobalt.experiments import RunContext, experiment
-    from cobalt.report import ExperimentReport, assert_scores
+    from cobalt.experiments import RunContext
+    from cobalt.report import ExperimentReport
     from cobalt.results_file import load_results, read_results
     from cobalt.tracing import span, tool
-
-from cobalt.version import __version__
+    from cobalt_cli.assertions import assert_scores
+    from cobalt_cli.script import experiment
 
 _SOURCES = {
     "Dataset": "cobalt.dataset",
@@ -30,9 +36,9 @@ _SOURCES = {
     "Evaluator": "cobalt.evaluator",
     "ExperimentReport": "cobalt.report",
     "RunContext": "cobalt.experiments",
-    "assert_scores": "cobalt.report",
+    "assert_scores": "cobalt_cli.assertions",
     "define_config": "cobalt.config",
-    "experiment": "cobalt.experiments",
+    "experiment": "cobalt_cli.script",
     "load_config": "cobalt.config",
     "load_results": "cobalt.results_file",
     "read_results": "cobalt.results_file",

@@ -1,15 +1,16 @@
-"""`experiment()`: declare an experiment; run it when the file is executed directly.
+"""`Experiment`: what `cobalt.experiment(...)` declares, and how a loader collects it.
 
-Imported by `cobalt run` (or a worker), an experiment file only *registers* its experiments:
-the loader collects them. Run as `python my.cobalt.py`, the same call executes the experiment
-on the embedded default and returns an `ExperimentReport`.
+`define()` checks the arguments and builds the `Experiment`; `collect()` hands it to the loader
+that is importing the file (`cobalt run`, a worker, the pytest plugin: see `collecting()`).
+The user's `cobalt.experiment(...)` is the door above both (`cobalt_cli.script`): collected,
+it returns the definition; otherwise (`python my.cobalt.py`, a notebook) it runs it.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +84,8 @@ _collector: contextvars.ContextVar[list[Experiment] | None] = contextvars.Contex
 
 @contextmanager
 def collecting() -> Iterator[list[Experiment]]:
-    """While active, `experiment()` registers into the yielded list instead of running."""
+    """While active, `cobalt.experiment()` registers into the yielded list (`collect()`)
+    instead of running."""
     found: list[Experiment] = []
     token = _collector.set(found)
     try:
@@ -92,10 +94,10 @@ def collecting() -> Iterator[list[Experiment]]:
         _collector.reset(token)
 
 
-def experiment(
+def define(
     name: str,
     dataset: Dataset,
-    runner: Callable[[RunContext], Any] | None = None,
+    runner: Callable[[RunContext], Any],
     *,
     evaluators: list[Evaluator] | None = None,
     runs: int = 1,
@@ -107,34 +109,12 @@ def experiment(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
-) -> Any:
-    """Declare an experiment: as a call with a runner, or as a decorator without one.
+    called_through: Collection[str] = (),
+) -> Experiment:
+    """The checked `Experiment` of `cobalt.experiment(...)`'s arguments.
 
-    `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
-    is logged once and never stops the run. `conversation=True`: each item is a conversation
-    (its `turns`, or a simulated `user`), the runner is called once per turn with
-    `ctx.messages` and returns the next reply."""
-    if runner is None:
-
-        def decorator(fn: Callable[[RunContext], Any]) -> Any:
-            return experiment(
-                name,
-                dataset,
-                fn,
-                evaluators=evaluators,
-                runs=runs,
-                concurrency=concurrency,
-                timeout=timeout,
-                tags=tags,
-                thresholds=thresholds,
-                on_progress=on_progress,
-                conversation=conversation,
-                max_turns=max_turns,
-                turn_timeout=turn_timeout,
-            )
-
-        return decorator
-
+    It remembers the file and line of the call: the first frame outside this module and the
+    `called_through` files (the door that wraps this function)."""
     _check(name, dataset, runner, runs, concurrency, timeout)
     if on_progress is not None and not callable(on_progress):
         raise TypeError(
@@ -143,7 +123,7 @@ def experiment(
         )
     if conversation:
         _check_conversation(name, dataset, max_turns, turn_timeout)
-    file, line = _caller()
+    file, line = _caller({__file__, *called_through})
     definition = Experiment(
         name=name,
         dataset=dataset,
@@ -163,13 +143,17 @@ def experiment(
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise ValueError(f"experiment {name!r}: evaluator names must be unique: {duplicates}")
-    found = _collector.get()
-    if found is not None:
-        found.append(definition)
-        return definition
-    from cobalt._direct import run_directly
+    return definition
 
-    return run_directly(definition)
+
+def collect(definition: Experiment) -> bool:
+    """Register `definition` with the loader importing its file; False when none is (the file
+    was executed directly, or imported by a script or a notebook)."""
+    found = _collector.get()
+    if found is None:
+        return False
+    found.append(definition)
+    return True
 
 
 def as_evaluators(experiment: str, given: Any) -> list[Evaluator]:
@@ -253,11 +237,11 @@ def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeou
             )
 
 
-def _caller() -> tuple[str | None, int | None]:
+def _caller(skipped: Collection[str]) -> tuple[str | None, int | None]:
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename != __file__:
+        if filename not in skipped:
             return filename, frame.f_lineno
         frame = frame.f_back
     return None, None

@@ -142,27 +142,6 @@ class ExperimentReport:
         return f"ExperimentReport(id={self.id!r}, name={self.name!r}, {scores})"
 
 
-def assert_scores(report: ExperimentReport, thresholds: dict[str, Any]) -> None:
-    """Fail (AssertionError) unless the run meets `thresholds`, in the experiment's
-    `thresholds=` form: `{"exact": 0.8}` (the average) or `{"exact": {"avg": 0.8, "p95":
-    0.9, "pass_rate": 0.9}, "latency": {"p95": 2000}, "cost": {"total": 0.5}}`.
-    For a plain `def test_…` function in pytest."""
-    from cobalt_app import gates
-
-    shaped = {
-        name: limits if isinstance(limits, dict) else {"avg": limits}
-        for name, limits in thresholds.items()
-    }
-    settings = gates.resolve_settings(None, shaped, report.statistics)
-    checks = gates.check_run(report.summary, settings, status=report.status)
-    named = set(shaped) | {"run"}
-    failed = [c.line() for c in checks if not c.passed and c.gate in named and c.metric != "errors"]
-    if failed:
-        raise AssertionError(
-            f"run {report.id} ({report.name}) misses its thresholds:\n  " + "\n  ".join(failed)
-        )
-
-
 def _verdict(evaluation: dict[str, Any]) -> Verdict:
     """An evaluation's verdict as its results entry states it (against its evaluator's pass
     mark); an entry written before verdicts were, against the default mark."""

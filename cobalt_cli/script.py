@@ -1,4 +1,10 @@
-"""`python my.cobalt.py`, a notebook cell, a script: run an experiment right away.
+"""`cobalt.experiment(...)`: declare an experiment; run it when the file is executed directly.
+
+Imported by `cobalt run` (or a worker, or the pytest plugin), an experiment file only
+*registers* its experiments: the loader collects them (`cobalt.experiments.collecting`) and
+this returns the `Experiment`. Run as `python my.cobalt.py`, in a notebook cell or a script,
+the same call executes the experiment right away, on the embedded default, and
+returns an `ExperimentReport`.
 
 Where an event loop is already running in this thread (Jupyter, IPython, `asyncio.run`), the
 run happens on a helper thread while this one waits: Django's database layer refuses to be
@@ -6,6 +12,9 @@ called from a thread with a running loop, and Cobalt's own loop runs the agent e
 `experiment(...)` then returns the `ExperimentReport` as usual, and `await experiment(...)`
 works as well (the report is awaitable). Interrupting the cell (Ctrl-C, the stop button)
 cancels the run the way Ctrl-C does on a terminal.
+
+`cobalt` re-exports `experiment` on first use; this module imports the engine only when a run
+starts, so an experiment file that is only collected pays for nothing more.
 """
 
 from __future__ import annotations
@@ -13,8 +22,60 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from cobalt.dataset import Dataset
+from cobalt.evaluator import Evaluator
+from cobalt.experiments import RunContext, collect, define
+
+
+def experiment(
+    name: str,
+    dataset: Dataset,
+    runner: Callable[[RunContext], Any] | None = None,
+    *,
+    evaluators: list[Evaluator] | None = None,
+    runs: int = 1,
+    concurrency: int | None = None,
+    timeout: float | None = None,
+    tags: list[str] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    on_progress: Callable[[int, int], Any] | None = None,
+    conversation: bool = False,
+    max_turns: int = 10,
+    turn_timeout: float | None = None,
+) -> Any:
+    """Declare an experiment: as a call with a runner, or as a decorator without one.
+
+    `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
+    is logged once and never stops the run. `conversation=True`: each item is a conversation
+    (its `turns`, or a simulated `user`), the runner is called once per turn with
+    `ctx.messages` and returns the next reply."""
+    options: dict[str, Any] = {
+        "evaluators": evaluators,
+        "runs": runs,
+        "concurrency": concurrency,
+        "timeout": timeout,
+        "tags": tags,
+        "thresholds": thresholds,
+        "on_progress": on_progress,
+        "conversation": conversation,
+        "max_turns": max_turns,
+        "turn_timeout": turn_timeout,
+    }
+    if runner is None:
+
+        def decorator(fn: Callable[[RunContext], Any]) -> Any:
+            return experiment(name, dataset, fn, **options)
+
+        return decorator
+
+    definition = define(name, dataset, runner, **options, called_through=(__file__,))
+    if collect(definition):
+        return definition
+    return run_directly(definition)
 
 
 def run_directly(definition: Any) -> Any:
@@ -106,7 +167,7 @@ def _console_reporter() -> Any:
 
 
 def _notebook_reporter() -> Any:
-    from cobalt.notebook import NotebookProgress
+    from cobalt_cli.notebook import NotebookProgress
 
     return NotebookProgress()
 
