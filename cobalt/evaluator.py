@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt.callers import on_the_path
 from cobalt.redaction import redact
 
 DEFAULT_TYPE = "llm-judge"
@@ -145,18 +146,11 @@ def _snake(key: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
 
 
-SDK_FILES = ("evaluator.py", "experiments.py")
-
-
 def _caller() -> tuple[str, int]:
     """The file and line of the `Evaluator(...)` call, past `__init__` and the SDK's own
     frames (a dict evaluator points at its `experiment(...)` call)."""
     frame = sys._getframe(2)
-    here = Path(__file__).resolve().parent
-    while frame.f_back is not None and (
-        Path(frame.f_code.co_filename).name in SDK_FILES
-        and Path(frame.f_code.co_filename).resolve().parent == here
-    ):
+    while frame.f_back is not None and on_the_path(frame):
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

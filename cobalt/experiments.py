@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from cobalt.callers import on_the_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
 
@@ -109,12 +110,11 @@ def define(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
-    called_through: Collection[str] = (),
 ) -> Experiment:
     """The checked `Experiment` of `cobalt.experiment(...)`'s arguments.
 
-    It remembers the file and line of the call: the first frame outside this module and the
-    `called_through` files (the door that wraps this function)."""
+    It remembers the file and line of the user's call: the first frame outside Cobalt's call
+    path (this module and the door that wraps it: `cobalt.callers`)."""
     _check(name, dataset, runner, runs, concurrency, timeout)
     if on_progress is not None and not callable(on_progress):
         raise TypeError(
@@ -123,7 +123,7 @@ def define(
         )
     if conversation:
         _check_conversation(name, dataset, max_turns, turn_timeout)
-    file, line = _caller({__file__, *called_through})
+    file, line = _caller()
     definition = Experiment(
         name=name,
         dataset=dataset,
@@ -237,11 +237,11 @@ def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeou
             )
 
 
-def _caller(skipped: Collection[str]) -> tuple[str | None, int | None]:
+def _caller() -> tuple[str | None, int | None]:
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename not in skipped:
+        if not on_the_path(frame):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None, None

@@ -26,9 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cobalt.callers import on_call_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
 from cobalt.experiments import RunContext, collect, define
+
+on_call_path(__name__)  # `experiment(...)` points at the user's line, not at this module
 
 
 def experiment(
@@ -72,7 +75,7 @@ def experiment(
 
         return decorator
 
-    definition = define(name, dataset, runner, **options, called_through=(__file__,))
+    definition = define(name, dataset, runner, **options)
     if collect(definition):
         return definition
     return run_directly(definition)
