@@ -27,7 +27,7 @@ def caller_project() -> Path | None:
         frame = frame.f_back
     if frame is None or frame.f_code.co_filename.startswith("<"):
         return None
-    from cobalt.config import find_project_dir  # it imports cobalt_app: only when needed
+    from cobalt.config import find_project_dir  # only when a relative path is read
 
     return find_project_dir(Path(frame.f_code.co_filename).parent)
 
