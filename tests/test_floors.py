@@ -230,11 +230,38 @@ def test_nothing_inside_cobalt_imports_the_roof():
     )
 
 
-def test_the_scan_sees_function_level_and_relative_imports():
+def test_the_scan_sees_function_level_relative_and_type_checking_imports(tmp_path):
     scanned = {(i.source, i.target): i for i in all_imports()}
     door = scanned[("cobalt_cli.script", "cobalt_app.launcher")]
     assert door.in_function and not door.type_checking
-    assert ("cobalt_cli.mcp.server", "cobalt_cli.mcp.tools") in scanned
+    source = tmp_path / "probe.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            from typing import TYPE_CHECKING
+            from .. import gates
+            from .lane import run_lane
+            import cobalt_app.models as models
+            if TYPE_CHECKING:
+                from cobalt_cli.main import app
+
+            def later():
+                from cobalt_app import launcher, results
+            """
+        )
+    )
+    found = {
+        (i.target, i.in_function, i.type_checking)
+        for i in imports_of("cobalt_app.runs.probe", source)
+    }
+    assert found == {
+        ("cobalt_app.gates", False, False),
+        ("cobalt_app.runs.lane", False, False),
+        ("cobalt_app.models", False, False),
+        ("cobalt_cli.main", False, True),
+        ("cobalt_app.launcher", True, False),
+        ("cobalt_app.results", True, False),
+    }
     assert floor("cobalt_app.api.views") == 2 and floor("cobalt_app.views") == 1
     assert floor("cobalt.experiments") == 0 and floor(ROOF) is None
 
