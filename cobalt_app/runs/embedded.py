@@ -78,7 +78,7 @@ async def drive_run(
     """The life of an embedded run once it exists, the same for a run and a re-judge: start
     it, execute it (`execute_lanes`) while keeping it alive, and finalise it whatever happens
     — `completed`, `cancelled` (Ctrl-C, a client gone, or `cobalt cancel` from elsewhere) or
-    `failed` — then write its results file and wait for its webhooks."""
+    `failed` — its finalisation writes its results file — and wait for its webhooks."""
     db = env.db
     status, failure = Run.Status.COMPLETED, ""
     stopped_elsewhere = asyncio.Event()
@@ -114,8 +114,10 @@ async def drive_run(
 
 
 async def _end(run_id: str, status: str, failure: str, config: Config, db: DatabaseThread) -> Run:
-    await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
-    return await db(lifecycle.write_results, run_id, config)
+    """Finalise the run (and so write its results file), unless it was finalised already:
+    by the lane that recorded its last item, or a cancel from elsewhere."""
+    run = await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
+    return run or await db(Run.objects.get, id=run_id)
 
 
 async def execute_lanes(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt.experiments import Experiment
+from cobalt_app import engine
 from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
@@ -37,12 +38,10 @@ def step_for(
     experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
 ) -> Step:
     """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
-    from cobalt_app import engine, rejudge
-
     if run_config.get("rejudge"):
 
         async def rescore(claim: Claim) -> Any:
-            return await rejudge.rejudge_outcome(
+            return await engine.rescore_item(
                 experiment, run_config, claim.snapshot, claim.stored, env
             )
 
@@ -59,10 +58,9 @@ def step_for(
 
 def failing_step(message: str) -> Step:
     """Every item an error saying `message` (the run's experiment cannot be loaded here)."""
-    from cobalt_app.engine import ItemOutcome
 
     async def fail(claim: Claim) -> Any:
-        return ItemOutcome.of(
+        return engine.ItemOutcome.of(
             claim.snapshot, status=ItemResult.Status.ERROR, error=message, latency_ms=0.0
         )
 
