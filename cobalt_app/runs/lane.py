@@ -152,14 +152,7 @@ async def run_lane(
     handed: dict[int, tuple[Batch, list[int]]] = {}  # the batches recording its items
     ahead: asyncio.Future | None = None  # the next claim, made while these items run
     try:
-        if claimed is not None:
-            claims = claimed
-        elif host.stopping():
-            claims = []
-        elif first:
-            claims = await host.db(items_claim, first, host.name)
-        else:
-            claims = await _claim_next(run_id, host, size())
+        claims = claimed if claimed is not None else await _first_claim(run_id, host, size, first)
         while True:
             count = size_ahead() if size_ahead is not None and claims else 0
             if count:
@@ -185,15 +178,34 @@ async def run_lane(
             ahead.cancel()
         # What was handed over is committed before the lane ends, cancelled or not.
         await asyncio.shield(_committed(host, handed))
+    end.recorded = _recorded(handed)
+    return end
+
+
+async def _first_claim(
+    run_id: str, host: LaneHost, size: Callable[[], int], first: list[int] | None
+) -> list[Claim]:
+    """The lane's first items: those of `first` still pending, else the run's next ones."""
+    if host.stopping():
+        return []
+    if first:
+        return await host.db(items_claim, first, host.name)
+    return await _claim_next(run_id, host, size())
+
+
+def _recorded(handed: dict[int, tuple[Batch, list[int]]]) -> int:
+    """How many of the lane's items its batches recorded; a batch that failed, or an item
+    that could not be recorded even as an error, fails the lane."""
+    recorded = 0
     for batch, item_ids in handed.values():
         failure = batch.done.exception()
         if failure is None:
             done = batch.done.result()
             failure = next((done.failed[i] for i in item_ids if i in done.failed), None)
-            end.recorded += len(done.ids.intersection(item_ids))
+            recorded += len(done.ids.intersection(item_ids))
         if failure is not None:
             raise RuntimeError(f"recording finished items failed: {failure}") from failure
-    return end
+    return recorded
 
 
 async def _committed(host: LaneHost, handed: dict[int, tuple[Batch, list[int]]]) -> None:
