@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
-from cobalt_app import recordings, storable, trace_spans, traces
+from cobalt_app import recordings, storable, trace_spans, trace_store, traces
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
     Conversation,
@@ -178,6 +178,49 @@ async def execute_item(
             outcome.stored = None
             storable.prepare(outcome)
     return outcome
+
+
+async def rescore_item(
+    experiment: Experiment,
+    run_config: dict[str, Any],
+    snapshot: ItemSnapshot,
+    stored: dict[str, Any],
+    env: EvalEnv,
+) -> ItemOutcome:
+    """A re-judge's step: score one stored output again with the run's re-judged evaluators
+    (the agent is not called; `rejudge` copied the other verdicts)."""
+    selected = run_config.get("rejudge", {}).get("evaluators", [])
+    chosen = [e for e in experiment.evaluators if e.name in selected]
+    outcome = ItemOutcome.of(
+        snapshot,
+        output=stored.get("output"),
+        metadata=stored.get("metadata") or {},
+        latency_ms=stored.get("latency_ms"),
+        tokens=stored.get("tokens") or 0,
+        cost=stored.get("cost") or 0.0,
+        started_at=timezone.now(),
+    )
+    if chosen:
+        # For the evaluators that read the trace; stored already (copied with the item).
+        outcome.trace = await env.db(stored_trace, snapshot.id)
+        scoped = dataclasses.replace(experiment, evaluators=chosen)
+        outcome.evaluations = await evaluate_item(
+            scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
+        )
+        outcome.trace = []  # not written again
+    present = {e.name for e in chosen}
+    outcome.evaluations += [
+        EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")
+        for name in selected
+        if name not in present
+    ]
+    outcome.finished_at = timezone.now()
+    return outcome
+
+
+def stored_trace(item_id: int) -> list[dict[str, Any]]:
+    """The stored steps of one item's trace (empty when none was captured)."""
+    return trace_store.read([item_id]).get(item_id, [])
 
 
 async def run_item(

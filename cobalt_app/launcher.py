@@ -1,24 +1,33 @@
-"""Start runs of experiment files: discover, import, filter, then execute or enqueue.
+"""Where a run is executed: the one way in, for every door and both modes.
 
-The CLI, the direct `python file.cobalt.py` mode, the API and the MCP server all start runs
-through `execute()`, which refuses a run that cannot succeed before any agent call.
+`launch()` is the engine's entry point. The CLI, the direct `python file.cobalt.py` mode, the
+API and the MCP server all await it on the engine's long-lived loop (`aio`); a synchronous
+door calls `execute()`, which runs it there and waits. It refuses a run that cannot succeed
+before any agent call (`preflight`), then executes the experiments in this process
+(`runs.embedded`) or, in team mode, enqueues them for the workers and follows them
+(`team_wait`). Whatever the mode, the run's finalisation writes its results file
+(`runs.lifecycle.finalise`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Unpack
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app import aio, discovery, plugins, preflight, traces
+from cobalt_app import aio, discovery, plugins, preflight, team_wait, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
+from cobalt_app.run_options import RunOptions, relative_file
 from cobalt_app.runs.embedded import run_experiment
 from cobalt_app.services import RunBusy
+
+__all__ = ["RunOptions", "execute", "launch", "relative_file"]
 
 GLOB_CHARS = set("*?[")
 
@@ -65,16 +74,6 @@ def load_experiments(
     return experiments, errors, files
 
 
-def relative_file(config: Config, experiment: Experiment) -> str:
-    if not experiment.file:
-        return ""
-    path = Path(experiment.file)
-    try:
-        return path.resolve().relative_to(config.project_dir).as_posix()
-    except ValueError:
-        return str(path)
-
-
 def preload_sdks(experiments: list[Experiment], config: Config) -> None:
     """Import the provider SDKs the evaluators will call, and those the agent's code imported,
     before items start, not on the loop.
@@ -108,60 +107,78 @@ def prewarm_statistics() -> None:
     threading.Thread(target=load, name="cobalt-prewarm", daemon=True).start()
 
 
-class RunOptions(TypedDict, total=False):
-    """What `execute` may be asked, whichever mode runs the experiments."""
+def prepare(experiments: list[Experiment], config: Config) -> None:
+    """Before any run starts: check what can be checked without calling the agent
+    (`preflight.check` raises `PreflightError`, and nothing runs); an embedded run also
+    imports the SDKs its items will need and starts loading numpy."""
+    preflight.check(experiments, config)
+    if not config.team_mode:
+        preload_sdks(experiments, config)
+        prewarm_statistics()
 
-    reporter: Reporter | None
-    no_cache: bool
-    overrides: dict[str, Any] | None
-    resume_run_id: str | None
-    tags: list[str] | None
+
+async def launch(
+    experiments: list[Experiment],
+    config: Config,
+    *,
+    on_start: Callable[[str], None] | None = None,
+    **options: Unpack[RunOptions],
+) -> list[Run]:
+    """The one way in: run the experiments one after another, on the engine's long-lived
+    loop (await it there). Embedded mode executes them in this process; team mode enqueues
+    them for the workers and follows each to its end (cancelled, this stops following and
+    the run goes on on the workers: `team_wait.Detached`).
+
+    `on_start` is told each run's id as this process takes it up (created, or followed).
+    """
+    db = aio.DatabaseThread()
+    try:
+        # Off the loop: preflight may read the database, an SDK takes half a second to import.
+        await db(prepare, experiments, config)
+    except BaseException:
+        db.close()
+        raise
+    if config.team_mode:
+        db.close()
+        from cobalt_app.progress import ProgressReporter
+
+        # Each experiment's on_progress hears of the items too.
+        options["reporter"] = ProgressReporter(options.get("reporter"))
+        return await team_wait.follow(experiments, config, options, on_start=on_start)
+    runs: list[Run] = []
+    try:
+        for experiment in experiments:
+            run = await run_experiment(
+                experiment,
+                config,
+                db=db,
+                file=relative_file(config, experiment),
+                on_start=on_start,
+                **options,
+            )
+            runs.append(run)
+    finally:
+        db.close()
+    return runs
 
 
 def execute(
     experiments: list[Experiment], config: Config, **options: Unpack[RunOptions]
 ) -> list[Run]:
-    """Run experiments one after another in this process, on the long-lived event loop.
-
-    In team mode the runs are enqueued for the workers instead, and this waits for them.
-    First, whatever can be checked without calling the agent is (`preflight.check` raises
-    `PreflightError`, and nothing runs).
-    """
-    preflight.check(experiments, config)
-    if config.team_mode:
-        from cobalt_app import team_wait
-        from cobalt_app.progress import ProgressReporter
-
-        # Each experiment's on_progress hears of the items too.
-        reporter = ProgressReporter(options.get("reporter"))
-        return team_wait.execute(experiments, config, {**options, "reporter": reporter})
-
-    preload_sdks(experiments, config)
-    prewarm_statistics()
-
-    async def run_all() -> list[Run]:
-        db = aio.DatabaseThread()
-        runs: list[Run] = []
-        try:
-            for experiment in experiments:
-                run = await run_experiment(
-                    experiment,
-                    config,
-                    db=db,
-                    file=relative_file(config, experiment),
-                    on_start=started.append,
-                    **options,
-                )
-                runs.append(run)
-        finally:
-            db.close()
-        return runs
-
+    """`launch` for a synchronous door: run it on the engine's loop and wait. Ctrl-C (or
+    SIGTERM, SIGHUP) cancels it: an embedded run ends `cancelled` (`aio.Interrupted` names
+    it); a team run goes on on the workers (`team_wait.Detached` names it)."""
     started: list[str] = []
     try:
-        return aio.run(run_all())
-    except aio.Interrupted as exc:
-        exc.run_id = exc.run_id or (started[-1] if started else None)  # the one cancelled
+        return aio.run(launch(experiments, config, on_start=started.append, **options))
+    except KeyboardInterrupt as exc:
+        current = started[-1] if started else None
+        if config.team_mode:
+            if current is not None and not isinstance(exc, team_wait.Detached):
+                raise team_wait.Detached(current) from None
+            raise
+        if isinstance(exc, aio.Interrupted):
+            exc.run_id = exc.run_id or current  # the one cancelled
         raise
 
 

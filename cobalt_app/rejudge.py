@@ -16,17 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
 from cobalt_app import aio, engine, preflight, services
-from cobalt_app.engine import ItemOutcome, Reporter
-from cobalt_app.evaluators import EvalOutcome
+from cobalt_app.engine import Reporter
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
 from cobalt_app.runs import claims, embedded, lifecycle
-from cobalt_app.selectors import item_trace
-from cobalt_app.services import ItemSnapshot
 
 COPY_BATCH = 2000
 
@@ -199,42 +195,6 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         batch_size=500,
         ignore_conflicts=True,
     )
-
-
-async def rejudge_outcome(
-    experiment: Experiment,
-    run_config: dict[str, Any],
-    snapshot: ItemSnapshot,
-    stored: dict[str, Any],
-    env: engine.EvalEnv,
-) -> ItemOutcome:
-    """Score one stored output with the run's re-judged evaluators (the agent is not called)."""
-    selected = run_config.get("rejudge", {}).get("evaluators", [])
-    chosen = [e for e in experiment.evaluators if e.name in selected]
-    outcome = ItemOutcome.of(
-        snapshot,
-        output=stored.get("output"),
-        metadata=stored.get("metadata") or {},
-        latency_ms=stored.get("latency_ms"),
-        tokens=stored.get("tokens") or 0,
-        cost=stored.get("cost") or 0.0,
-        started_at=timezone.now(),
-    )
-    if chosen:
-        outcome.trace = await env.db(item_trace, snapshot.id)  # for the evaluators that read it
-        scoped = dataclasses.replace(experiment, evaluators=chosen)
-        outcome.evaluations = await engine.evaluate_item(
-            scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
-        )
-        outcome.trace = []  # stored already (copied with the item): not written again
-    present = {e.name for e in chosen}
-    outcome.evaluations += [
-        EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")
-        for name in selected
-        if name not in present
-    ]
-    outcome.finished_at = timezone.now()
-    return outcome
 
 
 def execute_embedded(

@@ -87,15 +87,10 @@ def compute_summary(run: Run) -> dict[str, Any]:
         values["ci95"] = extra["ci95"].get(name)
         if name in extra["passAtK"]:
             values["passAtK"] = extra["passAtK"][name]
-    duration = None
-    if run.started_at:
-        end = run.finished_at or timezone.now()
-        prior = (run.config or {}).get("priorDurationMs") or 0.0  # before a `--resume`
-        duration = prior + (end - run.started_at).total_seconds() * 1000
     latency = stats.latency_stats(latencies)
     return {
         "totalItems": run.total_items,
-        "totalDurationMs": duration,
+        "totalDurationMs": run_duration_ms(run),
         "avgLatencyMs": latency["avg"],
         "latency": latency,
         "totalTokens": agent_tokens + judge_tokens,
@@ -117,6 +112,15 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
+
+
+def run_duration_ms(run: Run) -> float | None:
+    """From its start to its end (or now), plus what it ran before a `--resume`."""
+    if not run.started_at:
+        return None
+    end = run.finished_at or timezone.now()
+    prior = (run.config or {}).get("priorDurationMs") or 0.0
+    return prior + (end - run.started_at).total_seconds() * 1000
 
 
 def simulator_usage(run: Run) -> tuple[int, float]:

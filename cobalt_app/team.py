@@ -56,6 +56,9 @@ SWEEP_BATCH = 500
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
 RETENTION_EVERY = 3600  # seconds between two applications of `[retention]`, team-wide
+# The Celery task of a lane (`tasks.run_lane`), sent by name after commit: a message never
+# names a run or items a worker cannot see yet, and this module needs not import the worker.
+RUN_LANE = "cobalt.run_lane"
 
 
 def queue_name() -> str:
@@ -130,15 +133,19 @@ def enqueue(run_id: str, ids: list[int]) -> None:
     """
     if not ids:
         return
-    from cobalt_app import tasks
-    from cobalt_project.celery import app
-
     info = run_info(run_id)
     size = chunk_size(len(ids), info.queue, info.concurrency)
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
+    transaction.on_commit(lambda: _send_lanes(run_id, chunks[: info.concurrency], size, info.queue))
+
+
+def _send_lanes(run_id: str, chunks: list[list[int]], then: int, queue: str) -> None:
+    """The lanes' messages, by task name (`tasks.run_lane`), in pipelined batches."""
+    from cobalt_project.celery import app
+
     with app.producer_or_acquire() as producer, _batched(producer):
-        for chunk in chunks[: info.concurrency]:
-            tasks.run_lane.apply_async((run_id, chunk, size), queue=info.queue, producer=producer)
+        for chunk in chunks:
+            app.send_task(RUN_LANE, (run_id, chunk, then), queue=queue, producer=producer)
     redis_client().set(f"{KEY}dispatched:{run_id}", time.time(), ex=7 * 86400)
 
 
@@ -216,9 +223,14 @@ def forget_run(run_id: str) -> None:
 
 def enqueue_lane(run_id: str, then: int) -> None:
     """One lane of the run, to go on on another worker: it claims the run's next items."""
-    from cobalt_app import tasks
+    queue = run_info(run_id).queue
+    transaction.on_commit(lambda: _send_continuation(run_id, then, queue))
 
-    tasks.run_lane.apply_async((run_id, [], then), queue=run_info(run_id).queue)
+
+def _send_continuation(run_id: str, then: int, queue: str) -> None:
+    from cobalt_project.celery import app
+
+    app.send_task(RUN_LANE, (run_id, [], then), queue=queue)
 
 
 @dataclass

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def wait_for_background_runs() -> None:
         tasks = list(jobs._running.values())
     for running in tasks:
         running.loop.call_soon_threadsafe(running.task.cancel)
-    while any(t.name.startswith("cobalt-api-run-") for t in threading.enumerate()):
+    while jobs.in_flight():
         assert time.monotonic() < deadline, "a background run did not stop"
         time.sleep(0.05)
 
@@ -481,7 +480,7 @@ def test_a_run_cancelled_by_another_server_process_stops_here(api_project, api):
     ]
     lifecycle.cancel(run_id)  # what a cancel request served by another worker process does
     deadline = time.monotonic() + DEADLINE
-    while any(t.name.startswith("cobalt-api-run-") for t in threading.enumerate()):
+    while jobs.in_flight():
         assert time.monotonic() < deadline, "the run went on executing"
         time.sleep(0.05)
     run = Run.objects.get(id=run_id)

@@ -418,6 +418,27 @@ def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
     assert len(results_document(team, run_id)["items"]) == 10
 
 
+def test_a_detached_runs_results_file_is_written_when_the_workers_finish_it(team: Team):
+    # Nobody follows the run after Ctrl-C: its finalisation on the worker writes the file.
+    write_experiment(team, items=8, delay=0.3)
+    team.start_worker()
+    run = team.cli_background("run")
+    wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
+    run.popen.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130
+    run_id = team.latest_run()
+    assert f"re-attach with cobalt watch {run_id}" in run.err()
+    row = wait_for(
+        lambda: (row := team.run_row(run_id))["status"] == "completed" and row,
+        timeout=60,
+        what="the workers to finish the run",
+    )
+    assert row["results_path"].endswith(f"_{run_id}.json")
+    document = results_document(team, run_id)
+    assert [i["status"] for i in document["items"]] == ["ok"] * 8
+    assert document["status"] == "completed"
+
+
 def test_rejudge_scores_the_stored_outputs_again_without_calling_the_agent(
     team: Team, fake_provider_server: FakeProvider
 ):

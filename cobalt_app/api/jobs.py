@@ -1,13 +1,14 @@
 """Start a run in the background and answer at once; cancel a run that is still going.
 
-A started run executes through `launcher.execute` in a background thread of this process;
-the launcher runs it on the process's long-lived event loop (or hands it to the workers in
-team mode). The request thread waits only until the run row exists, then answers with its id.
+A started run is the launcher's way in (`launcher.launch`), scheduled on the process's
+long-lived event loop, which executes it (or hands it to the workers in team mode and
+follows it). The request thread waits only until the run row exists, then answers with its id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -15,11 +16,9 @@ from concurrent.futures import CancelledError as FutureCancelled
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
-
 from cobalt.config import Config
 from cobalt.experiments import Experiment
-from cobalt_app import launcher
+from cobalt_app import aio, launcher
 from cobalt_app.models import Run
 from cobalt_app.selectors import run_get
 
@@ -50,6 +49,13 @@ class _Running:
 
 _running: dict[str, _Running] = {}
 _running_lock = threading.Lock()
+_launched: set[concurrent.futures.Future] = set()  # runs started here that have not ended
+
+
+def in_flight() -> int:
+    """How many runs started here are still executing (or following their workers)."""
+    with _running_lock:
+        return len(_launched)
 
 
 class _StartSignal:
@@ -89,33 +95,38 @@ def start_run(
     tags: list[str] | None = None,
     timeout: float = START_TIMEOUT,
 ) -> str:
-    """Start one experiment in a background thread; return its run id once the run exists."""
+    """Start one experiment on the engine's loop; return its run id once the run exists."""
     signal = _StartSignal()
     failure: list[str] = []
 
-    def target() -> None:
-        try:
-            launcher.execute(
-                [experiment],
-                config,
-                reporter=signal,
-                overrides={"concurrency": concurrency},
-                tags=tags or [],
+    def ended(future: concurrent.futures.Future) -> None:
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None and not signal.started.is_set():
+            failure.append(f"{type(exc).__name__}: {exc}")
+        elif exc is not None and not isinstance(exc, asyncio.CancelledError | FutureCancelled):
+            logger.error(
+                "run %s of %s ended with an error",
+                signal.run_id,
+                experiment.name,
+                exc_info=(type(exc), exc, exc.__traceback__),
             )
-        except BaseException as exc:  # a cancelled run ends its thread with CancelledError
-            if not signal.started.is_set():
-                failure.append(f"{type(exc).__name__}: {exc}")
-            elif not isinstance(exc, asyncio.CancelledError | FutureCancelled):
-                logger.exception("run %s of %s ended with an error", signal.run_id, experiment.name)
-        finally:
+        with _running_lock:
             if signal.run_id:
-                with _running_lock:
-                    _running.pop(signal.run_id, None)
-            connections.close_all()
-            signal.started.set()
+                _running.pop(signal.run_id, None)
+            _launched.discard(future)
+        signal.started.set()
 
-    thread = threading.Thread(target=target, name=f"cobalt-api-run-{experiment.name}", daemon=True)
-    thread.start()
+    launched = launcher.launch(
+        [experiment],
+        config,
+        reporter=signal,
+        overrides={"concurrency": concurrency},
+        tags=tags or [],
+    )
+    future = asyncio.run_coroutine_threadsafe(launched, aio.loop_thread().loop)
+    with _running_lock:
+        _launched.add(future)
+    future.add_done_callback(ended)
     deadline = time.monotonic() + timeout
     while not signal.started.wait(POLL_INTERVAL):
         if time.monotonic() > deadline:

@@ -33,7 +33,7 @@ from typing import Any
 from cobalt.evaluator import Evaluator
 from cobalt_app import embeddings
 from cobalt_app.cache import cached_call
-from cobalt_app.evaluators import (
+from cobalt_app.evaluators.base import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,

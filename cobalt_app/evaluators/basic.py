@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cobalt.evaluator import EvalContext, Evaluator
-from cobalt_app.evaluators import (
+from cobalt_app.evaluators.base import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,

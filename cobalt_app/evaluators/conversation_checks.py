@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cobalt.evaluator import Evaluator
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 
 
 def conversation_info(target: EvalTarget) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import inspect
 from typing import Any
 
 from cobalt.evaluator import Evaluator
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.metric_libraries import (
     JUDGE_OPTIONS,
     Judge,

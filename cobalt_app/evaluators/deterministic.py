@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from cobalt.evaluator import Evaluator
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.basic import field_value, output_text
 from cobalt_app.pricing import agent_usage, price_of
 

@@ -21,7 +21,7 @@ from typing import Any
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
 from cobalt_app.cache import cached_call
-from cobalt_app.evaluators import (
+from cobalt_app.evaluators.base import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,

@@ -19,7 +19,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import cached_judgement, judge_settings, judge_target
 from cobalt_app.evaluators.usage import Usage, counted, current

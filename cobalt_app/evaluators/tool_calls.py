@@ -29,7 +29,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import JUDGE_OPTIONS, ask_judge, judge_provider
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt_app import trace_spans
-from cobalt_app.evaluators import EvalOutcome, EvalTarget, EvaluationError, register
+from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 
 NO_TRACE = (
     "the trace holds no step: no model or tool call was captured (is `trace.enabled` off, or "

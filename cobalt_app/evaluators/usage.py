@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cobalt_app.evaluators import EvaluationError
+from cobalt_app.evaluators.base import EvaluationError
 from cobalt_app.pricing import estimate_cost, unpriced
 
 

@@ -78,7 +78,7 @@ async def drive_run(
     """The life of an embedded run once it exists, the same for a run and a re-judge: start
     it, execute it (`execute_lanes`) while keeping it alive, and finalise it whatever happens
     — `completed`, `cancelled` (Ctrl-C, a client gone, or `cobalt cancel` from elsewhere) or
-    `failed` — then write its results file and wait for its webhooks."""
+    `failed` — its finalisation writes its results file — and wait for its webhooks."""
     db = env.db
     status, failure = Run.Status.COMPLETED, ""
     stopped_elsewhere = asyncio.Event()
@@ -114,8 +114,10 @@ async def drive_run(
 
 
 async def _end(run_id: str, status: str, failure: str, config: Config, db: DatabaseThread) -> Run:
-    await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
-    return await db(lifecycle.write_results, run_id, config)
+    """Finalise the run (and so write its results file), unless it was finalised already:
+    by the lane that recorded its last item, or a cancel from elsewhere."""
+    run = await db(lifecycle.finalise, run_id, status=status, failure=failure, config=config)
+    return run or await db(Run.objects.get, id=run_id)
 
 
 async def execute_lanes(
@@ -133,38 +135,16 @@ async def execute_lanes(
         ItemResult.objects.filter(run_id=run.id, status=ItemResult.Status.PENDING).count
     )
     total = run.total_items
-    done = total - pending
     lanes = min(concurrency, pending) or 1
-    unclaimed = pending
+    pace = ClaimSizes(lanes, unclaimed=pending, done=total - pending)
     progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
 
-    started, done_before = time.monotonic(), done
-
-    def size() -> int:
-        """Big claims while there is plenty left; towards the end, what a lane executes in
-        about CLAIM_SECONDS at the pace of the items so far (quick items: still big claims,
-        each a round trip to the one database thread; slow ones: one at a time)."""
-        nonlocal unclaimed
-        share = unclaimed // (lanes * CLAIMS_PER_LANE)
-        if done > done_before:
-            per_item = lanes * (time.monotonic() - started) / (done - done_before)
-            share = max(share, int(CLAIM_SECONDS / per_item))
-        count = max(1, min(MAX_CLAIM, share))
-        unclaimed = max(0, unclaimed - count)
-        return count
-
-    def size_ahead() -> int:
-        """Claims made while a lane's items run: only while plenty are left (towards the
-        end, a lane holding an item another lane could run makes the run one item longer)."""
-        return size() if unclaimed >= AHEAD_WHILE * lanes * CLAIMS_PER_LANE else 0
-
     async def finished(outcome: ItemOutcome) -> None:
-        nonlocal done
-        done += 1
+        pace.done += 1
         if reporter is not None:
-            reporter.item_finished(outcome, done, total)
+            reporter.item_finished(outcome, pace.done, total)
         if progress is not None:
-            await progress.notify(done, total)
+            await progress.notify(pace.done, total)
 
     threads = Threads("cobalt-runner", concurrency)
     recorder = Recorder(config=config, commit_on=db.pool, linger=LINGER)
@@ -177,7 +157,7 @@ async def execute_lanes(
     )
     step = step_for(experiment, run.config, env, threads)
     # The lanes' first claims in one round trip: the last lane starts with the first.
-    sizes = [size() for _ in range(lanes)]
+    sizes = [pace.size() for _ in range(lanes)]
     claims = await db(items_claim_next, run.id, host.name, sum(sizes))
     tasks = [
         asyncio.ensure_future(
@@ -185,9 +165,9 @@ async def execute_lanes(
                 run.id,
                 step,
                 host,
-                size=size,
+                size=pace.size,
                 claimed=claims[start : start + count],
-                size_ahead=size_ahead,
+                size_ahead=pace.size_ahead,
                 on_outcome=finished,
             )
         )
@@ -202,6 +182,34 @@ async def execute_lanes(
         await asyncio.gather(*tasks, return_exceptions=True)
         recorder.close(wait=False)
         threads.shutdown()
+
+
+class ClaimSizes:
+    """How many items an embedded lane claims at a time, as the run goes (`done`: finished)."""
+
+    def __init__(self, lanes: int, *, unclaimed: int, done: int) -> None:
+        self.lanes = lanes
+        self.unclaimed = unclaimed
+        self.done = self.done_before = done
+        self.started = time.monotonic()
+
+    def size(self) -> int:
+        """Big claims while there is plenty left; towards the end, what a lane executes in
+        about CLAIM_SECONDS at the pace of the items so far (quick items: still big claims,
+        each a round trip to the one database thread; slow ones: one at a time)."""
+        share = self.unclaimed // (self.lanes * CLAIMS_PER_LANE)
+        if self.done > self.done_before:
+            elapsed = time.monotonic() - self.started
+            per_item = self.lanes * elapsed / (self.done - self.done_before)
+            share = max(share, int(CLAIM_SECONDS / per_item))
+        count = max(1, min(MAX_CLAIM, share))
+        self.unclaimed = max(0, self.unclaimed - count)
+        return count
+
+    def size_ahead(self) -> int:
+        """Claims made while a lane's items run: only while plenty are left (towards the
+        end, a lane holding an item another lane could run makes the run one item longer)."""
+        return self.size() if self.unclaimed >= AHEAD_WHILE * self.lanes * CLAIMS_PER_LANE else 0
 
 
 @contextlib.contextmanager

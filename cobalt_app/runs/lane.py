@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt.experiments import Experiment
+from cobalt_app import engine
 from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
@@ -37,12 +38,10 @@ def step_for(
     experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
 ) -> Step:
     """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
-    from cobalt_app import engine, rejudge
-
     if run_config.get("rejudge"):
 
         async def rescore(claim: Claim) -> Any:
-            return await rejudge.rejudge_outcome(
+            return await engine.rescore_item(
                 experiment, run_config, claim.snapshot, claim.stored, env
             )
 
@@ -59,10 +58,9 @@ def step_for(
 
 def failing_step(message: str) -> Step:
     """Every item an error saying `message` (the run's experiment cannot be loaded here)."""
-    from cobalt_app.engine import ItemOutcome
 
     async def fail(claim: Claim) -> Any:
-        return ItemOutcome.of(
+        return engine.ItemOutcome.of(
             claim.snapshot, status=ItemResult.Status.ERROR, error=message, latency_ms=0.0
         )
 
@@ -154,14 +152,7 @@ async def run_lane(
     handed: dict[int, tuple[Batch, list[int]]] = {}  # the batches recording its items
     ahead: asyncio.Future | None = None  # the next claim, made while these items run
     try:
-        if claimed is not None:
-            claims = claimed
-        elif host.stopping():
-            claims = []
-        elif first:
-            claims = await host.db(items_claim, first, host.name)
-        else:
-            claims = await _claim_next(run_id, host, size())
+        claims = claimed if claimed is not None else await _first_claim(run_id, host, size, first)
         while True:
             count = size_ahead() if size_ahead is not None and claims else 0
             if count:
@@ -187,15 +178,34 @@ async def run_lane(
             ahead.cancel()
         # What was handed over is committed before the lane ends, cancelled or not.
         await asyncio.shield(_committed(host, handed))
+    end.recorded = _recorded(handed)
+    return end
+
+
+async def _first_claim(
+    run_id: str, host: LaneHost, size: Callable[[], int], first: list[int] | None
+) -> list[Claim]:
+    """The lane's first items: those of `first` still pending, else the run's next ones."""
+    if host.stopping():
+        return []
+    if first:
+        return await host.db(items_claim, first, host.name)
+    return await _claim_next(run_id, host, size())
+
+
+def _recorded(handed: dict[int, tuple[Batch, list[int]]]) -> int:
+    """How many of the lane's items its batches recorded; a batch that failed, or an item
+    that could not be recorded even as an error, fails the lane."""
+    recorded = 0
     for batch, item_ids in handed.values():
         failure = batch.done.exception()
         if failure is None:
             done = batch.done.result()
             failure = next((done.failed[i] for i in item_ids if i in done.failed), None)
-            end.recorded += len(done.ids.intersection(item_ids))
+            recorded += len(done.ids.intersection(item_ids))
         if failure is not None:
             raise RuntimeError(f"recording finished items failed: {failure}") from failure
-    return end
+    return recorded
 
 
 async def _committed(host: LaneHost, handed: dict[int, tuple[Batch, list[int]]]) -> None:

@@ -2,7 +2,8 @@
 
 `finalise` is the one way a run ends. Whoever gets there — the lane that records the last
 item, `cobalt cancel` (or the API, MCP, the dashboard), an embedded run stopped by Ctrl-C or
-a crash, the team sweeper — it stores the same summary and sends the webhooks.
+a crash, the team sweeper — it stores the same summary, writes the results file and sends
+the webhooks, whether anyone waits for the run or not.
 """
 
 from __future__ import annotations
@@ -126,24 +127,35 @@ def finish_if_done(run_id: str, *, config: Config | None = None) -> Run | None:
 def finalise(
     run_id: str, *, status: str, failure: str = "", config: Config | None = None
 ) -> Run | None:
-    """End the run: store its final status and summary, then send the webhooks (on the
+    """End the run: store its final status and summary and write its results file (one
+    commit: whoever sees the run ended sees its file), then send the webhooks (on the
     process's long-lived loop; `webhooks_sent` waits for them). None when it was finalised
     already — by a cancel from elsewhere, or by the lane that recorded its last item."""
+    config = config or active_config()
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(id=run_id).first()
         if run is None or (run.is_finished and run.summary):
             return None
         if failure:
             Run.objects.filter(id=run_id).update(failure=failure)
-        run = results.run_finalise(run_id, status=status)
-    _send_webhooks(config or active_config(), run)
+        results.run_finalise(run_id, status=status)
+        run = _results_written(run_id, config)
+    _send_webhooks(config, run)
     return run
 
 
+def _results_written(run_id: str, config: Config) -> Run:
+    """`write_results`; a file that cannot be written is logged, and the run still ends."""
+    try:
+        return write_results(run_id, config)
+    except Exception:  # noqa: BLE001 - a full disk must not leave the run unfinished
+        logger.exception("could not write the results file of run %s", run_id)
+        return Run.objects.get(id=run_id)
+
+
 def write_results(run_id: str, config: Config) -> Run:
-    """The results file, where the run was started (its process, or `cobalt run` waiting on
-    the workers), in its project's results folder and in the form `[results]` gives a run of
-    its size; the run remembers its path."""
+    """The results file, in the finalising process's project results folder and in the form
+    `[results]` gives a run of its size; the run remembers its path."""
     run = Run.objects.get(id=run_id)
     form = results_file.choose(config.get("results"), run.total_items)
     path = results.write_results_file(run, config.results_dir, form)

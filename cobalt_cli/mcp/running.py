@@ -2,9 +2,11 @@
 
 A run this server starts is never left running: when the call is cancelled
 (`notifications/cancelled`), the client goes away (stdin closes) or the server is stopped
-(SIGTERM, SIGINT), the call's task is cancelled, which cancels the run's coroutine on the
-engine loop: its unfinished items are marked `cancelled`, the run is finalised as `cancelled`
-(summary and results file) before the call returns, shielded from further cancellation.
+(SIGTERM, SIGINT), the call's task is cancelled, which cancels the launcher's coroutine
+(`launcher.launch`, the one way in) on the engine loop: its unfinished items are marked
+`cancelled`, the run is finalised as `cancelled` (summary and results file) before the call
+returns, shielded from further cancellation. In team mode the call stops following the run
+and cancels it (`runs.lifecycle.cancel`): the workers drop its items.
 """
 
 from __future__ import annotations
@@ -142,9 +144,9 @@ class Loaded:
 
 
 def load(project: Project, *, file: str | None, name_filter: str | None) -> Loaded:
-    """Import the experiments (a worker thread; the caller holds the project's lock) and
-    check what can be checked before any agent call."""
-    from cobalt_app import discovery, launcher, preflight
+    """Import the experiments (a worker thread; the caller holds the project's lock); what
+    can be checked before any agent call is, by the launcher."""
+    from cobalt_app import discovery, launcher
 
     config = project.config()
     paths = [str(discovery.runnable_file(file, config, what="file"))] if file else None
@@ -166,62 +168,33 @@ def load(project: Project, *, file: str | None, name_filter: str | None) -> Load
         if failures:
             raise ToolError("\n\n".join(failures))
         raise ToolError(f"no experiment matched filter {name_filter!r}")
-    preflight.check(experiments, config)
-    if not config.team_mode:
-        launcher.preload_sdks(experiments, config)
-        launcher.prewarm_statistics()
     return Loaded(config, experiments, failures, modules)
 
 
 async def execute(loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any]) -> list[Any]:
-    """Run the experiments one after another; cancelled, the current run ends `cancelled`."""
-    from cobalt_app import launcher
-
-    if loaded.config.team_mode:  # the workers run it and this waits; `cobalt cancel` stops it
-        return await anyio.to_thread.run_sync(
-            lambda: launcher.execute(
-                loaded.experiments, loaded.config, reporter=relay, overrides=overrides
-            )
-        )
-    return await execute_embedded(loaded, relay, overrides)
-
-
-async def execute_embedded(
-    loaded: Loaded, relay: ProgressRelay, overrides: dict[str, Any]
-) -> list[Any]:
-    """`runs.embedded.run_experiment` for each experiment on the process's engine loop (as
-    `launcher.execute` does, awaitable and cancellable from this loop)."""
+    """Await the launcher's way in on the engine's loop, for the experiments one after another;
+    cancelled, the current run ends `cancelled`."""
     from cobalt_app import aio, launcher
-    from cobalt_app.runs.embedded import run_experiment
 
     ended = threading.Event()
 
-    async def run_all() -> list[Any]:
-        db = aio.DatabaseThread()
-        runs = []
+    async def launched() -> list[Any]:
         try:
-            for experiment in loaded.experiments:
-                run = await run_experiment(
-                    experiment,
-                    loaded.config,
-                    db=db,
-                    reporter=relay,
-                    overrides=overrides,
-                    file=launcher.relative_file(loaded.config, experiment),
-                )
-                runs.append(run)
+            return await launcher.launch(
+                loaded.experiments, loaded.config, reporter=relay, overrides=overrides
+            )
         finally:
-            db.close()
             ended.set()
-        return runs
 
-    future = asyncio.run_coroutine_threadsafe(run_all(), aio.loop_thread().loop)
+    future = asyncio.run_coroutine_threadsafe(launched(), aio.loop_thread().loop)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:  # the call, the client or the server went away
         future.cancel()  # the run's items stop; it records `cancelled` and writes its file
         with anyio.CancelScope(shield=True):
             finished = await anyio.to_thread.run_sync(ended.wait, FINALISE_TIMEOUT)
+            if loaded.config.team_mode:  # the workers would go on: stop them
+                await anyio.to_thread.run_sync(cancel_team_runs, relay.run_ids)
             orphans = await anyio.to_thread.run_sync(stop_runner_threads)
         if finished:
             log.warning("cobalt_run cancelled: run(s) %s finalised as cancelled", relay.run_ids)
@@ -230,6 +203,15 @@ async def execute_embedded(
         if orphans:
             log.warning("orphaned runner threads still in user code: %s", ", ".join(orphans))
         raise
+
+
+def cancel_team_runs(run_ids: list[str]) -> None:
+    """Cancel the team runs a cancelled call followed (finalised as any cancel)."""
+    from cobalt_app.runs import lifecycle
+
+    with database():
+        for run_id in run_ids:
+            lifecycle.cancel(run_id)
 
 
 class RunnerAbandoned(BaseException):
