@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
-from cobalt.run_settings import RunSettings
+from cobalt.run_settings import RUN_DEFAULTS as RUN
 from cobalt_app.redaction import redact  # the one redaction (also imported from here)
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
 
-# The run settings' defaults live in `cobalt/run_settings.py`; the rest are the project's.
-RUN = RunSettings()
+# The run settings' defaults live in `cobalt/run_settings.py` (RUN); the rest are the project's.
 DEFAULTS: dict[str, Any] = {
     "test_dir": "experiments",
     "test_match": ["**/*.cobalt.py", "**/*.experiment.py"],

@@ -110,6 +110,16 @@ class RunSettings:
         )
 
 
+RUN_DEFAULTS = RunSettings()  # every default, e.g. `RUN_DEFAULTS.judge.timeout`
+
+ANTHROPIC_JUDGE_MODEL = "claude-haiku-4-5"
+
+
+def default_judge_model(provider: str) -> str:
+    """The model a judge (or the simulated user) of `provider` uses when none is configured."""
+    return ANTHROPIC_JUDGE_MODEL if provider == "anthropic" else RUN_DEFAULTS.judge.model
+
+
 # The project-level settings read from the configuration's top level.
 PROJECT_KEYS = ("concurrency", "timeout", "rate_limits")
 # A run's stored settings: field → key in `run.config`.

@@ -14,6 +14,7 @@ from typing import Any, TypedDict, Unpack
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app import aio, discovery, plugins, preflight, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
@@ -91,7 +92,7 @@ def preload_sdks(experiments: list[Experiment], config: Config) -> None:
             import_sdk(provider)
     if traces.TraceSettings.from_config(config).enabled:
         traces.preload_instrumentations()
-    default = config.get("judge.provider") or "openai"
+    default = config.get("judge.provider") or RUN_DEFAULTS.judge.provider
     for experiment in experiments:
         for evaluator in experiment.evaluators:
             if calls_provider(evaluator.type):

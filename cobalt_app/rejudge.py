@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import aio, engine, preflight, services
 from cobalt_app.engine import ItemOutcome, Reporter
 from cobalt_app.evaluators import EvalOutcome
@@ -224,7 +225,7 @@ async def rejudge_outcome(
         outcome.trace = await env.db(item_trace, snapshot.id)  # for the evaluators that read it
         scoped = dataclasses.replace(experiment, evaluators=chosen)
         outcome.evaluations = await engine.evaluate_item(
-            scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
+            scoped, snapshot, outcome, env, timeout=RunSettings.from_run_config(run_config).timeout
         )
         outcome.trace = []  # stored already (copied with the item): not written again
     present = {e.name for e in chosen}
