@@ -21,6 +21,7 @@ from rich.markup import escape
 
 import cobalt
 from cobalt import verdict
+from cobalt.run_settings import RunSettings
 from cobalt_app import recordings
 from cobalt_app.ci_verdict import CiOutcome, GateReport
 from cobalt_app.gates import Check, fmt_number
@@ -72,7 +73,7 @@ class JsonLinesReporter:
             file=run.file,
             tags=run.tags,
             totalItems=run.total_items,
-            runs=config.get("runs", 1),
+            runs=RunSettings.from_run_config(config).runs,
             concurrency=config.get("concurrency"),
             timeout=config.get("timeout"),
             evaluators=[e.get("name") for e in config.get("evaluators", [])],
