@@ -294,7 +294,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Rule:
+class SettingRule:
     """One row of the validation table. When the setting at `key` (dotted) is present, it must
     pass `valid`, else the message is "{source}: `key` message" (`{value!r}` filled in); a
     table with rules of its own has a `check(value, source=...)` that raises its messages."""
@@ -355,40 +355,40 @@ def _check_prices(prices: dict[str, Any], *, source: str) -> None:
 WHOLE = "must be a whole number of at least 1 (got {value!r})."
 PROVIDER = "must be 'openai' or 'anthropic' (got {value!r})."
 # The validation table, checked in this order (the first problem is the one reported).
-RULES: tuple[Rule, ...] = (
-    Rule("concurrency", _is_whole_at_least_1, WHOLE),
-    Rule("timeout", _is_seconds, "must be a number of seconds above 0 (got {value!r})."),
-    Rule("test_match", _is_globs, "must be a glob or a list of globs."),
+SETTING_RULES: tuple[SettingRule, ...] = (
+    SettingRule("concurrency", _is_whole_at_least_1, WHOLE),
+    SettingRule("timeout", _is_seconds, "must be a number of seconds above 0 (got {value!r})."),
+    SettingRule("test_match", _is_globs, "must be a glob or a list of globs."),
     *(
-        Rule(section, _is_table, "must be a table (a dict).")
+        SettingRule(section, _is_table, "must be a table (a dict).")
         for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env")
     ),
-    *(Rule(section, check=_known_in(section)) for section in TABLE_SETTINGS),
-    Rule("judge.provider", _is_provider, PROVIDER),
-    Rule("simulator.provider", _is_provider, PROVIDER),
-    Rule(
+    *(SettingRule(section, check=_known_in(section)) for section in TABLE_SETTINGS),
+    SettingRule("judge.provider", _is_provider, PROVIDER),
+    SettingRule("simulator.provider", _is_provider, PROVIDER),
+    SettingRule(
         "trace.enabled",
         lambda value: isinstance(value, bool),
         "must be true or false (got {value!r}).",
     ),
-    Rule("trace.max_chars", _is_whole_at_least_1, WHOLE),
-    Rule("cache.ttl", check=_check_cache_ttl),
-    Rule("ci", check=lambda value, *, source: check_ci(value, source=source)),
-    Rule("webhooks", check=lambda value, *, source: check_webhooks(value, source=source)),
-    Rule("replay", check=lambda value, *, source: check_replay(value, source=source)),
-    Rule("results", check=lambda value, *, source: check_results(value, source=source)),
-    Rule("retention", check=lambda value, *, source: check_retention(value, source=source)),
-    Rule(
+    SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
+    SettingRule("cache.ttl", check=_check_cache_ttl),
+    SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
+    SettingRule("webhooks", check=lambda value, *, source: check_webhooks(value, source=source)),
+    SettingRule("replay", check=lambda value, *, source: check_replay(value, source=source)),
+    SettingRule("results", check=lambda value, *, source: check_results(value, source=source)),
+    SettingRule("retention", check=lambda value, *, source: check_retention(value, source=source)),
+    SettingRule(
         "plugins",
         _is_paths,
         'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].',
     ),
-    Rule(
+    SettingRule(
         "prices",
         _is_table,
         'must be a table of model = [input, output], e.g. "my-model" = [2.5, 10].',
     ),
-    Rule("prices", check=_check_prices),
+    SettingRule("prices", check=_check_prices),
 )
 
 
@@ -396,7 +396,7 @@ def _validate(data: dict[str, Any], *, source: str) -> None:
     _check_known(data, SETTINGS, source=source)
     if isinstance(data.get("test_match"), str):  # one glob is a list of one
         data["test_match"] = [data["test_match"]]
-    for rule in RULES:
+    for rule in SETTING_RULES:
         found, value = _lookup(data, rule.key)
         if not found:
             continue
