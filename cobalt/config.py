@@ -373,6 +373,7 @@ SETTING_RULES: tuple[SettingRule, ...] = (
     ),
     SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
     SettingRule("cache.ttl", check=_check_cache_ttl),
+    # The tables with rules of their own (their checks are defined further down):
     SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
     SettingRule("webhooks", check=lambda value, *, source: check_webhooks(value, source=source)),
     SettingRule("replay", check=lambda value, *, source: check_replay(value, source=source)),
