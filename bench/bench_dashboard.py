@@ -210,26 +210,50 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="Build (or reuse) the project in this folder.")
     args = parser.parse_args()
 
-    if args.keep:
-        project = args.keep.resolve()
-        project.mkdir(parents=True, exist_ok=True)
-    else:
-        project = Path(tempfile.mkdtemp(prefix="cobalt-bench-dashboard-"))
-    (project / "cobalt.toml").write_text('test_dir = "experiments"\n')
-    ids_file = project / ".bench-ids"
-    if ids_file.exists():
-        ids = dict(line.split("=", 1) for line in ids_file.read_text().split())
-    else:
-        ids = build(project, items=args.items, small=args.small)
-        ids_file.write_text("\n".join(f"{k}={v}" for k, v in ids.items()))
-
+    project = prepare_project(args.keep)
+    ids = project_runs(project, items=args.items, small=args.small)
     # The selector first, in this process, before the server competes for the cores.
     scale = f"{args.items // 1000}k" if args.items >= 1000 else str(args.items)
     selector = time_compare_runs(project, ids["a"], ids["b"], args.repeat, scale)
     process, base = serve(project)
+    try:
+        rows = [selector, *time_pages(base, page_cases(ids, scale), ids["a"], args.repeat)]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if not args.keep:
+            shutil.rmtree(project, ignore_errors=True)
+    failed = print_table(rows)
+    sys.exit(1 if failed else 0)
+
+
+def prepare_project(keep: Path | None) -> Path:
+    """The project folder: `--keep`'s (made if need be), else a new temporary one."""
+    if keep:
+        project = keep.resolve()
+        project.mkdir(parents=True, exist_ok=True)
+    else:
+        project = Path(tempfile.mkdtemp(prefix="cobalt-bench-dashboard-"))
+    (project / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    return project
+
+
+def project_runs(project: Path, *, items: int, small: int) -> dict[str, str]:
+    """The ids of the benchmark's runs: built once, then read from `.bench-ids`."""
+    ids_file = project / ".bench-ids"
+    if ids_file.exists():
+        return dict(line.split("=", 1) for line in ids_file.read_text().split())
+    ids = build(project, items=items, small=small)
+    ids_file.write_text("\n".join(f"{k}={v}" for k, v in ids.items()))
+    return ids
+
+
+def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, dict, int]]:
+    """(name, URL, headers, target in ms) of each page timed; the item panel's URL (None) is
+    found at run time."""
     a, b, running = ids["a"], ids["b"], ids["running"]
     items_partial = {**HTMX, "HX-Target": "items"}
-    cases = [
+    return [
         ("runs list", "/", {}, 200),
         ("runs list, tag filter", "/?tag=v2", HTMX, 200),
         (f"run detail ({scale} items)", f"/runs/{a}/", {}, 300),
@@ -253,37 +277,39 @@ def main() -> None:
         ("trends", "/trends/?experiment=qa-agent", {}, 300),
         ("trends, tag filter", "/trends/?experiment=qa-agent&tag=nightly", HTMX, 300),
     ]
-    rows = [selector]
-    try:
-        with httpx.Client(base_url=base, timeout=60) as client:
-            item_url = first_item(client, a)
-            # One pass over every page first: each worker process imports its views and
-            # scipy (in a background thread at start) before anything is timed.
-            first: dict[str, float] = {}
-            for _ in range(2):
-                for name, url, headers, _target in cases:
-                    started = time.perf_counter()
-                    client.get(url or item_url, headers=headers).raise_for_status()
-                    first.setdefault(name, (time.perf_counter() - started) * 1000)
-            for name, url, headers, target in cases:
-                url = url or item_url
-                times = []
-                for _ in range(args.repeat):
-                    started = time.perf_counter()
-                    reply = client.get(url, headers=headers)
-                    times.append((time.perf_counter() - started) * 1000)
-                    if reply.status_code not in (200, 286):
-                        raise SystemExit(f"{url}: HTTP {reply.status_code}")
-                times.sort()
-                p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-                median = statistics.median(times)
-                rows.append((name, first[name], median, p95, times[-1], target, len(reply.content)))
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        if not args.keep:
-            shutil.rmtree(project, ignore_errors=True)
 
+
+def time_pages(base: str, cases: list, run_id: str, repeat: int) -> list[tuple]:
+    """Each page's row: (name, first, median, p95, max, target, bytes)."""
+    rows = []
+    with httpx.Client(base_url=base, timeout=60) as client:
+        item_url = first_item(client, run_id)
+        # One pass over every page first: each worker process imports its views and
+        # scipy (in a background thread at start) before anything is timed.
+        first: dict[str, float] = {}
+        for _ in range(2):
+            for name, url, headers, _target in cases:
+                started = time.perf_counter()
+                client.get(url or item_url, headers=headers).raise_for_status()
+                first.setdefault(name, (time.perf_counter() - started) * 1000)
+        for name, url, headers, target in cases:
+            url = url or item_url
+            times = []
+            for _ in range(repeat):
+                started = time.perf_counter()
+                reply = client.get(url, headers=headers)
+                times.append((time.perf_counter() - started) * 1000)
+                if reply.status_code not in (200, 286):
+                    raise SystemExit(f"{url}: HTTP {reply.status_code}")
+            times.sort()
+            p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+            median = statistics.median(times)
+            rows.append((name, first[name], median, p95, times[-1], target, len(reply.content)))
+    return rows
+
+
+def print_table(rows: list[tuple]) -> int:
+    """Print each row against its target; returns how many missed it."""
     print(
         f"\n{'page':32} {'first':>9} {'median':>8} {'p95':>8} {'max':>8} {'target':>8} "
         f"{'bytes':>9}  ok"
@@ -298,7 +324,7 @@ def main() -> None:
         )
     print("first = the first request after the server started (workers still warming up)")
     print(f"\n{len(rows) - failed}/{len(rows)} pages under target (median)")
-    sys.exit(1 if failed else 0)
+    return failed
 
 
 if __name__ == "__main__":

@@ -15,51 +15,47 @@ import importlib.util
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cobalt.redaction import redact  # the one redaction
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
+from cobalt.run_settings import RUN_DEFAULTS as RUN
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
 
+# The run settings' defaults live in `cobalt/run_settings.py` (RUN); the rest are the project's.
 DEFAULTS: dict[str, Any] = {
     "test_dir": "experiments",
     "test_match": ["**/*.cobalt.py", "**/*.experiment.py"],
     "output_dir": ".cobalt",
-    "judge": {
-        "provider": "openai",
-        "model": "gpt-4o-mini",
-        "api_key": None,
-        "base_url": None,
-        "max_retries": 3,
-        "timeout": 60,
-    },
+    "judge": RUN.judge.as_dict(),
     "simulator": {},  # the simulated user's model (provider, model, base_url): the judge's
-    "concurrency": 5,
-    "timeout": 30,
-    "cache": {"enabled": True, "ttl": "7d"},
+    "concurrency": RUN.concurrency,
+    "timeout": RUN.timeout,
+    "cache": RUN.cache.as_dict(),
     "ci": {},
     "dashboard": {"host": "127.0.0.1", "port": 4000, "open": False},
     "database_url": None,
     "broker_url": None,
-    "rate_limits": {},
+    "rate_limits": dict(RUN.rate_limits),
     "webhooks": [],
     "plugins": [],
     "env": {},
-    "trace": {"enabled": True, "max_chars": 2000},
+    "trace": RUN.trace.as_dict(),
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
 # otherwise leave concurrency at 5 without a word). `ci`, `webhooks`, `replay` and
 # `rate_limits` check their own keys; `env` and `prices` hold names of the user's choosing.
 TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "judge": ("provider", "model", "api_key", "base_url", "max_retries", "timeout"),
+    "judge": tuple(RUN.judge.as_dict()),
     "simulator": ("provider", "model", "base_url", "api_key_env"),
-    "cache": ("enabled", "ttl"),
+    "cache": tuple(RUN.cache.as_dict()),
     "dashboard": ("host", "port", "open"),
-    "trace": ("enabled", "max_chars"),
+    "trace": tuple(RUN.trace.as_dict()),
     "mcp": ("result_tokens",),
     "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
@@ -297,70 +293,127 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def _validate(data: dict[str, Any], *, source: str) -> None:
-    def fail(key: str, message: str) -> None:
-        raise ConfigError(f"{source}: `{key}` {message}")
+@dataclass(frozen=True)
+class SettingRule:
+    """One row of the validation table. When the setting at `key` (dotted) is present, it must
+    pass `valid`, else the message is "{source}: `key` message" (`{value!r}` filled in); a
+    table with rules of its own has a `check(value, source=...)` that raises its messages."""
 
-    _check_known(data, SETTINGS, source=source)
-    if "concurrency" in data:
-        value = data["concurrency"]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            fail("concurrency", f"must be a whole number of at least 1 (got {value!r}).")
-    if "timeout" in data:
-        value = data["timeout"]
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            fail("timeout", f"must be a number of seconds above 0 (got {value!r}).")
-    if "test_match" in data:
-        value = data["test_match"]
-        if isinstance(value, str):
-            data["test_match"] = [value]
-        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            fail("test_match", "must be a glob or a list of globs.")
-    for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env"):
-        if section in data and not isinstance(data[section], dict):
-            fail(section, "must be a table (a dict).")
-    for section, known in TABLE_SETTINGS.items():
-        _check_known(data.get(section) or {}, known, source=source, table_name=section)
-    for section in ("judge", "simulator"):
-        provider = (data.get(section) or {}).get("provider")
-        if provider not in (None, "openai", "anthropic"):
-            fail(f"{section}.provider", f"must be 'openai' or 'anthropic' (got {provider!r}).")
-    trace = data.get("trace") or {}
-    if "enabled" in trace and not isinstance(trace["enabled"], bool):
-        fail("trace.enabled", f"must be true or false (got {trace['enabled']!r}).")
-    if "max_chars" in trace:
-        value = trace["max_chars"]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            fail("trace.max_chars", f"must be a whole number of at least 1 (got {value!r}).")
-    cache = data.get("cache") or {}
-    if "ttl" in cache:
-        try:
-            parse_ttl(cache["ttl"])
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    if "ci" in data:
-        check_ci(data["ci"], source=source)
-    if "webhooks" in data:
-        check_webhooks(data["webhooks"], source=source)
-    if "replay" in data:
-        check_replay(data["replay"], source=source)
-    if "results" in data:
-        check_results(data["results"], source=source)
-    if "retention" in data:
-        check_retention(data["retention"], source=source)
-    plugins = data.get("plugins", [])
-    if not isinstance(plugins, list) or not all(isinstance(p, str) and p for p in plugins):
-        fail("plugins", 'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].')
-    prices = data.get("prices", {})
-    if not isinstance(prices, dict):
-        fail("prices", 'must be a table of model = [input, output], e.g. "my-model" = [2.5, 10].')
+    key: str
+    valid: Callable[[Any], bool] | None = None
+    message: str = ""
+    check: Callable[..., None] | None = None
+
+
+def _is_whole_at_least_1(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not value <= 0
+
+
+def _is_globs(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_provider(value: Any) -> bool:
+    return value in (None, "openai", "anthropic")
+
+
+def _is_paths(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(p, str) and p for p in value)
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _known_in(section: str) -> Callable[..., None]:
+    def check(table: dict[str, Any], *, source: str) -> None:
+        _check_known(table or {}, TABLE_SETTINGS[section], source=source, table_name=section)
+
+    return check
+
+
+def _check_cache_ttl(value: Any, *, source: str) -> None:
+    try:
+        parse_ttl(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _check_prices(prices: dict[str, Any], *, source: str) -> None:
     for model, price in prices.items():
         if not _is_price(price):
-            fail(
-                f"prices.{model}",
-                "must be [input, output] or {input = ..., output = ...}: USD per million "
-                f"tokens, numbers of at least 0 (got {price!r}).",
+            raise ConfigError(
+                f"{source}: `prices.{model}` must be [input, output] or {{input = ..., output = "
+                f"...}}: USD per million tokens, numbers of at least 0 (got {price!r})."
             )
+
+
+WHOLE = "must be a whole number of at least 1 (got {value!r})."
+PROVIDER = "must be 'openai' or 'anthropic' (got {value!r})."
+# The validation table, checked in this order (the first problem is the one reported).
+SETTING_RULES: tuple[SettingRule, ...] = (
+    SettingRule("concurrency", _is_whole_at_least_1, WHOLE),
+    SettingRule("timeout", _is_seconds, "must be a number of seconds above 0 (got {value!r})."),
+    SettingRule("test_match", _is_globs, "must be a glob or a list of globs."),
+    *(
+        SettingRule(section, _is_table, "must be a table (a dict).")
+        for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env")
+    ),
+    *(SettingRule(section, check=_known_in(section)) for section in TABLE_SETTINGS),
+    SettingRule("judge.provider", _is_provider, PROVIDER),
+    SettingRule("simulator.provider", _is_provider, PROVIDER),
+    SettingRule(
+        "trace.enabled",
+        lambda value: isinstance(value, bool),
+        "must be true or false (got {value!r}).",
+    ),
+    SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
+    SettingRule("cache.ttl", check=_check_cache_ttl),
+    # The tables with rules of their own (their checks are defined further down):
+    SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
+    SettingRule("webhooks", check=lambda value, *, source: check_webhooks(value, source=source)),
+    SettingRule("replay", check=lambda value, *, source: check_replay(value, source=source)),
+    SettingRule("results", check=lambda value, *, source: check_results(value, source=source)),
+    SettingRule("retention", check=lambda value, *, source: check_retention(value, source=source)),
+    SettingRule(
+        "plugins",
+        _is_paths,
+        'must be a list of Python file paths, e.g. ["plugins/my_eval.py"].',
+    ),
+    SettingRule(
+        "prices",
+        _is_table,
+        'must be a table of model = [input, output], e.g. "my-model" = [2.5, 10].',
+    ),
+    SettingRule("prices", check=_check_prices),
+)
+
+
+def _validate(data: dict[str, Any], *, source: str) -> None:
+    _check_known(data, SETTINGS, source=source)
+    if isinstance(data.get("test_match"), str):  # one glob is a list of one
+        data["test_match"] = [data["test_match"]]
+    for rule in SETTING_RULES:
+        found, value = _lookup(data, rule.key)
+        if not found:
+            continue
+        if rule.check is not None:
+            rule.check(value, source=source)
+        elif rule.valid is not None and not rule.valid(value):
+            raise ConfigError(f"{source}: `{rule.key}` {rule.message.format(value=value)}")
+
+
+def _lookup(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(whether the setting is present, its value); a table that is None counts as empty."""
+    *tables, key = dotted.split(".")
+    node: Any = data
+    for table in tables:
+        node = node.get(table) or {}
+    return (key in node, node.get(key)) if isinstance(node, dict) else (False, None)
 
 
 def _check_known(

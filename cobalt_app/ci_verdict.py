@@ -13,6 +13,7 @@ from typing import Any
 
 from cobalt import verdict
 from cobalt.config import Config
+from cobalt.run_settings import RunSettings
 from cobalt_app.gates import (
     Check,
     GateSettings,
@@ -197,7 +198,7 @@ def gate_run(
         evaluators=evaluators,
         settings=settings,
         results_path=run.results_path or "",
-        runs=int(run_config.get("runs") or 1),
+        runs=RunSettings.from_run_config(run_config).runs,
     )
     report.checks = check_run(
         report.summary,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cobalt.experiments import Experiment, RunContext
+from cobalt.run_settings import RUN_DEFAULTS, default_judge_model
 from cobalt.tracing import span
 from cobalt_app import traces
 from cobalt_app.cache import cached_call
@@ -273,11 +274,12 @@ def simulator_settings(env: Any) -> dict[str, Any]:
     """The simulator's model: `[simulator]` in the config, else the judge's."""
     judge = env.judge_config
     own = env.simulator_config or {}
-    provider = own.get("provider") or judge.get("provider") or "openai"
-    same = provider == (judge.get("provider") or "openai")
+    configured = judge.get("provider") or RUN_DEFAULTS.judge.provider
+    provider = own.get("provider") or configured
+    same = provider == configured
     model = own.get("model") or (judge.get("model") if same else None)
     if not model:
-        model = "claude-haiku-4-5" if provider == "anthropic" else "gpt-4o-mini"
+        model = default_judge_model(provider)
     return {
         "provider": provider,
         "model": model,

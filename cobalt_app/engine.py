@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
+from cobalt.run_settings import RunSettings
 from cobalt_app import recordings, storable, trace_spans, trace_store, traces
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
@@ -205,7 +206,7 @@ async def rescore_item(
         outcome.trace = await env.db(stored_trace, snapshot.id)
         scoped = dataclasses.replace(experiment, evaluators=chosen)
         outcome.evaluations = await evaluate_item(
-            scoped, snapshot, outcome, env, timeout=float(run_config.get("timeout", 30))
+            scoped, snapshot, outcome, env, timeout=RunSettings.from_run_config(run_config).timeout
         )
         outcome.trace = []  # not written again
     present = {e.name for e in chosen}

@@ -34,6 +34,7 @@ from typing import Any
 from cobalt.config import Config
 from cobalt.dataset import item_key
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import aio, discovery
 from cobalt_app.generate_prompt import ask_llm, build_prompt
 from cobalt_app.generate_render import render_experiment
@@ -195,7 +196,7 @@ def try_first_item(experiment: Experiment, config: Config) -> dict[str, Any]:
 
     item = experiment.dataset[0]
     snapshot = ItemSnapshot(id=0, item_index=0, run_index=0, item_key=item_key(item), item=item)
-    timeout = float(experiment.timeout or config.get("timeout", 30))
+    timeout = float(experiment.timeout or RunSettings.from_config(config).timeout)
 
     async def attempt() -> engine.ItemOutcome:
         db = aio.DatabaseThread()

@@ -177,19 +177,38 @@ def check_spec(spec: dict[str, Any], functions: dict[str, AgentFunction], size: 
     if error is not None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         raise GenerateError(f"the LLM's spec is invalid at spec{where}: {error.message}")
-    notes: list[str] = []
-    if len(spec["items"]) > size:
-        notes.append(f"the LLM returned {len(spec['items'])} items; kept the first {size}")
-        spec["items"] = spec["items"][:size]
-    elif len(spec["items"]) < size:
-        notes.append(f"the LLM returned {len(spec['items'])} items instead of {size}")
+    notes = _fit_items(spec, size)
     function = functions.get(spec["function"])
     if function is None:
         raise GenerateError(
             f"the LLM's spec calls function {spec['function']!r}, which the agent file does not "
             f"define at top level (it defines: {', '.join(functions)})"
         )
-    arguments: dict[str, str] = spec["arguments"]
+    _check_arguments(spec["arguments"], function)
+    _check_items(spec["items"], spec["arguments"])
+    names = [e["name"] for e in spec["evaluators"]]
+    for name in names:
+        if names.count(name) > 1:
+            raise GenerateError(f"spec.evaluators: the name {name!r} is used twice")
+    for number, evaluator in enumerate(spec["evaluators"]):
+        check_evaluator(evaluator, number, spec["items"])
+    return notes
+
+
+def _fit_items(spec: dict[str, Any], size: int) -> list[str]:
+    """Keep the first `size` items; a note when the LLM returned more or fewer."""
+    if len(spec["items"]) > size:
+        notes = [f"the LLM returned {len(spec['items'])} items; kept the first {size}"]
+        spec["items"] = spec["items"][:size]
+        return notes
+    if len(spec["items"]) < size:
+        return [f"the LLM returned {len(spec['items'])} items instead of {size}"]
+    return []
+
+
+def _check_arguments(arguments: dict[str, str], function: AgentFunction) -> None:
+    """Every argument a parameter of the function (unless it takes **kwargs), every required
+    parameter given, every name a Python name."""
     unknown = [p for p in arguments if p not in function.parameters]
     if unknown and not function.var_keyword:
         raise GenerateError(
@@ -204,8 +223,12 @@ def check_spec(spec: dict[str, Any], functions: dict[str, AgentFunction], size: 
     for p in arguments:
         if not p.isidentifier() or keyword.iskeyword(p):
             raise GenerateError(f"spec.arguments: {p!r} is not a parameter name")
+
+
+def _check_items(items: list[dict[str, Any]], arguments: dict[str, str]) -> None:
+    """Each item gets an id (unique) and holds every field an argument reads."""
     ids: set[str] = set()
-    for index, item in enumerate(spec["items"]):
+    for index, item in enumerate(items):
         if item.get("id") is None:
             item["id"] = f"{item['category']}-{index + 1}"
         key = item_key(item)
@@ -218,13 +241,6 @@ def check_spec(spec: dict[str, Any], functions: dict[str, AgentFunction], size: 
                     f"spec.items[{index}] ({key}) has no field {item_field!r}, which the "
                     f"argument {parameter!r} reads"
                 )
-    names = [e["name"] for e in spec["evaluators"]]
-    for name in names:
-        if names.count(name) > 1:
-            raise GenerateError(f"spec.evaluators: the name {name!r} is used twice")
-    for number, evaluator in enumerate(spec["evaluators"]):
-        check_evaluator(evaluator, number, spec["items"])
-    return notes
 
 
 def check_evaluator(evaluator: dict[str, Any], number: int, items: list[dict[str, Any]]) -> None:

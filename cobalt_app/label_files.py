@@ -185,19 +185,9 @@ def _jsonl_rows(text: str) -> Iterator[tuple[int, dict[str, Any] | str]]:
 
 def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, Any] | str]]:
     reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-    except StopIteration:
+    header = _csv_header(reader)
+    if header is None:
         return
-    except csv.Error as exc:
-        raise LabelFileError(f"line 1: the header is not CSV ({exc})") from None
-    header = [name.strip() for name in header]
-    missing = [name for name in REQUIRED if name not in header]
-    if missing:
-        raise LabelFileError(
-            f"line 1: the header has no {', '.join(missing)} column (it needs "
-            f"{', '.join(REQUIRED)}, verdict or score; `cobalt labels export` writes them all)"
-        )
     start = reader.line_num + 1
     while True:
         try:
@@ -208,26 +198,46 @@ def _csv_rows(text: str) -> Iterator[tuple[int, dict[str, Any] | str]]:
             yield start, f"not CSV ({exc})"
             return
         line, start = start, reader.line_num + 1
-        if not any(cell.strip() for cell in record):
-            continue
-        if len(record) != len(header):
-            yield line, f"{len(record)} fields; the header has {len(header)}"
-            continue
-        row: dict[str, Any] = {}
-        for name, cell in zip(header, record, strict=True):
-            if name in TEXT_COLUMNS and cell.startswith("'"):
-                cell = cell[1:]  # the quote export put before a formula-like cell
-            row[name] = cell
-        expected = row.get("expectedOutput", "")
-        if expected.strip():
-            try:
-                row["expectedOutput"] = json.loads(expected)
-            except ValueError as exc:
-                yield line, f'expectedOutput: not JSON ({exc}); write text in quotes: "Lyon"'
-                continue
-        else:
-            row["expectedOutput"] = None
-        yield line, row
+        if any(cell.strip() for cell in record):
+            yield line, _csv_row(header, record)
+
+
+def _csv_header(reader: Iterator[list[str]]) -> list[str] | None:
+    """The header's column names (None for an empty file), with every required column."""
+    try:
+        header = next(reader)
+    except StopIteration:
+        return None
+    except csv.Error as exc:
+        raise LabelFileError(f"line 1: the header is not CSV ({exc})") from None
+    header = [name.strip() for name in header]
+    missing = [name for name in REQUIRED if name not in header]
+    if missing:
+        raise LabelFileError(
+            f"line 1: the header has no {', '.join(missing)} column (it needs "
+            f"{', '.join(REQUIRED)}, verdict or score; `cobalt labels export` writes them all)"
+        )
+    return header
+
+
+def _csv_row(header: list[str], record: list[str]) -> dict[str, Any] | str:
+    """One record as a row by column name, or what is wrong with it."""
+    if len(record) != len(header):
+        return f"{len(record)} fields; the header has {len(header)}"
+    row: dict[str, Any] = {}
+    for name, cell in zip(header, record, strict=True):
+        if name in TEXT_COLUMNS and cell.startswith("'"):
+            cell = cell[1:]  # the quote export put before a formula-like cell
+        row[name] = cell
+    expected = row.get("expectedOutput", "")
+    if expected.strip():
+        try:
+            row["expectedOutput"] = json.loads(expected)
+        except ValueError as exc:
+            return f'expectedOutput: not JSON ({exc}); write text in quotes: "Lyon"'
+    else:
+        row["expectedOutput"] = None
+    return row
 
 
 class _Importer:

@@ -20,6 +20,7 @@ from typing import Unpack
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app import aio, discovery, plugins, preflight, team_wait, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
@@ -90,7 +91,7 @@ def preload_sdks(experiments: list[Experiment], config: Config) -> None:
             import_sdk(provider)
     if traces.TraceSettings.from_config(config).enabled:
         traces.preload_instrumentations()
-    default = config.get("judge.provider") or "openai"
+    default = config.get("judge.provider") or RUN_DEFAULTS.judge.provider
     for experiment in experiments:
         for evaluator in experiment.evaluators:
             if calls_provider(evaluator.type):

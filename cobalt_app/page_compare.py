@@ -170,85 +170,123 @@ def pair_table(
     none fell. The changes of every pair are classified and sorted as arrays over the two
     runs' score tables; only the shown page becomes rows, with one query for its item ids.
     """
-    import numpy as np
-
-    count = pairing.matched
-    columns = [pairing.scores(name) for name in names]
-    before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
-    after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
-    failed_a = pairing.a.failed[pairing.at_a]
-    failed_b = pairing.b.failed[pairing.at_b]
-    # A key is in the table when each run either scored it (on these evaluators) or failed it.
-    present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
-        failed_b | (~np.isnan(after)).any(axis=0)
-    )
-    keep = np.flatnonzero(present)
-    if len(keep) < count:
-        before, after = before[:, keep], after[:, keep]
-        failed_a, failed_b = failed_a[keep], failed_b[keep]
-        count = len(keep)
-    deltas = after - before
-    broke = failed_b & ~failed_a
-    mended = failed_a & ~failed_b
-    with np.errstate(invalid="ignore"):
-        fell = (deltas < -EPSILON).any(axis=0)
-        rose = (deltas > EPSILON).any(axis=0)
-    regressed = broke | (~mended & fell)
-    improved = ~regressed & (mended | rose)
-    changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
-    counts = {name: int((changes == i).sum()) for i, name in enumerate(CHANGES)}
-    if names and count:  # each pair's largest fall and rise (a missing score is no change)
-        with np.errstate(invalid="ignore"):
-            lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
-            highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
-    else:
-        lowest = highest = np.zeros(count)
-    worst = np.where(broke, -np.inf, lowest)
-    best = np.where(mended, np.inf, highest)
-    selected = np.arange(count)
-    if change in CHANGES:
-        selected = selected[changes == CHANGES.index(change)]
-    if sort == "delta":
-        selected = selected[np.lexsort((best[selected], worst[selected]))]
-    elif sort == "-delta":
-        selected = selected[np.lexsort((-worst[selected], -best[selected]))]
+    pairs = _PairArrays.of(pairing, names)
+    counts = {name: int((pairs.changes == i).sum()) for i, name in enumerate(CHANGES)}
+    selected = pairs.selected(change, sort)
     total = len(selected)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     shown = selected[(number - 1) * per_page : number * per_page].tolist()
-    statuses = ItemResult.Status.values
-    rows = []
-    for i in shown:
-        at = int(keep[i])
-        cells = []
-        for n, name in enumerate(names):
-            score_a, score_b = _score(before[n, i]), _score(after[n, i])
-            cells.append(
-                {
-                    "name": name,
-                    "a": score_a,
-                    "b": score_b,
-                    "delta": None if math.isnan(deltas[n, i]) else float(deltas[n, i]),
-                    "verdictA": score_verdict(score_a, marks.get(name)),
-                    "verdictB": score_verdict(score_b, marks.get(name)),
-                }
-            )
-        status_a = statuses[int(pairing.a.status[pairing.at_a[at]])]
-        status_b = statuses[int(pairing.b.status[pairing.at_b[at]])]
-        rows.append(PairRow(pairing.key(at), cells, status_a, status_b, CHANGES[int(changes[i])]))
-    if rows:
-        ids = (
-            ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
-            .values("run_id", "item_key")
-            .annotate(first=Min("id"))
-            .values_list("run_id", "item_key", "first")
-        )
-        found = {(run_id, key): item_id for run_id, key, item_id in ids}
-        for row in rows:
-            row.item_a = found.get((a.id, row.key))
-            row.item_b = found.get((b.id, row.key))
+    rows = [_pair_row(pairs, i, pairing, names, marks) for i in shown]
+    _link_items(rows, a, b)
     return PairTable(
         number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
     )
+
+
+@dataclass
+class _PairArrays:
+    """The pairs of the table as arrays: per evaluator (rows) and pair (columns) the scores
+    before and after and their deltas; per pair its position in the pairing (`keep`), its
+    change (an index into CHANGES), its largest fall (`worst`) and rise (`best`)."""
+
+    keep: Any
+    before: Any
+    after: Any
+    deltas: Any
+    changes: Any
+    worst: Any
+    best: Any
+
+    @classmethod
+    def of(cls, pairing: Pairing, names: list[str]) -> _PairArrays:
+        import numpy as np
+
+        count = pairing.matched
+        columns = [pairing.scores(name) for name in names]
+        before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
+        after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
+        failed_a = pairing.a.failed[pairing.at_a]
+        failed_b = pairing.b.failed[pairing.at_b]
+        # A key is in the table when each run either scored it (on these evaluators) or failed it.
+        present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
+            failed_b | (~np.isnan(after)).any(axis=0)
+        )
+        keep = np.flatnonzero(present)
+        if len(keep) < count:
+            before, after = before[:, keep], after[:, keep]
+            failed_a, failed_b = failed_a[keep], failed_b[keep]
+            count = len(keep)
+        deltas = after - before
+        broke = failed_b & ~failed_a
+        mended = failed_a & ~failed_b
+        with np.errstate(invalid="ignore"):
+            fell = (deltas < -EPSILON).any(axis=0)
+            rose = (deltas > EPSILON).any(axis=0)
+        regressed = broke | (~mended & fell)
+        improved = ~regressed & (mended | rose)
+        changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
+        if names and count:  # each pair's largest fall and rise (a missing score is no change)
+            with np.errstate(invalid="ignore"):
+                lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+                highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+        else:
+            lowest = highest = np.zeros(count)
+        worst = np.where(broke, -np.inf, lowest)
+        best = np.where(mended, np.inf, highest)
+        return cls(keep, before, after, deltas, changes, worst, best)
+
+    def selected(self, change: str, sort: str) -> Any:
+        """The pairs of the `change` asked for (all without one), in the order asked for."""
+        import numpy as np
+
+        selected = np.arange(len(self.changes))
+        if change in CHANGES:
+            selected = selected[self.changes == CHANGES.index(change)]
+        if sort == "delta":
+            selected = selected[np.lexsort((self.best[selected], self.worst[selected]))]
+        elif sort == "-delta":
+            selected = selected[np.lexsort((-self.worst[selected], -self.best[selected]))]
+        return selected
+
+
+def _pair_row(
+    pairs: _PairArrays, i: int, pairing: Pairing, names: list[str], marks: dict[str, float]
+) -> PairRow:
+    at = int(pairs.keep[i])
+    cells = []
+    for n, name in enumerate(names):
+        score_a, score_b = _score(pairs.before[n, i]), _score(pairs.after[n, i])
+        delta = pairs.deltas[n, i]
+        cells.append(
+            {
+                "name": name,
+                "a": score_a,
+                "b": score_b,
+                "delta": None if math.isnan(delta) else float(delta),
+                "verdictA": score_verdict(score_a, marks.get(name)),
+                "verdictB": score_verdict(score_b, marks.get(name)),
+            }
+        )
+    statuses = ItemResult.Status.values
+    status_a = statuses[int(pairing.a.status[pairing.at_a[at]])]
+    status_b = statuses[int(pairing.b.status[pairing.at_b[at]])]
+    return PairRow(pairing.key(at), cells, status_a, status_b, CHANGES[int(pairs.changes[i])])
+
+
+def _link_items(rows: list[PairRow], a: Run, b: Run) -> None:
+    """Each row's first item result in A and in B (one query for the page)."""
+    if not rows:
+        return
+    ids = (
+        ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
+        .values("run_id", "item_key")
+        .annotate(first=Min("id"))
+        .values_list("run_id", "item_key", "first")
+    )
+    found = {(run_id, key): item_id for run_id, key, item_id in ids}
+    for row in rows:
+        row.item_a = found.get((a.id, row.key))
+        row.item_b = found.get((b.id, row.key))
 
 
 def _score(value: float) -> float | None:

@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F, FilteredRelation, Min, Q, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from cobalt.verdict import Verdict, evaluation_verdict, score_verdict
 from cobalt_app import score_tables, trace_spans, trace_store
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_selectors import pass_marks
+from cobalt_app.score_tables import failing_verdicts
 from cobalt_app.selectors import failed_items
 
 TEXT_PREVIEW = 160
@@ -268,26 +268,6 @@ def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int 
         worst = failing.values_list("item_id", flat=True)
         ids += list(worst[start : start + per_page - len(ids)])
     return _page_of(run, ids, number, per_page, total)
-
-
-def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
-    """Per item with a failing verdict (an evaluation error, or a score below its pass mark;
-    of `evaluator` only when given), its worst score (-1 for an error), worst first."""
-    marks = pass_marks(run)
-    names = [evaluator] if evaluator else list(marks)
-    below = Q(pk__in=[])
-    for name in names:
-        below |= Q(evaluator=name, score__lt=marks[name])
-    unscored = ~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)
-    if evaluator:
-        unscored &= Q(evaluator=evaluator)
-    return (
-        Evaluation.objects.filter(run=run)
-        .filter(unscored | below)
-        .values("item_id")
-        .annotate(worst=Min(Coalesce("score", Value(-1.0))))
-        .order_by("worst", "item_id")
-    )
 
 
 def _page_of(run: Run, ids: list[int], number: int, per_page: int, total: int) -> ItemsPage:

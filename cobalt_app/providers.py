@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cobalt.run_settings import RUN_DEFAULTS
+
 DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 KNOWN_PROVIDERS = tuple(DEFAULT_KEY_VARS)
 
@@ -76,7 +78,8 @@ def resolve_api_key(
         )
     variable = api_key_env or DEFAULT_KEY_VARS[provider]
     key = os.environ.get(variable)
-    if not key and not api_key_env and judge_config.get("provider", "openai") == provider:
+    configured = judge_config.get("provider", RUN_DEFAULTS.judge.provider)
+    if not key and not api_key_env and configured == provider:
         key = judge_config.get("api_key")
     if not key and base_url and provider == "openai":
         return "not-needed"  # local OpenAI-compatible servers usually take no key
@@ -104,7 +107,7 @@ class ProviderHub:
                 "api_key": api_key,
                 "base_url": base_url or None,
                 "max_retries": 0 if self._budgeted(provider) else self._retries,
-                "timeout": float(self.judge_config.get("timeout", 60)),
+                "timeout": float(self.judge_config.get("timeout", RUN_DEFAULTS.judge.timeout)),
             }
             if provider == "anthropic":
                 import anthropic
@@ -206,7 +209,7 @@ class ProviderHub:
 
     @property
     def _retries(self) -> int:
-        return int(self.judge_config.get("max_retries", 3))
+        return int(self.judge_config.get("max_retries", RUN_DEFAULTS.judge.max_retries))
 
     def _budgeted(self, provider: str) -> bool:
         return self.limiter is not None and self.limiter.covers(provider)

@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cobalt import results_file, verdict
+from cobalt.run_settings import RunSettings
 from cobalt_app import labels, recordings, stats, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
@@ -81,7 +82,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
     from cobalt_app import significance  # numpy/scipy: loaded when first needed
 
     extra = significance.run_statistics(
-        scores_by_item(run), names, runs=int((run.config or {}).get("runs", 1))
+        scores_by_item(run), names, runs=RunSettings.from_run_config(run.config).runs
     )
     for name, values in per_evaluator.items():
         values["ci95"] = extra["ci95"].get(name)
@@ -119,7 +120,7 @@ def run_duration_ms(run: Run) -> float | None:
     if not run.started_at:
         return None
     end = run.finished_at or timezone.now()
-    prior = (run.config or {}).get("priorDurationMs") or 0.0
+    prior = RunSettings.from_run_config(run.config).prior_duration_ms  # before a `--resume`
     return prior + (end - run.started_at).total_seconds() * 1000
 
 
@@ -184,6 +185,7 @@ def run_finalise(run_id: str, *, status: str | None = None) -> Run:
 
 def run_header(run: Run) -> dict[str, Any]:
     config = run.config or {}
+    settings = RunSettings.from_run_config(config)
     return {
         "id": run.id,
         "name": run.name,
@@ -195,9 +197,9 @@ def run_header(run: Run) -> dict[str, Any]:
         "parentRunId": run.parent_id,
         "replay": recordings.label(config.get("replay")),
         "config": {
-            "runs": config.get("runs", 1),
+            "runs": settings.runs,
             "concurrency": config.get("concurrency"),
-            "timeout": int(float(config.get("timeout", 30)) * 1000),
+            "timeout": int(settings.timeout * 1000),
             "evaluators": [e["name"] for e in config.get("evaluators", [])],
             "dataset": config.get("dataset"),
         },

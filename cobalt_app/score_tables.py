@@ -22,7 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.db import connection
+from django.db.models import Min, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
 
+from cobalt import verdict
 from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
 
 logger = logging.getLogger(__name__)
@@ -150,11 +153,29 @@ def _save(run: Run, table: ScoreTable) -> None:
 
 
 def failing_counts(run: Run) -> dict[str, int]:
-    """How many items have a failing verdict (`page_items.failing_verdicts`), of any
-    evaluator ("") and of each: the run page's failures view counts them on every visit."""
-    from cobalt_app.page_items import failing_verdicts
-
+    """How many items have a failing verdict (`failing_verdicts`), of any evaluator ("") and
+    of each: the run page's failures view counts them on every visit."""
     return {name: failing_verdicts(run, name).count() for name in ["", *run.evaluator_names]}
+
+
+def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
+    """Per item with a failing verdict (an evaluation error, or a score below its pass mark;
+    of `evaluator` only when given), its worst score (-1 for an error), worst first."""
+    marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+    names = [evaluator] if evaluator else list(marks)
+    below = Q(pk__in=[])
+    for name in names:
+        below |= Q(evaluator=name, score__lt=marks[name])
+    unscored = ~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)
+    if evaluator:
+        unscored &= Q(evaluator=evaluator)
+    return (
+        Evaluation.objects.filter(run=run)
+        .filter(unscored | below)
+        .values("item_id")
+        .annotate(worst=Min(Coalesce("score", Value(-1.0))))
+        .order_by("worst", "item_id")
+    )
 
 
 def failing_count(run: Run, evaluator: str = "") -> int | None:

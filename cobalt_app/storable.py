@@ -102,21 +102,29 @@ def _problems(value: Any, path: str, depth: int, seen: set[int]) -> Iterator[Uns
             return
         seen.add(id(value))
         if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str | int | float | bool) and key is not None:
-                    yield Unstorable(
-                        f"{path}[{key!r}]",
-                        f"has a {type(key).__name__} as its key (JSON keys are strings)",
-                    )
-                    continue
-                if isinstance(key, str) and _text_problem(key):
-                    yield Unstorable(f"{path}[{key!r}]", f"has a key that {_text_problem(key)}")
-                    continue
-                yield from _problems(item, _child(path, key), depth + 1, seen)
+            yield from _dict_problems(value, path, depth, seen)
         else:
             for index, item in enumerate(value):
                 yield from _problems(item, f"{path}[{index}]", depth + 1, seen)
         seen.discard(id(value))
+
+
+def _dict_problems(
+    value: dict[Any, Any], path: str, depth: int, seen: set[int]
+) -> Iterator[Unstorable]:
+    """A dict's keys JSON cannot hold (not a string, number, bool or None; or bad text), and
+    its values' problems."""
+    for key, item in value.items():
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            yield Unstorable(
+                f"{path}[{key!r}]",
+                f"has a {type(key).__name__} as its key (JSON keys are strings)",
+            )
+            continue
+        if isinstance(key, str) and _text_problem(key):
+            yield Unstorable(f"{path}[{key!r}]", f"has a key that {_text_problem(key)}")
+            continue
+        yield from _problems(item, _child(path, key), depth + 1, seen)
 
 
 def _text_problem(text: str) -> str | None:

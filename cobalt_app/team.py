@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import retention, services
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.models import ItemResult, Run
@@ -183,11 +184,11 @@ class RunInfo:
 
     @property
     def concurrency(self) -> int:
-        return max(1, int(self.config.get("concurrency") or 5))
+        return max(1, RunSettings.from_run_config(self.config).concurrency)
 
     @property
     def timeout(self) -> float:
-        return float(self.config.get("timeout", 30))
+        return RunSettings.from_run_config(self.config).timeout
 
     @property
     def no_cache(self) -> bool:

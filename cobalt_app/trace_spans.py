@@ -21,11 +21,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text
 
 KINDS = ("llm", "tool", "agent", "retrieval", "other")
-DEFAULT_MAX_CHARS = 2000
+DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
 OPENINFERENCE_KINDS = {
     "LLM": "llm",
     "EMBEDDING": "llm",

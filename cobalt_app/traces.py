@@ -35,6 +35,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
+from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app import trace_spans
 
 logger = logging.getLogger("cobalt.traces")
@@ -58,13 +59,13 @@ LIBRARIES = {
 class TraceSettings:
     """`trace.enabled` (default on) and `trace.max_chars` (each input/output, default 2000)."""
 
-    enabled: bool = True
+    enabled: bool = RUN_DEFAULTS.trace.enabled
     max_chars: int = trace_spans.DEFAULT_MAX_CHARS
 
     @classmethod
     def from_config(cls, config: Any) -> TraceSettings:
         return cls(
-            enabled=bool(config.get("trace.enabled", True)),
+            enabled=bool(config.get("trace.enabled", RUN_DEFAULTS.trace.enabled)),
             max_chars=int(config.get("trace.max_chars", trace_spans.DEFAULT_MAX_CHARS)),
         )
 

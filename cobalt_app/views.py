@@ -28,6 +28,7 @@ from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from cobalt.dashboard import project_fingerprint
+from cobalt.run_settings import RunSettings
 from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
@@ -247,7 +248,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             page=filters.get("page") or 1,
             per_page=ITEMS_PER_PAGE,
         )
-    elif (run.config.get("runs", 1) > 1 or run.config.get("repeat_flaky")) and _unfiltered(filters):
+    elif _repeated(RunSettings.from_run_config(run.config)) and _unfiltered(filters):
         items = page_items.repeated_item_page(
             run, page=filters.get("page") or 1, per_page=ITEMS_PER_PAGE
         )
@@ -276,6 +277,11 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         context["labels"] = labels.label_summary(run)  # beside the link to review mode
     partial = "item-results" if target == "item-results" else "items"
     return partial_or_page(request, "cobalt/run_detail.html", context, partial)
+
+
+def _repeated(run_settings: RunSettings) -> bool:
+    """Items that run more than once: repetitions, or `--repeat-flaky`."""
+    return run_settings.runs > 1 or bool(run_settings.repeat_flaky)
 
 
 def _unfiltered(filters: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cobalt import verdict
+from cobalt.run_settings import RunSettings
 from cobalt.version import __version__
 from cobalt_app import recordings
 from cobalt_app.ci_verdict import CiOutcome, GateReport
@@ -72,7 +73,7 @@ class JsonLinesReporter:
             file=run.file,
             tags=run.tags,
             totalItems=run.total_items,
-            runs=config.get("runs", 1),
+            runs=RunSettings.from_run_config(config).runs,
             concurrency=config.get("concurrency"),
             timeout=config.get("timeout"),
             evaluators=[e.get("name") for e in config.get("evaluators", [])],

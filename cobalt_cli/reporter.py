@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cobalt import verdict
+from cobalt.run_settings import RunSettings
 from cobalt.version import __version__
 from cobalt_app import recordings
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
@@ -55,7 +56,7 @@ class ConsoleReporter:
     def run_started(self, run, experiment) -> None:
         config = run.config
         self.output = self.console.file  # looked up once: rich resolves it on every access
-        self.runs = int(config.get("runs", 1))
+        self.runs = RunSettings.from_run_config(config).runs
         self.marks = verdict.pass_marks(config.get("evaluators", []))
         size = (config.get("dataset") or {}).get("size")
         self.items_in_dataset = size or max(run.total_items // max(self.runs, 1), 1)

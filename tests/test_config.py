@@ -169,3 +169,110 @@ def test_redaction_hides_keys_and_database_passwords(tmp_path):
     assert "hunter2" not in shown
     assert "bob" in shown
     assert os.environ.get("COBALT_CONCURRENCY") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"concurrency": 0}, "`concurrency` must be a whole number of at least 1 (got 0)."),
+        ({"concurrency": True}, "`concurrency` must be a whole number of at least 1 (got True)."),
+        ({"concurrency": 2.5}, "`concurrency` must be a whole number of at least 1 (got 2.5)."),
+        ({"timeout": 0}, "`timeout` must be a number of seconds above 0 (got 0)."),
+        ({"timeout": "9"}, "`timeout` must be a number of seconds above 0 (got '9')."),
+        ({"timeout": False}, "`timeout` must be a number of seconds above 0 (got False)."),
+        ({"test_match": 3}, "`test_match` must be a glob or a list of globs."),
+        ({"test_match": ["a", 1]}, "`test_match` must be a glob or a list of globs."),
+        ({"judge": "gpt"}, "`judge` must be a table (a dict)."),
+        ({"rate_limits": []}, "`rate_limits` must be a table (a dict)."),
+        ({"ci": 1}, "`ci` must be a table (a dict)."),
+        ({"env": "x"}, "`env` must be a table (a dict)."),
+        (
+            {"judge": {"provider": "mistral"}},
+            "`judge.provider` must be 'openai' or 'anthropic' (got 'mistral').",
+        ),
+        (
+            {"simulator": {"provider": 1}},
+            "`simulator.provider` must be 'openai' or 'anthropic' (got 1).",
+        ),
+        ({"trace": {"enabled": 1}}, "`trace.enabled` must be true or false (got 1)."),
+        (
+            {"trace": {"max_chars": 0}},
+            "`trace.max_chars` must be a whole number of at least 1 (got 0).",
+        ),
+        (
+            {"cache": {"ttl": "soon"}},
+            "cache.ttl: 'soon' is not a duration; use e.g. '7d', '12h', '30m'.",
+        ),
+        (
+            {"plugins": "a.py"},
+            '`plugins` must be a list of Python file paths, e.g. ["plugins/my_eval.py"].',
+        ),
+        (
+            {"plugins": [""]},
+            '`plugins` must be a list of Python file paths, e.g. ["plugins/my_eval.py"].',
+        ),
+        (
+            {"prices": [1, 2]},
+            '`prices` must be a table of model = [input, output], e.g. "my-model" = [2.5, 10].',
+        ),
+        (
+            {"prices": {"m": [1]}},
+            "`prices.m` must be [input, output] or {input = ..., output = ...}: USD per million "
+            "tokens, numbers of at least 0 (got [1]).",
+        ),
+        ({"ci": {"nope": 1}}, "`ci.nope` is not a CI setting"),
+        ({"webhooks": {}}, "`webhooks` must be a list of tables ([[webhooks]] in TOML)."),
+        ({"replay": {"hosts": "x"}}, "`replay.hosts` must be a list of strings"),
+        ({"results": {"format": "xml"}}, "`results.format` must be one of"),
+        ({"retention": {"keep_last": 0}}, "`retention.keep_last` must be a whole number"),
+        ({"judge": {"modle": "m"}}, "`judge.modle` is not a Cobalt setting; did you mean"),
+    ],
+)
+def test_each_invalid_setting_gives_its_message(settings, message):
+    with pytest.raises(ConfigError) as error:
+        define_config(settings)
+    assert str(error.value).startswith("define_config()")
+    assert message in str(error.value)
+
+
+def test_the_first_invalid_setting_in_the_table_is_the_one_reported():
+    """Several mistakes: the message names the first setting in the order they are checked."""
+    settings = {
+        "prices": 1,
+        "plugins": 1,
+        "trace": {"enabled": 1},
+        "judge": {"provider": "x"},
+        "env": 1,
+        "test_match": 1,
+        "timeout": 0,
+        "concurrency": 0,
+    }
+    order = ["concurrency", "timeout", "test_match", "env", "judge.provider", "trace.enabled"]
+    for key in order:
+        with pytest.raises(ConfigError, match=f"`{key}`"):
+            define_config(settings)
+        top = key.split(".")[0]
+        settings.pop(top) if "." not in key else settings[top].clear()
+    with pytest.raises(ConfigError, match="`plugins`"):
+        define_config(settings)
+    settings.pop("plugins")
+    with pytest.raises(ConfigError, match="`prices`"):
+        define_config(settings)
+
+
+def test_a_glob_becomes_a_list_of_globs():
+    assert define_config(test_match="*.py")["test_match"] == ["*.py"]
+
+
+def test_run_settings_hold_the_defaults_the_configuration_uses(tmp_path):
+    from cobalt.run_settings import RunSettings
+
+    defaults, config = RunSettings(), load_config(tmp_path)
+    assert (defaults.concurrency, defaults.timeout, defaults.runs) == (5, 30, 1)
+    assert config["concurrency"] == defaults.concurrency
+    assert config["timeout"] == defaults.timeout
+    assert config["judge"] == defaults.judge.as_dict()
+    assert RunSettings.from_config(config) == defaults
+    stored = RunSettings.from_run_config({"concurrency": 3, "runs": 2, "noCache": True})
+    assert (stored.concurrency, stored.timeout, stored.runs, stored.no_cache) == (3, 30, 2, True)
+    assert RunSettings.from_run_config(None) == RunSettings()

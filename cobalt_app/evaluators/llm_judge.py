@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt.run_settings import RUN_DEFAULTS, default_judge_model
 from cobalt_app import trace_spans
 from cobalt_app.cache import cached_call
 from cobalt_app.evaluators.base import (
@@ -160,16 +161,17 @@ def judge_target(evaluator: Evaluator, env: Any) -> dict[str, Any]:
 
 
 def judge_settings(evaluator: Evaluator, judge: dict[str, Any]) -> dict[str, Any]:
-    provider = evaluator.provider or judge.get("provider") or "openai"
-    default_model = judge.get("model") if provider == judge.get("provider", "openai") else None
-    if provider == "anthropic" and not default_model:
-        default_model = "claude-haiku-4-5"
+    default = RUN_DEFAULTS.judge
+    provider = evaluator.provider or judge.get("provider") or default.provider
+    default_model = (
+        judge.get("model") if provider == judge.get("provider", default.provider) else None
+    )
     base_url = evaluator.base_url
-    if base_url is None and provider == judge.get("provider", "openai"):
+    if base_url is None and provider == judge.get("provider", default.provider):
         base_url = judge.get("base_url")
     return {
         "provider": provider,
-        "model": evaluator.model or default_model or "gpt-4o-mini",
+        "model": evaluator.model or default_model or default_judge_model(provider),
         "base_url": base_url,
         "api_key_env": evaluator.api_key_env,
     }

@@ -27,6 +27,7 @@ import warnings
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app import embeddings
 from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, register
 from cobalt_app.evaluators.metric_libraries import (
@@ -230,8 +231,8 @@ def cobalt_embeddings(evaluator: Evaluator, env: Any, provider: str) -> Any:
         client = openai.OpenAI(
             api_key=key,
             base_url=base_url or None,
-            timeout=float(env.judge_config.get("timeout", 60)),
-            max_retries=int(env.judge_config.get("max_retries", 3)),
+            timeout=float(env.judge_config.get("timeout", RUN_DEFAULTS.judge.timeout)),
+            max_retries=int(env.judge_config.get("max_retries", RUN_DEFAULTS.judge.max_retries)),
         )
         try:
             response = client.embeddings.create(model=model, input=texts)

@@ -148,39 +148,58 @@ def compare(
 ) -> str | None:
     """None when the calls satisfy the mode, else the first difference."""
     if mode == "strict":
-        for position, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):
-            if want.name != got.name:
-                return f"call {position}: expected {want.show()}, got {got.show()}"
-            if not calls_match(want, got, match_arguments):
-                return f"call {position} {got.name}: {argument_difference(want, got)}"
-        if len(actual) < len(expected):
-            missing = expected[len(actual)]
-            return (
-                f"expected {len(expected)} tool calls, got {len(actual)}: "
-                f"call {len(actual) + 1} {missing.show()} was not made"
-            )
-        if len(actual) > len(expected):
-            extra = actual[len(expected)]
-            return (
-                f"expected {len(expected)} tool calls, got {len(actual)}: "
-                f"unexpected call {len(expected) + 1} {extra.show()}"
-            )
-        return None
+        return strict_difference(expected, actual, match_arguments)
     pairs = match_pairs(expected, actual, match_arguments)
     used = set(pairs.values())
     if mode in ("unordered", "superset"):
-        for e, want in enumerate(expected):
-            if e not in pairs:
-                near = next(
-                    (c for a, c in enumerate(actual) if a not in used and c.name == want.name), None
-                )
-                if near is not None:
-                    return f"expected call {want.show()}: {argument_difference(want, near)}"
-                return f"expected call {want.show()} was not made"
+        missing = missing_call(expected, actual, pairs, used)
+        if missing is not None:
+            return missing
     if mode in ("unordered", "subset"):
         for a, got in enumerate(actual):
             if a not in used:
                 return f"unexpected call {got.show()} (not among the expected calls)"
+    return None
+
+
+def strict_difference(
+    expected: list[Call], actual: list[Call], match_arguments: bool
+) -> str | None:
+    """`strict`: the same calls in the same order; the first call that differs, else the
+    first call missing or extra."""
+    for position, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):
+        if want.name != got.name:
+            return f"call {position}: expected {want.show()}, got {got.show()}"
+        if not calls_match(want, got, match_arguments):
+            return f"call {position} {got.name}: {argument_difference(want, got)}"
+    if len(actual) < len(expected):
+        missing = expected[len(actual)]
+        return (
+            f"expected {len(expected)} tool calls, got {len(actual)}: "
+            f"call {len(actual) + 1} {missing.show()} was not made"
+        )
+    if len(actual) > len(expected):
+        extra = actual[len(expected)]
+        return (
+            f"expected {len(expected)} tool calls, got {len(actual)}: "
+            f"unexpected call {len(expected) + 1} {extra.show()}"
+        )
+    return None
+
+
+def missing_call(
+    expected: list[Call], actual: list[Call], pairs: dict[int, int], used: set[int]
+) -> str | None:
+    """The first expected call no actual call matched: how the nearest unmatched call of the
+    same name differs, else that it was not made."""
+    for e, want in enumerate(expected):
+        if e not in pairs:
+            near = next(
+                (c for a, c in enumerate(actual) if a not in used and c.name == want.name), None
+            )
+            if near is not None:
+                return f"expected call {want.show()}: {argument_difference(want, near)}"
+            return f"expected call {want.show()} was not made"
     return None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from cobalt.config import Config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import liveness, recordings, services, traces
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env
@@ -130,7 +131,7 @@ async def execute_lanes(
 ) -> None:
     """`concurrency` lanes over the run's pending items; each outcome reported as it comes."""
     db = env.db
-    concurrency = int(run.config.get("concurrency", 5))
+    concurrency = RunSettings.from_run_config(run.config).concurrency
     pending = await db(
         ItemResult.objects.filter(run_id=run.id, status=ItemResult.Status.PENDING).count
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import engine
 from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
@@ -46,7 +47,7 @@ def step_for(
             )
 
         return rescore
-    timeout = float(run_config.get("timeout", 30))
+    timeout = RunSettings.from_run_config(run_config).timeout
 
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(

@@ -18,6 +18,7 @@ from django.db import OperationalError, transaction
 from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
 from cobalt_app import aio, results, services, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
@@ -34,9 +35,9 @@ def run_settings(
 ) -> dict[str, Any]:
     """The run's settings: the experiment's, the project's defaults, then the overrides given
     (`--concurrency`, an API or MCP argument); None means not given."""
+    project = RunSettings.from_config(config)
     settings = experiment.settings(
-        default_concurrency=config.get("concurrency", 5),
-        default_timeout=config.get("timeout", 30),
+        default_concurrency=project.concurrency, default_timeout=project.timeout
     )
     settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return settings

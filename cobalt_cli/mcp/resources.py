@@ -13,12 +13,13 @@ from cobalt_cli.mcp.reports import run_overview
 def config_resource(project: Project) -> dict[str, Any]:
     """Seed 003's config shape, built from the redacted configuration only."""
     from cobalt.config import parse_ttl
+    from cobalt.run_settings import RUN_DEFAULTS
     from cobalt_app.providers import DEFAULT_KEY_VARS
 
     config = project.config()
     data = config.redacted()
     judge = data.get("judge") or {}
-    provider = judge.get("provider") or "openai"
+    provider = judge.get("provider") or RUN_DEFAULTS.judge.provider
     variable = DEFAULT_KEY_VARS.get(provider, "")
     if judge.get("api_key"):
         key_source = "api_key in the configuration"
@@ -33,7 +34,7 @@ def config_resource(project: Project) -> dict[str, Any]:
         "testDir": project.relative(config.test_dir),
         "outputDir": data.get("output_dir"),
         "concurrency": data.get("concurrency"),
-        "timeout": int(float(data.get("timeout", 30)) * 1000),
+        "timeout": int(float(data.get("timeout", RUN_DEFAULTS.timeout)) * 1000),
         "judge": {
             "provider": provider,
             "model": judge.get("model"),
