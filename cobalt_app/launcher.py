@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, plugins, preflight, traces
 from cobalt_app.engine import Reporter
@@ -165,7 +166,7 @@ def execute(
         raise
 
 
-class ResumeError(ValueError):
+class ResumeError(CobaltError):
     pass
 
 

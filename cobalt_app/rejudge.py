@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, engine, preflight, services
 from cobalt_app.engine import ItemOutcome, Reporter
@@ -31,7 +32,7 @@ from cobalt_app.services import ItemSnapshot
 COPY_BATCH = 2000
 
 
-class RejudgeError(ValueError):
+class RejudgeError(CobaltError):
     """The run cannot be re-judged; the message says why and what to do."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, engine, recordings, team, team_broker, traces
 from cobalt_app.engine import EvalEnv
@@ -39,7 +40,7 @@ SUPERVISOR_ENV = "COBALT_SUPERVISOR_PID"  # set by `cobalt worker --processes N`
 T = TypeVar("T")
 
 
-class ExperimentUnavailable(Exception):
+class ExperimentUnavailable(CobaltError):
     """The run's experiment cannot be loaded on this worker; the message says why."""
 
 

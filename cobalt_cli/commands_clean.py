@@ -49,9 +49,9 @@ def clean(
     ] = None,
 ) -> None:
     """Delete old runs, traces or recordings (or the judge cache, result files)."""
-    from cobalt.config import ConfigError, parse_age
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt.config import parse_age
+    from cobalt_cli.console import fail, out
+    from cobalt_cli.project import setup
 
     legacy = cache or results
     if days is not None and not legacy:
@@ -64,10 +64,7 @@ def clean(
             "--older-than, --keep-last, --experiment and --dry-run apply to runs, traces and "
             "recordings: name one (`cobalt clean runs --older-than 30d`)"
         )
-    try:
-        seconds = None if older_than is None else parse_age(older_than, key="--older-than")
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+    seconds = None if older_than is None else parse_age(older_than, key="--older-than")
     config = setup()
     if cache:
         from cobalt_app.cache import cache_clear

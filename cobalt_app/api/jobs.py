@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connections
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError, ConflictError
 from cobalt.experiments import Experiment
 from cobalt_app import launcher
 from cobalt_app.models import Run
@@ -30,11 +31,11 @@ CANCEL_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
 
 
-class StartFailed(RuntimeError):
+class StartFailed(CobaltError):
     """The run could not be created; the message says why."""
 
 
-class RunAlreadyFinished(RuntimeError):
+class RunAlreadyFinished(ConflictError):
     def __init__(self, run: Run) -> None:
         super().__init__(
             f"run {run.id} is already {run.status}; only a running run can be cancelled"
