@@ -168,7 +168,7 @@ class Runtime:
         info = team.cached_run_info(run_id) or self.call_db(team.run_info, run_id)
         try:
             experiment = self.experiment(info)
-        except ExperimentUnavailable as exc:
+        except CobaltError as exc:  # the worker's one catch: each item fails saying why
             return failing_step(str(exc))
         return step_for(experiment, info.config, self.env_for(info), self.runners)
 

@@ -9,7 +9,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def mcp() -> None:
         """Start the MCP server on stdio, for Claude Code and other MCP clients."""
-        from cobalt_cli.mcp import serve
+        from cobalt_cli.mcp.server import serve
 
         try:
             serve()

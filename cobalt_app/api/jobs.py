@@ -34,6 +34,8 @@ POLL_INTERVAL = 0.05
 class StartFailed(CobaltError):
     """The run could not be created; the message says why."""
 
+    field = "file"
+
 
 class RunAlreadyFinished(ConflictError):
     def __init__(self, run: Run) -> None:
