@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt.errors import CobaltError
 from cobalt.redaction import redact  # the one redaction
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.run_settings import RUN_DEFAULTS as RUN
@@ -87,7 +88,7 @@ TTL_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-class ConfigError(ValueError):
+class ConfigError(CobaltError, ValueError):
     """The configuration file or an override is invalid; the message says where and what to do."""
 
 

@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from cobalt.errors import CobaltError
+
 __all__ = ["Dataset", "DatasetError", "Item", "item_key", "SUPPORTED_EXTENSIONS"]
 
 Item = dict[str, Any]
@@ -59,7 +61,7 @@ SUPPORTED_EXTENSIONS: tuple[str, ...] = _JSON_EXTENSIONS + _JSONL_EXTENSIONS + _
 INLINE_SOURCE = "inline"
 
 
-class DatasetError(ValueError):
+class DatasetError(CobaltError, ValueError):
     """A dataset could not be built or loaded.
 
     ``str(error)`` reads like ``datasets/qa.jsonl, line 3, column 12: invalid JSON (...). Fix

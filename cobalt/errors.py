@@ -16,6 +16,7 @@ class CobaltError(Exception):
 
     exit_code: int = 2  # the CLI's usage-error status
     http_status: int = 400
+    field: str | None = None  # the request field it is about (the API's 400 names it)
 
 
 class NotFoundError(CobaltError):

@@ -13,6 +13,7 @@ from typing import Any
 
 from cobalt import verdict
 from cobalt.config import Config
+from cobalt.errors import NotFoundError
 from cobalt.run_settings import RunSettings
 from cobalt_app.gates import (
     Check,
@@ -117,7 +118,7 @@ class CiOutcome:
         return self.exit_code == 0
 
 
-class BaselineError(LookupError):
+class BaselineError(NotFoundError):
     pass
 
 

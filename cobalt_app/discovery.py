@@ -15,11 +15,12 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError, NotFoundError
 from cobalt.experiments import Experiment, collecting
 from cobalt_app.tracebacks import user_traceback
 
 
-class FileRefused(ValueError):
+class FileRefused(CobaltError):
     """A file a user named may not be used; the message says why and what may."""
 
 
@@ -29,6 +30,10 @@ class PathOutsideProject(FileRefused):
 
 class NotAnExperimentFile(FileRefused):
     pass
+
+
+class PathNotFound(NotFoundError, FileNotFoundError):
+    """A path a user named does not exist (an OSError too, for callers reading files)."""
 
 
 @dataclass
@@ -67,7 +72,7 @@ def runnable_file(path: str | Path, config: Config, *, what: str = "file") -> Pa
             "from there (test_dir)"
         )
     if not resolved.is_file():
-        raise FileNotFoundError(f"{what} {str(path)!r} does not exist or is not a file")
+        raise PathNotFound(f"{what} {str(path)!r} does not exist or is not a file")
     patterns = test_patterns(config)
     if not matches(resolved, patterns, test_dir):
         raise NotAnExperimentFile(
@@ -108,7 +113,7 @@ def discover(config: Config, paths: list[str] | None = None) -> list[Path]:
         elif resolved.is_file():
             files.append(runnable_file(resolved, config, what="experiment path"))
         else:
-            raise FileNotFoundError(f"experiment path {given!r} does not exist")
+            raise PathNotFound(f"experiment path {given!r} does not exist")
     if not paths:
         roots.append(config.test_dir)
     for root in roots:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cobalt import verdict
+from cobalt.errors import CobaltError
 from cobalt_app import results
 from cobalt_app.models import Run
 
@@ -31,7 +32,7 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 MARKDOWN_CELL = 200
 
 
-class ExportError(ValueError):
+class ExportError(CobaltError):
     pass
 
 

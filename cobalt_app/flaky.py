@@ -28,6 +28,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from cobalt import verdict
+from cobalt.errors import NotFoundError
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import experiment_names
 
@@ -181,7 +182,7 @@ def ranked(items: Iterable[ItemFlakiness]) -> list[ItemFlakiness]:
 # --- reading the history ---------------------------------------------------------------------
 
 
-class UnknownExperiment(LookupError):
+class UnknownExperiment(NotFoundError):
     pass
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 
 from cobalt.dataset import item_key
+from cobalt.errors import CobaltError
 from cobalt_app.templating import PLACEHOLDER
 
 CATEGORIES = ("normal", "edge", "adversarial")
@@ -78,7 +79,7 @@ SPEC_SCHEMA: dict[str, Any] = {
 }
 
 
-class GenerateError(ValueError):
+class GenerateError(CobaltError):
     """The experiment could not be generated; the message says what to change."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cobalt.errors import CobaltError
 from cobalt_app import labels
 from cobalt_app.liveness import settled
 from cobalt_app.models import Label, Run
@@ -52,7 +53,7 @@ FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 ESCAPED = ("=", "+", "-", "@", "\t", "\r", "'")
 
 
-class LabelFileError(ValueError):
+class LabelFileError(CobaltError):
     """A file that cannot be read as labels at all (its format, encoding or header)."""
 
 

@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from cobalt.errors import CobaltError, ConflictError, NotFoundError
 from cobalt.redaction import redact
 from cobalt.verdict import Verdict, evaluation_verdict, pass_marks
 from cobalt_app import storable
@@ -35,20 +36,18 @@ MAX_REVIEWER = 150
 UNSET: Any = object()  # "leave the corrected expected output as it is"
 
 
-class LabelError(ValueError):
+class LabelError(CobaltError, ValueError):  # ValueError: the review page catches a dataset's too
     """A label that cannot be saved; the message names the field and what to do."""
 
-    status = 400
+
+class LabelNotFound(NotFoundError, LabelError):
+    pass
 
 
-class LabelNotFound(LabelError):
-    status = 404
-
-
-class LabelConflict(LabelError):
+class LabelConflict(ConflictError, LabelError):
     """Someone saved this label since the version the caller saw (or the run is running)."""
 
-    status = 409
+    exit_code = 1  # `cobalt labels import`: the file was fine, the labels changed meanwhile
 
 
 def output_hash(output: Any) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Unpack
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app import aio, discovery, plugins, preflight, team_wait, traces
@@ -183,7 +184,7 @@ def execute(
         raise
 
 
-class ResumeError(ValueError):
+class ResumeError(CobaltError):
     pass
 
 

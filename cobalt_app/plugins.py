@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt_app import evaluators
 from cobalt_app.discovery import PathOutsideProject, confine
 from cobalt_app.tracebacks import user_traceback
@@ -36,8 +37,10 @@ _loaded_entry_points = False
 _loaded_files: set[Path] = set()
 
 
-class PluginError(Exception):
+class PluginError(CobaltError):
     """A plugin could not be loaded; the message names it and says what went wrong."""
+
+    http_status = 500  # the API's caller cannot fix the project's plugins
 
     def __init__(self, message: str, *, details: str = "") -> None:
         super().__init__(message)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt.evaluator import Evaluator
 from cobalt.experiments import Experiment
 from cobalt_app import evaluators, plugins
@@ -49,7 +50,7 @@ class Problem:
         )
 
 
-class PreflightError(Exception):
+class PreflightError(CobaltError):
     """The run did not start: no item ran and no agent was called."""
 
     def __init__(self, problems: list[Problem]) -> None:

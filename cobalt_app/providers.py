@@ -20,14 +20,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cobalt.errors import CobaltError
 from cobalt.run_settings import RUN_DEFAULTS
 
 DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 KNOWN_PROVIDERS = tuple(DEFAULT_KEY_VARS)
 
 
-class ProviderError(Exception):
+class ProviderError(CobaltError):
     """A provider call failed; the message is safe to show and store."""
+
+    http_status = 502  # the model provider refused or failed, not the request
 
 
 class MissingApiKey(ProviderError):

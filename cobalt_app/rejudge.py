@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, engine, preflight, services
 from cobalt_app.engine import Reporter
@@ -27,7 +28,7 @@ from cobalt_app.runs import claims, embedded, lifecycle
 COPY_BATCH = 2000
 
 
-class RejudgeError(ValueError):
+class RejudgeError(CobaltError):
     """The run cannot be re-judged; the message says why and what to do."""
 
 

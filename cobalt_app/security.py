@@ -27,6 +27,7 @@ from django.shortcuts import redirect
 from django.utils.http import urlencode
 from django.views.debug import SafeExceptionReporterFilter
 
+from cobalt.errors import CobaltError
 from cobalt.redaction import redact
 
 SERVE_HOST_ENV = "COBALT_SERVE_HOST"
@@ -41,7 +42,7 @@ API_PREFIX = "/api/"
 API_PAGES = ("/api/docs/",)
 
 
-class ServeExposureError(RuntimeError):
+class ServeExposureError(CobaltError):
     """Serving on this address would expose Cobalt without the protections it needs."""
 
 

@@ -14,6 +14,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from cobalt import verdict
+from cobalt.errors import NotFoundError
 from cobalt_app import trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 
@@ -38,7 +39,7 @@ FAILED = (ItemResult.Status.ERROR, ItemResult.Status.TIMEOUT)
 FAILED_FIELDS = ("id", "run", "item_index", "run_index", "item_key", "status", "error", "traceback")
 
 
-class RunNotFound(LookupError):
+class RunNotFound(NotFoundError):
     pass
 
 

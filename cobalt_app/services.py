@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cobalt.dataset import item_key
+from cobalt.errors import ConflictError
 from cobalt.experiments import Experiment
 from cobalt_app import bulk_sql, flaky, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
@@ -140,7 +141,7 @@ def run_interrupt(run_id: str, last_heartbeat: datetime | None) -> bool:
     return True
 
 
-class RunBusy(ValueError):
+class RunBusy(ConflictError):
     """The run is being executed by another process right now; it cannot be resumed."""
 
 

@@ -133,7 +133,7 @@ def review_label(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             item_id,
             values=_posted(request, data),
             error=str(exc),
-            status=exc.status,
+            status=exc.http_status,
             conflict=isinstance(exc, LabelConflict),
         )
     queue = labels.review_queue(run, evaluator, reviewer=request.user.get_username())
@@ -168,7 +168,7 @@ def review_dataset(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             evaluator=evaluator,
         )
     except ValueError as exc:  # LabelError, or the dataset's own (a bad path, a duplicate id)
-        status = getattr(exc, "status", 400)
+        status = getattr(exc, "http_status", 400)
         return _respond(
             request, run, evaluator, item_id, values=values, error=str(exc), status=status
         )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cobalt.config import Config, active_config
+from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, discovery, engine, recordings, team, team_broker, traces
 from cobalt_app.engine import EvalEnv
@@ -39,7 +40,7 @@ SUPERVISOR_ENV = "COBALT_SUPERVISOR_PID"  # set by `cobalt worker --processes N`
 T = TypeVar("T")
 
 
-class ExperimentUnavailable(Exception):
+class ExperimentUnavailable(CobaltError):
     """The run's experiment cannot be loaded on this worker; the message says why."""
 
 
@@ -167,7 +168,7 @@ class Runtime:
         info = team.cached_run_info(run_id) or self.call_db(team.run_info, run_id)
         try:
             experiment = self.experiment(info)
-        except ExperimentUnavailable as exc:
+        except CobaltError as exc:  # the worker's one catch: each item fails saying why
             return failing_step(str(exc))
         return step_for(experiment, info.config, self.env_for(info), self.runners)
 

@@ -288,81 +288,95 @@ def _testcase(
 def junit_document(outcome: CiOutcome) -> ET.ElementTree:
     root = ET.Element("testsuites", {"name": "cobalt"})
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for report in outcome.reports:
-        duration = (report.summary.get("totalDurationMs") or 0) / 1000
-        suite = _element(
-            root,
-            "testsuite",
-            name=report.name,
-            timestamp=iso(),
-            time=f"{duration:.3f}",
-            file=report.file,
-        )
-        properties = _element(suite, "properties")
-        _element(properties, "property", name="run_id", value=report.run_id)
-        if report.baseline_id:
-            _element(properties, "property", name="baseline_run_id", value=report.baseline_id)
-        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        classname = f"cobalt.{report.name}"
-        for gate in gate_names(report):
-            checks = [c for c in report.checks if c.gate == gate]
-            notes = [n for n in report.notes if n.startswith(f"{gate}:")]
-            if gate in report.evaluators and (line := pass_line(gate, report.summary)):
-                notes.append(line)
-            notes += [c.line() for c in report.error_classes if c.evaluator == gate]
-            tests, failures = _testcase(suite, classname, gate, checks, notes=notes)
-            counts["tests"] += tests
-            counts["failures"] += failures
-        for item in report.errored_items:
-            label = f"item #{item.index + 1}"
-            if report.runs > 1:
-                label += f" (run {item.run_index + 1})"
-            case = _element(
-                suite,
-                "testcase",
-                classname=f"{classname}.items",
-                name=f"{label} [{item.key}]",
-                time=f"{(item.latency_ms or 0) / 1000:.3f}",
-            )
-            message = (item.error or item.status).splitlines()[0] if item.error else item.status
-            counts["tests"] += 1
-            if report.settings.fail_on_error:
-                _element(
-                    case, "error", item.traceback or item.error, message=message, type=item.status
-                )
-                counts["errors"] += 1
-            else:
-                _element(case, "skipped", message=f"{message} (fail_on_error = false)")
-                counts["skipped"] += 1
-        for key, value in counts.items():
-            suite.set(key, str(value))
-            totals[key] += value
+    suites = [_report_suite(root, report) for report in outcome.reports]
     if outcome.import_failures or outcome.config_errors or outcome.global_checks:
-        suite = _element(root, "testsuite", name="cobalt setup", timestamp=iso(), time="0")
-        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        for failure in outcome.import_failures:
-            case = _element(suite, "testcase", classname="cobalt.import", name=failure.file)
-            text = failure.traceback or failure.error
-            _element(case, "error", text, message=failure.error, type="ImportError")
-            counts["tests"] += 1
-            counts["errors"] += 1
-        for problem in outcome.config_errors:
-            case = _element(suite, "testcase", classname="cobalt.config", name="configuration")
-            _element(case, "error", problem, message=problem, type="ConfigError")
-            counts["tests"] += 1
-            counts["errors"] += 1
-        for gate in dict.fromkeys(c.gate for c in outcome.global_checks):
-            checks = [c for c in outcome.global_checks if c.gate == gate]
-            tests, failures = _testcase(suite, "cobalt.thresholds", gate, checks, notes=[])
-            counts["tests"] += tests
-            counts["failures"] += failures
-        for key, value in counts.items():
-            suite.set(key, str(value))
-            totals[key] += value
+        suites.append(_setup_suite(root, outcome))
+    for suite in suites:
+        for key in totals:
+            totals[key] += int(suite.get(key) or 0)
     for key, value in totals.items():
         root.set(key, str(value))
     ET.indent(root)
     return ET.ElementTree(root)
+
+
+def _report_suite(root: ET.Element, report: Any) -> ET.Element:
+    """A run's test suite: a test case per gate, then one per errored item."""
+    duration = (report.summary.get("totalDurationMs") or 0) / 1000
+    suite = _element(
+        root,
+        "testsuite",
+        name=report.name,
+        timestamp=iso(),
+        time=f"{duration:.3f}",
+        file=report.file,
+    )
+    properties = _element(suite, "properties")
+    _element(properties, "property", name="run_id", value=report.run_id)
+    if report.baseline_id:
+        _element(properties, "property", name="baseline_run_id", value=report.baseline_id)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    classname = f"cobalt.{report.name}"
+    for gate in gate_names(report):
+        checks = [c for c in report.checks if c.gate == gate]
+        notes = [n for n in report.notes if n.startswith(f"{gate}:")]
+        if gate in report.evaluators and (line := pass_line(gate, report.summary)):
+            notes.append(line)
+        notes += [c.line() for c in report.error_classes if c.evaluator == gate]
+        tests, failures = _testcase(suite, classname, gate, checks, notes=notes)
+        counts["tests"] += tests
+        counts["failures"] += failures
+    for item in report.errored_items:
+        counts[_item_case(suite, report, classname, item)] += 1
+        counts["tests"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return suite
+
+
+def _item_case(suite: ET.Element, report: Any, classname: str, item: Any) -> str:
+    """An errored item's test case: an error, or skipped (`fail_on_error = false`); which."""
+    label = f"item #{item.index + 1}"
+    if report.runs > 1:
+        label += f" (run {item.run_index + 1})"
+    case = _element(
+        suite,
+        "testcase",
+        classname=f"{classname}.items",
+        name=f"{label} [{item.key}]",
+        time=f"{(item.latency_ms or 0) / 1000:.3f}",
+    )
+    message = (item.error or item.status).splitlines()[0] if item.error else item.status
+    if report.settings.fail_on_error:
+        _element(case, "error", item.traceback or item.error, message=message, type=item.status)
+        return "errors"
+    _element(case, "skipped", message=f"{message} (fail_on_error = false)")
+    return "skipped"
+
+
+def _setup_suite(root: ET.Element, outcome: CiOutcome) -> ET.Element:
+    """`cobalt setup`: files that failed to import, configuration errors, global gates."""
+    suite = _element(root, "testsuite", name="cobalt setup", timestamp=iso(), time="0")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for failure in outcome.import_failures:
+        case = _element(suite, "testcase", classname="cobalt.import", name=failure.file)
+        text = failure.traceback or failure.error
+        _element(case, "error", text, message=failure.error, type="ImportError")
+        counts["tests"] += 1
+        counts["errors"] += 1
+    for problem in outcome.config_errors:
+        case = _element(suite, "testcase", classname="cobalt.config", name="configuration")
+        _element(case, "error", problem, message=problem, type="ConfigError")
+        counts["tests"] += 1
+        counts["errors"] += 1
+    for gate in dict.fromkeys(c.gate for c in outcome.global_checks):
+        checks = [c for c in outcome.global_checks if c.gate == gate]
+        tests, failures = _testcase(suite, "cobalt.thresholds", gate, checks, notes=[])
+        counts["tests"] += tests
+        counts["failures"] += failures
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return suite
 
 
 def write_junit(path: Path, outcome: CiOutcome) -> Path:
@@ -423,6 +437,14 @@ def traceback_line(traceback_text: str, file: str) -> int | None:
 
 
 def github_annotations(outcome: CiOutcome, project_dir: Path) -> list[str]:
+    lines = _setup_annotations(outcome, project_dir)
+    for report in outcome.reports:
+        lines += _report_annotations(report, project_dir)
+    return lines
+
+
+def _setup_annotations(outcome: CiOutcome, project_dir: Path) -> list[str]:
+    """Files that failed to import, configuration errors, failed global gates."""
     lines: list[str] = []
     for failure in outcome.import_failures:
         lines.append(
@@ -439,52 +461,57 @@ def github_annotations(outcome: CiOutcome, project_dir: Path) -> list[str]:
     for check in outcome.global_checks:
         if not check.passed:
             lines.append(gh_command("error", check.line(), title="Cobalt gate failed"))
-    for report in outcome.reports:
-        file = repo_path(project_dir, report.file)
-        for check in report.violations:
+    return lines
+
+
+def _report_annotations(report: Any, project_dir: Path) -> list[str]:
+    """A run's violated gates, notes, error classes, low pass rates and failed items."""
+    lines: list[str] = []
+    file = repo_path(project_dir, report.file)
+    for check in report.violations:
+        lines.append(
+            gh_command(
+                "error",
+                f"{report.name}: {check.line()}",
+                file=file,
+                title=f"Cobalt gate failed: {report.name}",
+            )
+        )
+    for note in report.notes:
+        lines.append(gh_command("warning", f"{report.name}: {note}", file=file))
+    if not report.passed:
+        for error_class in report.error_classes[:ERROR_CLASSES_SHOWN]:
             lines.append(
                 gh_command(
                     "error",
-                    f"{report.name}: {check.line()}",
+                    f"{report.name}: {shorten(error_class.line())}",
                     file=file,
-                    title=f"Cobalt gate failed: {report.name}",
+                    title="Cobalt: evaluation errors",
                 )
             )
-        for note in report.notes:
-            lines.append(gh_command("warning", f"{report.name}: {note}", file=file))
-        if not report.passed:
-            for error_class in report.error_classes[:ERROR_CLASSES_SHOWN]:
-                lines.append(
-                    gh_command(
-                        "error",
-                        f"{report.name}: {shorten(error_class.line())}",
-                        file=file,
-                        title="Cobalt: evaluation errors",
-                    )
+    for name in report.evaluators:
+        line = pass_line(name, report.summary, only_failing=True)
+        if line:
+            lines.append(
+                gh_command(
+                    "warning",
+                    f"{report.name}: {line}",
+                    file=file,
+                    title="Cobalt: scores below the pass mark",
                 )
-        for name in report.evaluators:
-            line = pass_line(name, report.summary, only_failing=True)
-            if line:
-                lines.append(
-                    gh_command(
-                        "warning",
-                        f"{report.name}: {line}",
-                        file=file,
-                        title="Cobalt: scores below the pass mark",
-                    )
+            )
+    if not report.settings.fail_on_error:
+        for item in report.errored_items[:5]:
+            first = (item.error or item.status).splitlines()[0]
+            label = f"item #{item.index + 1} [{item.key}]"
+            lines.append(
+                gh_command(
+                    "warning",
+                    f"{report.name}: {label} {item.status}: {first}",
+                    file=file,
+                    title="Cobalt: item failed",
                 )
-        if not report.settings.fail_on_error:
-            for item in report.errored_items[:5]:
-                first = (item.error or item.status).splitlines()[0]
-                label = f"item #{item.index + 1} [{item.key}]"
-                lines.append(
-                    gh_command(
-                        "warning",
-                        f"{report.name}: {label} {item.status}: {first}",
-                        file=file,
-                        title="Cobalt: item failed",
-                    )
-                )
+            )
     return lines
 
 

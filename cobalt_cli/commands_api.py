@@ -24,8 +24,8 @@ def createuser(
     ] = False,
 ) -> None:
     """Create a user who can log in to the dashboard and get an API token."""
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail, out
+    from cobalt_cli.project import setup
 
     setup()
     from django.core.exceptions import ValidationError
@@ -59,8 +59,8 @@ def token_create(
     ] = False,
 ) -> None:
     """Print the user's API token (created if needed). Only the key goes to standard output."""
-    from cobalt_cli.console import err
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import err, fail
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt_app import accounts
@@ -77,8 +77,8 @@ def token_create(
 @token_app.command("delete")
 def token_delete(username: Annotated[str, typer.Argument(help="Whose token to revoke.")]) -> None:
     """Revoke the user's API token."""
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail, out
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt_app import accounts

@@ -44,7 +44,7 @@ class CiOptions:
 
     def check(self) -> None:
         """Refuse combinations that would silently do nothing (exit 2)."""
-        from cobalt_cli.main import fail
+        from cobalt_cli.console import fail
 
         if self.reporter not in REPORTERS:
             raise fail(f"--reporter must be one of {', '.join(REPORTERS)} (got {self.reporter!r})")

@@ -5,12 +5,13 @@ by `cobalt recordings clean`)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
-    from cobalt_app.retention import Kept, Report
+    from cobalt.config import Config
+    from cobalt_app.retention import Kept, Report, Rule
 
 KEPT_SHOWN = 20
 
@@ -49,9 +50,9 @@ def clean(
     ] = None,
 ) -> None:
     """Delete old runs, traces or recordings (or the judge cache, result files)."""
-    from cobalt.config import ConfigError, parse_age
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt.config import parse_age
+    from cobalt_cli.console import fail
+    from cobalt_cli.project import setup
 
     legacy = cache or results
     if days is not None and not legacy:
@@ -64,30 +65,10 @@ def clean(
             "--older-than, --keep-last, --experiment and --dry-run apply to runs, traces and "
             "recordings: name one (`cobalt clean runs --older-than 30d`)"
         )
-    try:
-        seconds = None if older_than is None else parse_age(older_than, key="--older-than")
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+    seconds = None if older_than is None else parse_age(older_than, key="--older-than")
     config = setup()
-    if cache:
-        from cobalt_app.cache import cache_clear
-
-        out().print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
+    _clean_legacy(config, cache=cache, results=results, days=days)
     from cobalt_app import retention
-
-    if results:
-        from cobalt_app.housekeeping import delete_results
-
-        age = None if days is None else days * 86400
-        baselines = retention.baselines_among(config, older_than=age)
-        files, runs = delete_results(config, older_than_days=days)
-        out().print(f" Deleted {files} result files and {runs} runs.")
-        if baselines:
-            out().print(
-                f" [yellow]Among them {_plural(len(baselines), 'run')} CI compared with "
-                "(`cobalt clean runs` keeps such runs):[/]"
-            )
-            _print_runs(baselines)
 
     if kind is not None or seconds is not None or keep_last is not None:
         kinds = [kind.value] if kind is not None else list(retention.KINDS)
@@ -95,19 +76,54 @@ def clean(
     elif legacy:
         return
     else:
-        rules = retention.policy(config)  # checked when the configuration was read
-        if not rules:
-            raise fail(
-                "nothing to clean: name what (`cobalt clean runs --older-than 30d`, "
-                "`cobalt clean traces --keep-last 5`), set a [retention] policy in cobalt.toml, "
-                "or pass --cache / --results"
-            )
-        from rich.markup import escape
-
-        where = config.path.name if config.path else "cobalt.toml"
-        described = "; ".join(rule.describe() for rule in rules)
-        out().print(escape(f" [retention] of {where}: {described}."))
+        rules = _policy(config)
     print_report(retention.clean(rules, config, experiment=experiment, dry_run=dry_run))
+
+
+def _clean_legacy(config: Config, *, cache: bool, results: bool, days: float | None) -> None:
+    """`--cache`: the judge cache; `--results`: result files and their runs (older than
+    `days`)."""
+    from cobalt_cli.console import out
+
+    if cache:
+        from cobalt_app.cache import cache_clear
+
+        out().print(f" Deleted {cache_clear(older_than_days=days)} cache entries.")
+    if not results:
+        return
+    from cobalt_app import retention
+    from cobalt_app.housekeeping import delete_results
+
+    age = None if days is None else days * 86400
+    baselines = retention.baselines_among(config, older_than=age)
+    files, runs = delete_results(config, older_than_days=days)
+    out().print(f" Deleted {files} result files and {runs} runs.")
+    if baselines:
+        out().print(
+            f" [yellow]Among them {_plural(len(baselines), 'run')} CI compared with "
+            "(`cobalt clean runs` keeps such runs):[/]"
+        )
+        _print_runs(baselines)
+
+
+def _policy(config: Config) -> list[Rule]:
+    """The `[retention]` policy's rules, said; none is a usage error."""
+    from rich.markup import escape
+
+    from cobalt_app import retention
+    from cobalt_cli.console import fail, out
+
+    rules = retention.policy(config)  # checked when the configuration was read
+    if not rules:
+        raise fail(
+            "nothing to clean: name what (`cobalt clean runs --older-than 30d`, "
+            "`cobalt clean traces --keep-last 5`), set a [retention] policy in cobalt.toml, "
+            "or pass --cache / --results"
+        )
+    where = config.path.name if config.path else "cobalt.toml"
+    described = "; ".join(rule.describe() for rule in rules)
+    out().print(escape(f" [retention] of {where}: {described}."))
+    return rules
 
 
 def print_report(report: Report) -> None:
@@ -118,18 +134,7 @@ def print_report(report: Report) -> None:
 
     verb = "Would delete" if report.dry_run else "Deleted"
     for kind, counts in report.deleted.items():
-        total = counts[kind]
-        if not total:
-            out().print(f" {verb} no {kind}.")
-        elif kind == "runs":
-            parts = [
-                _plural(counts[f"{w}s"], w) for w in ("item", "evaluation", "trace", "result file")
-            ]
-            out().print(f" {verb} {_plural(total, 'run')}: {', '.join(parts)}.")
-        elif kind == "traces":
-            out().print(f" {verb} {_plural(total, 'trace')} of {_plural(counts['runs'], 'run')}.")
-        else:
-            out().print(f" {verb} {_plural(total, 'recording')}.")
+        out().print(_deleted_line(verb, kind, counts))
     if report.kept:
         out().print(f" Kept {len(report.kept)} of the matching runs:")
         _print_runs(report.kept)
@@ -143,26 +148,45 @@ def print_report(report: Report) -> None:
         out().print(f" Deleted {_plural(report.blobs, 'shared blob')} nothing refers to any more.")
     for note in report.notes:
         out().print(f" [yellow]Note: {escape(note)}.[/]")
-    space = report.space
-    if space is not None:
-        sizes = f"{_size(space.before)} → {_size(space.after)}"
-        if not space.given_back:
-            out().print(
-                f" [yellow]Space not given back now: {escape(space.how)}; the next clean "
-                "gives it back.[/]"
-            )
-        elif space.database == "PostgreSQL":
-            out().print(
-                f" PostgreSQL tables {sizes} ({space.how}): the freed space is reused by new "
-                "rows; the files keep their size."
-            )
-        else:
-            out().print(
-                f" Gave back {_size(space.returned)}: {escape(space.database)} {sizes} "
-                f"({escape(space.how)})."
-            )
+    if report.space is not None:
+        out().print(_space_line(report.space))
     if report.dry_run:
         out().print(" Dry run: nothing was deleted.")
+
+
+def _deleted_line(verb: str, kind: str, counts: dict[str, int]) -> str:
+    total = counts[kind]
+    if not total:
+        return f" {verb} no {kind}."
+    if kind == "runs":
+        parts = [
+            _plural(counts[f"{w}s"], w) for w in ("item", "evaluation", "trace", "result file")
+        ]
+        return f" {verb} {_plural(total, 'run')}: {', '.join(parts)}."
+    if kind == "traces":
+        return f" {verb} {_plural(total, 'trace')} of {_plural(counts['runs'], 'run')}."
+    return f" {verb} {_plural(total, 'recording')}."
+
+
+def _space_line(space: Any) -> str:
+    """The space the database gave back (or will, or reuses)."""
+    from rich.markup import escape
+
+    sizes = f"{_size(space.before)} → {_size(space.after)}"
+    if not space.given_back:
+        return (
+            f" [yellow]Space not given back now: {escape(space.how)}; the next clean "
+            "gives it back.[/]"
+        )
+    if space.database == "PostgreSQL":
+        return (
+            f" PostgreSQL tables {sizes} ({space.how}): the freed space is reused by new "
+            "rows; the files keep their size."
+        )
+    return (
+        f" Gave back {_size(space.returned)}: {escape(space.database)} {sizes} "
+        f"({escape(space.how)})."
+    )
 
 
 def _print_runs(runs: list[Kept]) -> None:

@@ -60,19 +60,17 @@ def serve(
     open_path: Annotated[str, typer.Option(hidden=True)] = "/",
 ) -> None:
     """Serve the dashboard and the API (gunicorn; Ctrl+C stops it)."""
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail
+    from cobalt_cli.project import setup
 
     config = setup()
     configured_host, configured_port = configured_address(config)
     host = (host or configured_host).strip()
     if port is None:
         port = configured_port
-    from cobalt_app.security import ServeExposureError, check_serve_exposure
+    from cobalt_app.security import check_serve_exposure
 
-    try:
-        check_serve_exposure(host)
-    except ServeExposureError as exc:
-        raise fail(str(exc)) from None
+    check_serve_exposure(host)
     problem = port_problem(host, port)
     if problem:
         raise fail(problem)
@@ -277,18 +275,15 @@ def export(
 
     from rich.markup import escape
 
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail, out
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt import results_file
     from cobalt_app import exports
-    from cobalt_app.selectors import RunNotFound, run_get
+    from cobalt_app.selectors import run_get
 
-    try:
-        run = run_get(run_id)
-    except RunNotFound as exc:
-        raise fail(str(exc)) from None
+    run = run_get(run_id)
     chunks = exports.export(run, fmt.value)
     if output is None:
         for chunk in chunks:

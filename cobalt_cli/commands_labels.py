@@ -24,13 +24,9 @@ EXPORT_FORMATS = ("csv", "jsonl")
 
 
 def _run(run_id: str) -> Run:
-    from cobalt_app.selectors import RunNotFound, run_get
-    from cobalt_cli.main import fail
+    from cobalt_app.selectors import run_get
 
-    try:
-        return run_get(run_id)
-    except RunNotFound as exc:
-        raise fail(str(exc)) from None
+    return run_get(run_id)
 
 
 def list_labels(
@@ -46,7 +42,7 @@ def list_labels(
     from rich.table import Table
 
     from cobalt_cli.console import out
-    from cobalt_cli.main import setup
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt_app import labels
@@ -117,8 +113,8 @@ def export_labels(
 
     from rich.markup import escape
 
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail, out
+    from cobalt_cli.project import setup
 
     if fmt is None:
         suffix = output.suffix.lower() if output else ""
@@ -155,16 +151,13 @@ def import_labels(
 
     from rich.markup import escape
 
-    from cobalt_cli.console import err, out
-    from cobalt_cli.main import EXIT_FAILED, fail, setup
+    from cobalt_cli.console import EXIT_FAILED, err, out
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt_app import label_files
 
-    try:
-        report = label_files.import_file(file, reviewer=reviewer or getpass.getuser())
-    except label_files.LabelFileError as exc:
-        raise fail(str(exc)) from None
+    report = label_files.import_file(file, reviewer=reviewer or getpass.getuser())
     failed = len(report.errors)
     for problem in report.errors:
         where = f"{escape(str(file))}, line {problem.line}"
@@ -203,20 +196,16 @@ def add_to_dataset(
     from rich.markup import escape
 
     from cobalt_cli.console import out
-    from cobalt_cli.main import EXIT_FAILED, EXIT_USAGE, fail, setup
+    from cobalt_cli.project import setup
 
     setup()
-    from cobalt_app import label_datasets, labels
+    from cobalt_app import label_datasets
 
     run = _run(run_id)
-    try:
-        found = _item(run, item, repetition)
-        added = label_datasets.add_to_dataset(
-            run=run, item_id=found, path=file, reviewer=reviewer, evaluator=evaluator
-        )
-    except labels.LabelError as exc:
-        code = EXIT_FAILED if isinstance(exc, labels.LabelConflict) else EXIT_USAGE
-        raise fail(str(exc), code) from None
+    found = _item(run, item, repetition)
+    added = label_datasets.add_to_dataset(  # already there: a `LabelConflict`, exit 1
+        run=run, item_id=found, path=file, reviewer=reviewer, evaluator=evaluator
+    )
     out().print(
         f" Added item {escape(repr(added['id']))} of run {run.id} to "
         f"{escape(added['file'])} (line {added['line']}).",

@@ -9,13 +9,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def mcp() -> None:
         """Start the MCP server on stdio, for Claude Code and other MCP clients."""
-        from cobalt.config import ConfigError
-        from cobalt_cli.main import fail
-        from cobalt_cli.mcp import serve
+        from cobalt_cli.mcp.server import serve
 
         try:
             serve()
-        except ConfigError as exc:
-            raise fail(str(exc)) from None
         except KeyboardInterrupt:
             raise typer.Exit(0) from None

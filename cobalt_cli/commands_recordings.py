@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cobalt.errors import CobaltError
+
 if TYPE_CHECKING:
     from cobalt.config import Config
 
@@ -17,7 +19,7 @@ recordings_app = typer.Typer(
 )
 
 
-class ReplayOptionError(ValueError):
+class ReplayOptionError(CobaltError):
     """Flags that contradict each other."""
 
 
@@ -50,7 +52,7 @@ def list_recordings(
     from rich.table import Table
 
     from cobalt_cli.console import out
-    from cobalt_cli.main import setup
+    from cobalt_cli.project import setup
 
     setup()
     from cobalt_app import recording_store

@@ -81,15 +81,12 @@ def flaky(
     from rich.table import Table
 
     from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.project import setup
 
     setup()
-    from cobalt_app.flaky import UnknownExperiment, check_experiment, flaky_report
+    from cobalt_app.flaky import check_experiment, flaky_report
 
-    try:
-        check_experiment(experiment)
-    except UnknownExperiment as exc:
-        raise fail(str(exc)) from None
+    check_experiment(experiment)
     report = flaky_report(experiment, last=last, pass_score=pass_score, min_stddev=min_stddev)
     if as_json:
         typer.echo(json.dumps(report.to_dict(limit=limit), ensure_ascii=False, indent=2))

@@ -28,7 +28,8 @@ def notice(message: str) -> None:
 
 
 def _team_setup():
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.console import fail
+    from cobalt_cli.project import setup
 
     config = setup(migrate=False)
     if not config.team_mode:
@@ -36,13 +37,9 @@ def _team_setup():
             "this command needs team mode: set COBALT_BROKER_URL=redis://… and "
             "COBALT_DATABASE_URL=postgresql://… (or broker_url / database_url in cobalt.toml)"
         )
-    from cobalt_app.runs import TeamModeError
     from cobalt_app.team_broker import check_broker
 
-    try:
-        check_broker()  # a clear message (the URL's password hidden), not a traceback
-    except TeamModeError as exc:
-        raise fail(str(exc)) from None
+    check_broker()  # a clear message (the URL's password hidden), not a traceback
     os.chdir(config.project_dir)
     return config
 
@@ -73,8 +70,7 @@ def worker(
 
     from cobalt.redaction import redact
     from cobalt_app import team, worker_runtime
-    from cobalt_cli.console import out
-    from cobalt_cli.main import fail
+    from cobalt_cli.console import fail, out
     from cobalt_project.celery import app as celery_app
 
     if not config.get("database_url"):
@@ -116,7 +112,7 @@ def worker(
 
 def process_count(given: str, concurrency: int) -> int:
     """`--processes`: a number, or `auto` (one per usable core, at least 8 threads each)."""
-    from cobalt_cli.main import fail
+    from cobalt_cli.console import fail
 
     if given.strip().lower() == "auto":
         try:
@@ -228,15 +224,11 @@ def watch(
     config = _team_setup()
     from cobalt_app import team_wait
     from cobalt_app.models import Run
-    from cobalt_app.selectors import RunNotFound, run_get
+    from cobalt_app.selectors import run_get
     from cobalt_cli.console import err, out
-    from cobalt_cli.main import fail
     from cobalt_cli.reporter import ConsoleReporter
 
-    try:
-        run = run_get(run_id)
-    except RunNotFound as exc:
-        raise fail(str(exc)) from None
+    run = run_get(run_id)
     reporter = ConsoleReporter(out(), quiet=quiet)
     reporter.banner()
     reporter.run_started(run, None)
@@ -258,17 +250,14 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Run id (or an unambiguous
     from rich.markup import escape
 
     from cobalt_cli.console import out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.project import setup
 
     config = setup()
     os.chdir(config.project_dir)
     from cobalt_app.runs import lifecycle
-    from cobalt_app.selectors import RunNotFound, run_get
+    from cobalt_app.selectors import run_get
 
-    try:
-        run = run_get(run_id)
-    except RunNotFound as exc:
-        raise fail(str(exc)) from None
+    run = run_get(run_id)
     if run.is_finished:
         out().print(f" Run {run.id} is already {run.status}; nothing to cancel.")
         return
@@ -290,13 +279,12 @@ def rejudge(
 ) -> None:
     """Score a run's stored outputs again as a new run (after editing a judge prompt, say)."""
     from cobalt_cli.console import err, out
-    from cobalt_cli.main import fail, setup
+    from cobalt_cli.project import setup
 
     config = setup()
     os.chdir(config.project_dir)
     from cobalt_app import rejudge as rejudging
     from cobalt_app import team_wait
-    from cobalt_app.selectors import RunNotFound
     from cobalt_cli.reporter import ConsoleReporter
 
     reporter = ConsoleReporter(out(), quiet=quiet)
@@ -310,8 +298,6 @@ def rejudge(
             no_cache=no_cache,
             on_notice=notice,
         )
-    except (RunNotFound, rejudging.RejudgeError) as exc:
-        raise fail(str(exc)) from None
     except team_wait.Detached as exc:
         reporter.stop_progress()
         err().print(

@@ -6,16 +6,19 @@ import atexit
 import gc
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cobalt_cli import interrupts, on_demand
-from cobalt_cli.console import err, out
+from cobalt_cli.console import EXIT_FAILED, EXIT_USAGE, err, fail, out
+from cobalt_cli.project import setup
 
 if TYPE_CHECKING:
     from cobalt.config import Config
+    from cobalt_app.launcher import LaunchResult
 
 # Every command registers on `commands`; `app`, the `cobalt` command, builds the one it runs.
 commands = typer.Typer(
@@ -31,34 +34,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    from rich.markup import escape
-
-    err().print(f"[red]error:[/] {escape(message)}")
-    return typer.Exit(code)
-
-
-def setup(*, migrate: bool = True, config: Config | None = None) -> Config:
-    """Start Django for the project (migrating the embedded database): `config`'s, or by
-    default the one found from the current folder, which must exist (exit 2 otherwise)."""
-    from cobalt.config import ConfigError, load_config
-
-    if config is None:
-        try:
-            config = load_config(require_project=True)
-        except ConfigError as exc:
-            raise fail(str(exc)) from None
-    from cobalt_project import bootstrap
-
-    try:
-        bootstrap.setup(config, migrate=migrate)
-    except Exception as exc:
-        raise fail(f"could not open the database: {exc}") from None
-    return config
 
 
 def _print_version(value: bool) -> None:
@@ -97,181 +72,244 @@ def init(
     out().print("\n Next: [bold]cobalt run[/]  (then [bold]cobalt serve[/] for the dashboard)")
 
 
+# `cobalt run`'s arguments and options.
+Paths = Annotated[
+    list[str] | None, typer.Argument(help="Experiment files or folders (default: test_dir).")
+]
+Filter = Annotated[
+    str | None, typer.Option("--filter", "-f", help="Experiment name glob or substring.")
+]
+Tag = Annotated[str | None, typer.Option(help="Only experiments with this tag.")]
+Concurrency = Annotated[int | None, typer.Option(min=1, help="Items in parallel.")]
+Runs = Annotated[int | None, typer.Option(min=1, help="Repetitions of each item.")]
+Timeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds per item.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")]
+Resume = Annotated[
+    str | None, typer.Option("--resume", help="Run only the missing/failed items of RUN.")
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")]
+Ci = Annotated[bool, typer.Option("--ci", help="Quality gates: exit 1 on a violated threshold.")]
+Junit = Annotated[Path | None, typer.Option("--junit", help="With --ci: write a JUnit XML report.")]
+ReporterName = Annotated[
+    str, typer.Option("--reporter", help="console, or json (JSON lines on stdout).")
+]
+Baseline = Annotated[
+    str | None,
+    typer.Option("--baseline", help="With --ci: RUN_ID or latest; fail on regressions."),
+]
+Significance = Annotated[
+    float | None,
+    typer.Option(
+        "--significance",
+        metavar="ALPHA",
+        help="With --baseline: fail only on a regression significant at ALPHA (e.g. 0.05).",
+    ),
+]
+RepeatFlaky = Annotated[
+    int | None,
+    typer.Option(
+        "--repeat-flaky",
+        metavar="N",
+        min=2,
+        help="Run the items that flipped in earlier runs N times (see `cobalt flaky`).",
+    ),
+]
+Ui = Annotated[
+    bool, typer.Option("--ui", help="Then open the run in the dashboard (served until Ctrl+C).")
+]
+Watch = Annotated[
+    bool, typer.Option("--watch", help="Then rerun the experiments whose files or inputs change.")
+]
+Record = Annotated[
+    bool, typer.Option("--record", help="Record the agent's model calls, item by item.")
+]
+Replay = Annotated[
+    bool, typer.Option("--replay", help="Answer the agent's model calls from the recordings.")
+]
+RecordNew = Annotated[
+    bool, typer.Option("--record-new", help="Replay what is recorded; record what is new.")
+]
+
+
+@dataclass
+class RunRequest:
+    """What `cobalt run` was asked, its paths made absolute."""
+
+    paths: list[str]
+    filter: str | None
+    tag: str | None
+    concurrency: int | None
+    runs: int | None
+    timeout: float | None
+    no_cache: bool
+    resume: str | None
+    quiet: bool
+    ci: bool
+    junit: Path | None
+    reporter_name: str
+    baseline: str | None
+    significance: float | None
+    repeat_flaky: int | None
+    ui: bool
+    watch: bool
+    record: bool
+    replay: bool
+    record_new: bool
+    mode: str | None = None  # the replay mode, once the flags are checked
+
+
 @commands.command()
 def run(
-    paths: Annotated[
-        list[str] | None, typer.Argument(help="Experiment files or folders (default: test_dir).")
-    ] = None,
-    filter: Annotated[
-        str | None, typer.Option("--filter", "-f", help="Experiment name glob or substring.")
-    ] = None,
-    tag: Annotated[str | None, typer.Option(help="Only experiments with this tag.")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Items in parallel.")] = None,
-    runs: Annotated[int | None, typer.Option(min=1, help="Repetitions of each item.")] = None,
-    timeout: Annotated[float | None, typer.Option(min=0.001, help="Seconds per item.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
-    resume: Annotated[
-        str | None, typer.Option("--resume", help="Run only the missing/failed items of RUN.")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
-    ci: Annotated[
-        bool, typer.Option("--ci", help="Quality gates: exit 1 on a violated threshold.")
-    ] = False,
-    junit: Annotated[
-        Path | None, typer.Option("--junit", help="With --ci: write a JUnit XML report.")
-    ] = None,
-    reporter_name: Annotated[
-        str, typer.Option("--reporter", help="console, or json (JSON lines on stdout).")
-    ] = "console",
-    baseline: Annotated[
-        str | None,
-        typer.Option("--baseline", help="With --ci: RUN_ID or latest; fail on regressions."),
-    ] = None,
-    significance: Annotated[
-        float | None,
-        typer.Option(
-            "--significance",
-            metavar="ALPHA",
-            help="With --baseline: fail only on a regression significant at ALPHA (e.g. 0.05).",
-        ),
-    ] = None,
-    repeat_flaky: Annotated[
-        int | None,
-        typer.Option(
-            "--repeat-flaky",
-            metavar="N",
-            min=2,
-            help="Run the items that flipped in earlier runs N times (see `cobalt flaky`).",
-        ),
-    ] = None,
-    ui: Annotated[
-        bool,
-        typer.Option("--ui", help="Then open the run in the dashboard (served until Ctrl+C)."),
-    ] = False,
-    watch: Annotated[
-        bool,
-        typer.Option("--watch", help="Then rerun the experiments whose files or inputs change."),
-    ] = False,
-    record: Annotated[
-        bool, typer.Option("--record", help="Record the agent's model calls, item by item.")
-    ] = False,
-    replay: Annotated[
-        bool,
-        typer.Option("--replay", help="Answer the agent's model calls from the recordings."),
-    ] = False,
-    record_new: Annotated[
-        bool,
-        typer.Option("--record-new", help="Replay what is recorded; record what is new."),
-    ] = False,
+    paths: Paths = None,
+    filter: Filter = None,
+    tag: Tag = None,
+    concurrency: Concurrency = None,
+    runs: Runs = None,
+    timeout: Timeout = None,
+    no_cache: NoCache = False,
+    resume: Resume = None,
+    quiet: Quiet = False,
+    ci: Ci = False,
+    junit: Junit = None,
+    reporter_name: ReporterName = "console",
+    baseline: Baseline = None,
+    significance: Significance = None,
+    repeat_flaky: RepeatFlaky = None,
+    ui: Ui = False,
+    watch: Watch = False,
+    record: Record = False,
+    replay: Replay = False,
+    record_new: RecordNew = False,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
-    paths = [os.path.abspath(path) for path in paths or []]  # before moving to the project
-    config = setup(config=run_project(paths))
+    asked = RunRequest(**{**locals(), "paths": [os.path.abspath(p) for p in paths or []]})
+    config = setup(config=run_project(asked.paths))  # the paths made absolute before moving
     os.chdir(config.project_dir)
-    from cobalt_cli.commands_recordings import ReplayOptionError, replay_mode
-
-    try:
-        mode = replay_mode(config, record=record, replay=replay, record_new=record_new, ci=ci)
-    except ReplayOptionError as exc:
-        raise fail(str(exc)) from None
     from cobalt_app import recordings
+    from cobalt_cli.commands_recordings import replay_mode
 
-    recordings.stand_in_keys(mode)
+    asked.mode = replay_mode(config, record=record, replay=replay, record_new=record_new, ci=ci)
+    recordings.stand_in_keys(asked.mode)
     if watch:
-        if ci or resume or ui or repeat_flaky:
-            raise fail("--watch reruns on changes; it does not combine with --ci, --resume, --ui")
-        from cobalt_cli.watch import watch as watch_files
+        raise typer.Exit(run_watching(config, asked))
+    raise typer.Exit(run_once(config, asked))
 
-        given = {
-            "--filter": filter,
-            "--tag": tag,
-            "--concurrency": concurrency,
-            "--runs": runs,
-            "--timeout": timeout,
-        }
-        run_args = [part for flag, value in given.items() if value for part in (flag, str(value))]
-        run_args += ["--no-cache"] * no_cache + ["--quiet"] * quiet
-        flags = {"record": "--record", "replay": "--replay", "new-only": "--record-new"}
-        run_args += [flags[mode]] if mode else []
-        raise typer.Exit(watch_files(config, paths, run_args, out()))
-    from cobalt_app import discovery, launcher
-    from cobalt_app.plugins import PluginError
-    from cobalt_app.preflight import PreflightError
-    from cobalt_app.runs import TeamModeError
+
+def run_watching(config: Config, asked: RunRequest) -> int:
+    """`cobalt run --watch`: run, then rerun what changes (subprocesses given these flags)."""
+    if asked.ci or asked.resume or asked.ui or asked.repeat_flaky:
+        raise fail("--watch reruns on changes; it does not combine with --ci, --resume, --ui")
+    from cobalt_cli.watch import watch as watch_files
+
+    given = {
+        "--filter": asked.filter,
+        "--tag": asked.tag,
+        "--concurrency": asked.concurrency,
+        "--runs": asked.runs,
+        "--timeout": asked.timeout,
+    }
+    run_args = [part for flag, value in given.items() if value for part in (flag, str(value))]
+    run_args += ["--no-cache"] * asked.no_cache + ["--quiet"] * asked.quiet
+    flags = {"record": "--record", "replay": "--replay", "new-only": "--record-new"}
+    run_args += [flags[asked.mode]] if asked.mode else []
+    return watch_files(config, asked.paths, run_args, out())
+
+
+def run_once(config: Config, asked: RunRequest) -> int:
+    """Run (or resume) the experiments asked, report them; the exit code. A user's error
+    (`CobaltError`) goes up to the CLI's one catch; anything else is a bug's traceback."""
     from cobalt_cli import commands_ci
 
     ci_options = commands_ci.CiOptions(
-        ci=ci, junit=junit, reporter=reporter_name, baseline=baseline, significance=significance
+        ci=asked.ci,
+        junit=asked.junit,
+        reporter=asked.reporter_name,
+        baseline=asked.baseline,
+        significance=asked.significance,
     )
-    reporter = commands_ci.make_reporter(ci_options, out(), quiet=quiet)
+    reporter = commands_ci.make_reporter(ci_options, out(), quiet=asked.quiet)
     reporter.banner()
-    overrides = {"concurrency": concurrency, "runs": runs, "timeout": timeout, "replay": mode}
-    if resume and (record or replay or record_new):
+    if asked.resume and (asked.record or asked.replay or asked.record_new):
         raise fail("--resume keeps the --record/--replay mode of the run it resumes")
-    if repeat_flaky and resume:
+    if asked.repeat_flaky and asked.resume:
         raise fail("--repeat-flaky plans a new run; --resume keeps the plan of the run it resumes")
-    overrides["repeat_flaky"] = repeat_flaky
     try:
-        if resume:
-            result = launcher.resume(config, resume, reporter=reporter, no_cache=no_cache)
+        if asked.resume:
+            result = resume_run(config, asked, reporter)
         else:
-            experiments, errors, files = launcher.load_experiments(
-                config, paths, name_filter=filter, tag=tag
-            )
-            result = launcher.LaunchResult(load_errors=errors, files=files)
-            report_load_errors(config, errors)
-            if not files:
-                raise fail(
-                    f"no experiment files found under {config.test_dir} "
-                    f"(looking for {', '.join(config.get('test_match'))}); "
-                    "`cobalt init` creates an example"
-                )
-            if not experiments and not errors:
-                raise fail("no experiment matched" + (f" --filter {filter!r}" if filter else ""))
-            commands_ci.prepare(ci_options, config, experiments)
-            result.runs = launcher.execute(
-                experiments, config, reporter=reporter, no_cache=no_cache, overrides=overrides
-            )
+            result = start_runs(config, asked, reporter, ci_options)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP, or the output was closed
         reporter.stop_progress()
         report_interrupt(exc)
-        raise typer.Exit(interrupts.exit_code(exc)) from None
-    except (discovery.FileRefused, FileNotFoundError, launcher.ResumeError) as exc:
-        raise fail(str(exc)) from None
-    except (LookupError, PluginError, TeamModeError) as exc:
-        raise fail(str(exc)) from None
-    except PreflightError as exc:  # nothing ran: exit 2, like any other usage error
-        raise fail(str(exc)) from None
-    if resume:
-        report_load_errors(config, result.load_errors)
-    if ui and result.runs and not ci:  # CI mode never opens the dashboard
+        return interrupts.exit_code(exc)
+    if asked.ui and result.runs and not asked.ci:  # CI mode never opens the dashboard
         from cobalt_cli.commands_dashboard import open_ui
 
         open_ui(config, result.runs)
-    if ci:
-        raise typer.Exit(commands_ci.finish(ci_options, config, result))
+    if asked.ci:
+        return commands_ci.finish(ci_options, config, result)
     if result.load_errors:
-        raise typer.Exit(EXIT_USAGE)
+        return EXIT_USAGE
     if any(r.status == "cancelled" for r in result.runs):  # team mode: `cobalt cancel RUN`
-        raise typer.Exit(EXIT_FAILED)
+        return EXIT_FAILED
+    return 0
+
+
+def resume_run(config: Config, asked: RunRequest, reporter: Any) -> LaunchResult:
+    """`cobalt run --resume RUN`: the missing, failed or timed-out items of RUN."""
+    from cobalt_app import launcher
+
+    result = launcher.resume(config, asked.resume, reporter=reporter, no_cache=asked.no_cache)
+    report_load_errors(config, result.load_errors)
+    return result
+
+
+def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any) -> LaunchResult:
+    """Load the experiment files asked for and run the experiments they define."""
+    from cobalt_app import launcher
+    from cobalt_cli import commands_ci
+
+    experiments, errors, files = launcher.load_experiments(
+        config, asked.paths, name_filter=asked.filter, tag=asked.tag
+    )
+    result = launcher.LaunchResult(load_errors=errors, files=files)
+    report_load_errors(config, errors)
+    if not files:
+        raise fail(
+            f"no experiment files found under {config.test_dir} "
+            f"(looking for {', '.join(config.get('test_match'))}); "
+            "`cobalt init` creates an example"
+        )
+    if not experiments and not errors:
+        shown = f" --filter {asked.filter!r}" if asked.filter else ""
+        raise fail("no experiment matched" + shown)
+    commands_ci.prepare(ci_options, config, experiments)
+    overrides = {
+        "concurrency": asked.concurrency,
+        "runs": asked.runs,
+        "timeout": asked.timeout,
+        "replay": asked.mode,
+        "repeat_flaky": asked.repeat_flaky,
+    }
+    result.runs = launcher.execute(
+        experiments, config, reporter=reporter, no_cache=asked.no_cache, overrides=overrides
+    )
+    return result
 
 
 def run_project(paths: list[str]) -> Config:
     """`cobalt run`'s project: the one holding the first path given, else the one found from
     here. With no configuration file anywhere, the current folder when it holds experiment
     files (a project without configuration, as before); otherwise there is no project here."""
-    from cobalt.config import ConfigError, NoProjectError, load_config
+    from cobalt.config import NoProjectError, load_config
     from cobalt_app import discovery
 
     try:
-        try:
-            return load_config(near=paths[0] if paths else None, require_project=True)
-        except NoProjectError as missing:
-            no_project = missing
-        config = load_config()
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+        return load_config(near=paths[0] if paths else None, require_project=True)
+    except NoProjectError as missing:
+        no_project = missing
+    config = load_config()
     try:
         found = discovery.discover(config, paths)
     except (discovery.FileRefused, FileNotFoundError):
@@ -363,7 +401,7 @@ def compare(
     from rich.table import Table
 
     setup()
-    from cobalt_app.selectors import RunNotFound, compare_runs, run_get
+    from cobalt_app.selectors import compare_runs, run_get
     from cobalt_app.significance import check_alpha
     from cobalt_cli.commands_stats import print_significance
 
@@ -372,10 +410,7 @@ def compare(
     except ValueError as exc:
         raise fail(f"--alpha: {exc}") from None
 
-    try:
-        a, b = run_get(run_a), run_get(run_b)
-    except RunNotFound as exc:
-        raise fail(str(exc)) from None
+    a, b = run_get(run_a), run_get(run_b)
     diff = compare_runs(a, b, top=top, alpha=alpha)
     out().print(
         f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})\n"

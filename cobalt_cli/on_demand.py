@@ -36,6 +36,14 @@ class CommandsOnDemand(TyperGroup):
         super().__init__(**attrs)
         self.commands = OnDemand(self.source)
 
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command given; a user's error (`CobaltError`) it raises ends it with its
+        message and exit code, here, once for every command (`console.user_errors`)."""
+        from cobalt_cli.console import user_errors
+
+        with user_errors():
+            return super().invoke(ctx)
+
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names alone: `.items()` would build every command
 

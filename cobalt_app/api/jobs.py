@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt.config import Config
+from cobalt.errors import CobaltError, ConflictError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, launcher
 from cobalt_app.models import Run
@@ -29,11 +30,13 @@ CANCEL_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
 
 
-class StartFailed(RuntimeError):
+class StartFailed(CobaltError):
     """The run could not be created; the message says why."""
 
+    field = "file"
 
-class RunAlreadyFinished(RuntimeError):
+
+class RunAlreadyFinished(ConflictError):
     def __init__(self, run: Run) -> None:
         super().__init__(
             f"run {run.id} is already {run.status}; only a running run can be cancelled"

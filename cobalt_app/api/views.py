@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from cobalt.config import active_config
+from cobalt.errors import CobaltError
 from cobalt_app import label_datasets, labels, launcher
 from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
@@ -27,9 +28,8 @@ from cobalt_app.api.filters import ItemFilter, RunFilter
 from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.plugins import PluginError
 from cobalt_app.results import iter_item_entries, run_header
-from cobalt_app.selectors import RunNotFound, compare_runs, run_get, run_items, run_list
+from cobalt_app.selectors import compare_runs, run_get, run_items, run_list
 
 # gunicorn's default `limit_request_line`, kept by `cobalt serve` and the compose `web` service.
 REQUEST_LINE_MAX = 4094
@@ -78,43 +78,40 @@ def _refuse_nul(schema: dict[str, Any]) -> None:
         schema["pattern"] = NO_NUL
 
 
-class ProjectMisconfigured(exceptions.APIException):
-    status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
-    default_code = "project_misconfigured"
+class CobaltProblem(exceptions.APIException):
+    """A user's error (`CobaltError`) as the API answers it: `{"detail": message}` with the
+    error's status (404 not found, 409 conflict, 500 a misconfigured project, ...)."""
 
+    default_code = "error"
 
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
+    def __init__(self, exc: CobaltError) -> None:
+        super().__init__(str(exc))
+        self.status_code = exc.http_status
 
 
 # The API's name of a field a `LabelError` message starts with.
 LABEL_FIELDS = {"expected_output": "expectedOutput"}
 
 
-def label_problem(exc: labels.LabelError) -> exceptions.APIException:
-    """A refused label (or dataset addition) as the API answers it: 404, 409, or a 400 under
-    the field its message names."""
-    if exc.status == status.HTTP_404_NOT_FOUND:
-        return exceptions.NotFound(str(exc))
-    if exc.status == status.HTTP_409_CONFLICT:
-        return Conflict(str(exc))
-    named = re.match(r"[A-Za-z_]+", str(exc))
+def problem_field(exc: CobaltError) -> str:
+    """The request field a 400 is about: the error's own, else (a refused label) the field its
+    message starts with."""
+    if exc.field:
+        return exc.field
+    named = re.match(r"[A-Za-z_]+", str(exc)) if isinstance(exc, labels.LabelError) else None
     field = named.group(0) if named else ""
-    field = LABEL_FIELDS.get(field, field)
-    return exceptions.ValidationError({field or "non_field_errors": [str(exc)]})
+    return LABEL_FIELDS.get(field, field) or "non_field_errors"
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus: a missing run is a 404 whose message says how to find runs; a
-    broken plugin is a JSON 500 naming it (as `cobalt run` would); a refused label is a 400,
-    404 or 409 (`label_problem`)."""
-    if isinstance(exc, RunNotFound):
-        exc = exceptions.NotFound(str(exc))
-    elif isinstance(exc, PluginError):
-        exc = ProjectMisconfigured(str(exc))
-    elif isinstance(exc, labels.LabelError):
-        exc = label_problem(exc)
+    """DRF's handler, after the API's one catch of the user's errors: a `CobaltError` answers
+    its `http_status` with its message (a 400 under the field it is about). Anything else is
+    DRF's, or a bug: a 500 with its traceback in the log."""
+    if isinstance(exc, CobaltError):
+        if exc.http_status == status.HTTP_400_BAD_REQUEST:
+            exc = exceptions.ValidationError({problem_field(exc): [str(exc)]})
+        else:
+            exc = CobaltProblem(exc)
     return drf_exception_handler(exc, context)
 
 
@@ -261,12 +258,9 @@ class RunListView(CobaltAPIView, generics.ListAPIView):
         form.is_valid(raise_exception=True)
         data = form.validated_data
         experiment = data["experiment"]
-        try:
-            run_id = jobs.start_run(
-                experiment, config, concurrency=data.get("concurrency"), tags=data["tags"]
-            )
-        except jobs.StartFailed as exc:
-            raise exceptions.ValidationError({"file": [str(exc)]}) from None
+        run_id = jobs.start_run(
+            experiment, config, concurrency=data.get("concurrency"), tags=data["tags"]
+        )
         run = run_get(run_id)
         body = {
             "id": run.id,
@@ -304,10 +298,7 @@ class RunCancelView(CobaltAPIView):
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
-        try:
-            run = jobs.cancel_run(run_id)
-        except jobs.RunAlreadyFinished as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        run = jobs.cancel_run(run_id)  # already finished: a 409 (`RunAlreadyFinished`)
         code = status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED
         return Response(serializers.RunDetailSerializer(run_detail(run)).data, status=code)
 

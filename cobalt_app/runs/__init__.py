@@ -10,6 +10,8 @@
   this process; a team worker runs one lane per Celery message (`worker_runtime`).
 """
 
+from cobalt.errors import CobaltError
 
-class TeamModeError(RuntimeError):
+
+class TeamModeError(CobaltError):
     """Team mode is misconfigured; the message says what to set."""

@@ -17,7 +17,3 @@ engine, the selectors, `results` and `generate`:
 The project is the folder holding the `cobalt.toml` found upward from where the server starts
 (or, in a workspace, each project below it); every file argument must resolve inside it.
 """
-
-from cobalt_cli.mcp.server import build_server, serve
-
-__all__ = ["build_server", "serve"]

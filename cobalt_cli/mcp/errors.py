@@ -9,33 +9,14 @@ from collections.abc import Iterator
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from cobalt.config import ConfigError
+from cobalt.errors import CobaltError
 
 log = logging.getLogger("cobalt.mcp")
 
 
-def anticipated() -> tuple[type[Exception], ...]:
-    """Failures with a message meant for the user (logged without a traceback)."""
-    from cobalt.dataset import DatasetError
-    from cobalt_app.discovery import FileRefused
-    from cobalt_app.generate import GenerateError
-    from cobalt_app.preflight import PreflightError
-    from cobalt_app.providers import ProviderError
-    from cobalt_app.selectors import RunNotFound
-
-    return (
-        FileRefused,
-        ConfigError,
-        RunNotFound,
-        GenerateError,
-        ProviderError,
-        DatasetError,
-        PreflightError,
-        FileNotFoundError,
-    )
-
-
 def describe(exc: BaseException) -> str:
-    """A message for the client: what went wrong and, where known, what to do."""
+    """A message for the client: a user's error (`CobaltError`) as its message, where known
+    with what to do; anything else (a bug) with its type."""
     from cobalt_app.discovery import FileRefused
     from cobalt_app.selectors import RunNotFound
 
@@ -45,20 +26,21 @@ def describe(exc: BaseException) -> str:
         return f"configuration error: {exc}"
     if isinstance(exc, RunNotFound):
         return str(exc).replace("`cobalt history` lists runs", "cobalt_results lists runs")
-    if isinstance(exc, anticipated()):
+    if isinstance(exc, CobaltError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
 @contextlib.contextmanager
 def tool_errors(tool: str) -> Iterator[None]:
-    """Every failure becomes a tool error with a useful message."""
+    """MCP's one catch: every failure becomes a tool error with a useful message (the server
+    never crashes); a user's error (`CobaltError`) is logged without a traceback, a bug with."""
     try:
         yield
     except ToolError:
         raise
     except Exception as exc:
-        if isinstance(exc, anticipated()):
+        if isinstance(exc, CobaltError):
             log.info("%s refused: %s", tool, exc)
         else:
             log.exception("%s failed", tool)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult
 
 from cobalt_cli.mcp.budget import fit, shortened, value_tokens
@@ -33,10 +32,7 @@ def cobalt_labels_tool(
     tokens = project.result_tokens(project.config())
     run = find_run(run_id)
     if evaluator is not None:
-        try:
-            labels.check_evaluator(run, evaluator)
-        except labels.LabelError as exc:
-            raise ToolError(str(exc)) from None
+        labels.check_evaluator(run, evaluator)  # a `LabelError`: a tool error saying why
     summary = labels.label_summary(run)
     rows = labels.label_list(run, evaluator=evaluator, disagrees=disagreements)
     page = [row.as_json() for row in rows[offset : offset + limit]]

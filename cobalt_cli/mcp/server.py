@@ -28,9 +28,16 @@ from mcp.types import INVALID_PARAMS
 
 from cobalt.config import NoProjectError, load_config
 from cobalt.version import __version__
-from cobalt_cli.mcp import resources
 from cobalt_cli.mcp.errors import database, resource_errors
 from cobalt_cli.mcp.project import Project
+from cobalt_cli.mcp.resources import (
+    GENERATE_TESTS,
+    IMPROVE_AGENT,
+    REGRESSION_CHECK,
+    config_resource,
+    experiments_resource,
+    latest_results_resource,
+)
 from cobalt_cli.mcp.running import FINALISE_TIMEOUT, RUNNER_THREAD, active_runs
 from cobalt_cli.mcp.tools import tools
 from cobalt_cli.mcp.workspace import Workspace, find_projects
@@ -57,6 +64,13 @@ def build_server(target: Project | Workspace) -> MCPServer:
         tools=tools(target),
         lifespan=target.lifespan if isinstance(target, Workspace) else None,
     )
+    add_resources(server, target)
+    add_prompts(server)
+    return server
+
+
+def add_resources(server: MCPServer, target: Project | Workspace) -> None:
+    """`cobalt://config`, `cobalt://experiments` and `cobalt://latest-results`."""
     per_project = " (in a workspace: by project)" if isinstance(target, Workspace) else ""
 
     async def read(uri: str, local_read: Callable[[Project], dict[str, Any]]) -> str:
@@ -76,7 +90,7 @@ def build_server(target: Project | Workspace) -> MCPServer:
         mime_type="application/json",
     )
     async def config_json() -> str:
-        return await read("cobalt://config", resources.config_resource)
+        return await read("cobalt://config", config_resource)
 
     @server.resource(
         "cobalt://experiments",
@@ -85,7 +99,7 @@ def build_server(target: Project | Workspace) -> MCPServer:
         mime_type="application/json",
     )
     async def experiments_json() -> str:
-        return await read("cobalt://experiments", resources.experiments_resource)
+        return await read("cobalt://experiments", experiments_resource)
 
     @server.resource(
         "cobalt://latest-results",
@@ -96,7 +110,11 @@ def build_server(target: Project | Workspace) -> MCPServer:
         mime_type="application/json",
     )
     async def latest_results_json() -> str:
-        return await read("cobalt://latest-results", resources.latest_results_resource)
+        return await read("cobalt://latest-results", latest_results_resource)
+
+
+def add_prompts(server: MCPServer) -> None:
+    """`improve-agent`, `generate-tests` and `regression-check`."""
 
     @server.prompt(
         name="improve-agent",
@@ -110,14 +128,14 @@ def build_server(target: Project | Workspace) -> MCPServer:
                 code=INVALID_PARAMS,
                 message=f"threshold must be a number from 0 to 1 (got {threshold!r})",
             ) from None
-        return resources.IMPROVE_AGENT.format(experiment=experiment, threshold=value)
+        return IMPROVE_AGENT.format(experiment=experiment, threshold=value)
 
     @server.prompt(
         name="generate-tests",
         description="Write a Cobalt experiment for an agent file with cobalt_generate.",
     )
     def generate_tests(agentFile: str) -> str:
-        return resources.GENERATE_TESTS.format(agent_file=agentFile)
+        return GENERATE_TESTS.format(agent_file=agentFile)
 
     @server.prompt(
         name="regression-check",
@@ -125,9 +143,7 @@ def build_server(target: Project | Workspace) -> MCPServer:
     )
     def regression_check(experiment: str | None = None) -> str:
         scope = f" for {experiment!r} (cobalt_run with filter={experiment!r})" if experiment else ""
-        return resources.REGRESSION_CHECK.format(scope=scope)
-
-    return server
+        return REGRESSION_CHECK.format(scope=scope)
 
 
 class Wire(io.TextIOBase):

@@ -3,7 +3,9 @@ whether each works on this server's project or forwards to a workspace's project
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -12,7 +14,6 @@ from mcp.server.mcpserver.tools.base import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ConfigDict, Field
 
-from cobalt_cli.mcp import schemas
 from cobalt_cli.mcp.authoring import cobalt_generate_tool
 from cobalt_cli.mcp.errors import database, tool_errors
 from cobalt_cli.mcp.labels import LABELS_SHOWN, cobalt_labels_tool
@@ -20,6 +21,13 @@ from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reads import COMPARE_SHOWN, cobalt_compare_tool, cobalt_results_tool
 from cobalt_cli.mcp.reports import ItemFilter, StatusName
 from cobalt_cli.mcp.running import cobalt_run_tool
+from cobalt_cli.mcp.schemas import (
+    CompareOutput,
+    GenerateOutput,
+    LabelsOutput,
+    ResultsOutput,
+    RunOutput,
+)
 from cobalt_cli.mcp.workspace import Workspace
 
 StatusFilter = Annotated[
@@ -59,9 +67,54 @@ def local(target: Project | Workspace, project: str | None) -> Project:
     return target
 
 
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+READS = ToolAnnotations(read_only_hint=True)
+
+
 def tools(target: Project | Workspace) -> list[Tool]:
     """The tools, working on one project, or forwarding to a workspace's projects."""
+    return [
+        run_tool(target),
+        results_tool(target),
+        compare_tool(target),
+        labels_tool(target),
+        generate_tool(target),
+    ]
 
+
+def declare(function: Callable[..., Any], annotations: ToolAnnotations, description: str) -> Tool:
+    return strict(Tool.from_function(function, description=description, annotations=annotations))
+
+
+async def answer(
+    target: Project | Workspace,
+    ctx: Context,
+    project: str | None,
+    tool: str,
+    arguments: dict[str, Any],
+    call: Callable[[Project], Any],
+    *,
+    on_thread: bool = True,
+    orm: bool = True,
+) -> CallToolResult:
+    """One tool call: forwarded with its `arguments` to a workspace's project, or made here:
+    `call(project)` awaited (`on_thread=False`), or on a worker thread (with fresh database
+    connections when it uses the ORM). Its failures become tool errors (`tool_errors`)."""
+    if isinstance(target, Workspace):
+        with tool_errors(tool):
+            return await target.call(ctx, project, tool, arguments)
+    if not on_thread:
+        with tool_errors(tool):
+            return await call(local(target, project))
+
+    def work() -> CallToolResult:
+        with tool_errors(tool), database() if orm else contextlib.nullcontext():
+            return call(local(target, project))
+
+    return await anyio.to_thread.run_sync(work)
+
+
+def run_tool(target: Project | Workspace) -> Tool:
     async def cobalt_run(
         ctx: Context,
         file: Annotated[
@@ -83,23 +136,30 @@ def tools(target: Project | Workspace) -> list[Tool]:
             ),
         ] = None,
         project: ProjectArgument = None,
-    ) -> Annotated[CallToolResult, schemas.RunOutput]:
-        if isinstance(target, Workspace):
-            arguments = {"file": file, "filter": filter, "concurrency": concurrency}
-            if replay is not None:
-                arguments["replay"] = replay
-            with tool_errors("cobalt_run"):
-                return await target.call(ctx, project, "cobalt_run", arguments)
-        with tool_errors("cobalt_run"):
-            return await cobalt_run_tool(
-                local(target, project),
-                ctx,
-                file=file,
-                name_filter=filter,
-                concurrency=concurrency,
-                replay=replay,
+    ) -> Annotated[CallToolResult, RunOutput]:
+        arguments = {"file": file, "filter": filter, "concurrency": concurrency}
+        if replay is not None:
+            arguments["replay"] = replay
+
+        def run(here: Project) -> Awaitable[CallToolResult]:
+            return cobalt_run_tool(
+                here, ctx, file=file, name_filter=filter, concurrency=concurrency, replay=replay
             )
 
+        return await answer(target, ctx, project, "cobalt_run", arguments, run, on_thread=False)
+
+    return declare(
+        cobalt_run,
+        WRITES,
+        "Run cobalt experiments and return, within the token budget, each run's "
+        "summary, every failing item with its reasons, then the other items "
+        "(results-file format); what did not fit is named with the cobalt_results call "
+        "that fetches it. Sends a progress notification per finished item. Cancelling "
+        "the call cancels the run.",
+    )
+
+
+def results_tool(target: Project | Workspace) -> Tool:
     async def cobalt_results(
         ctx: Context,
         runId: Annotated[
@@ -132,33 +192,38 @@ def tools(target: Project | Workspace) -> list[Tool]:
             int | None, Field(ge=0, description="Skip this many matching items (paging).")
         ] = None,
         project: ProjectArgument = None,
-    ) -> Annotated[CallToolResult, schemas.ResultsOutput]:
-        if isinstance(target, Workspace):
-            arguments = {
-                "runId": runId,
-                "limit": limit,
-                "experiment": experiment,
-                "status": status,
-                "evaluator": evaluator,
-                "maxScore": maxScore,
-                "offset": offset,
-            }
-            with tool_errors("cobalt_results"):
-                return await target.call(ctx, project, "cobalt_results", arguments)
+    ) -> Annotated[CallToolResult, ResultsOutput]:
+        arguments = {
+            "runId": runId,
+            "limit": limit,
+            "experiment": experiment,
+            "status": status,
+            "evaluator": evaluator,
+            "maxScore": maxScore,
+            "offset": offset,
+        }
 
-        def read() -> CallToolResult:
-            with tool_errors("cobalt_results"), database():
-                return cobalt_results_tool(
-                    local(target, project),
-                    run_id=runId,
-                    limit=limit,
-                    experiment=experiment,
-                    where=ItemFilter(status=status, evaluator=evaluator, max_score=maxScore),
-                    offset=offset,
-                )
+        def read(here: Project) -> CallToolResult:
+            return cobalt_results_tool(
+                here,
+                run_id=runId,
+                limit=limit,
+                experiment=experiment,
+                where=ItemFilter(status=status, evaluator=evaluator, max_score=maxScore),
+                offset=offset,
+            )
 
-        return await anyio.to_thread.run_sync(read)
+        return await answer(target, ctx, project, "cobalt_results", arguments, read)
 
+    return declare(
+        cobalt_results,
+        READS,
+        "List past experiment runs (newest first), or get one run's results; filter "
+        "its items (status, evaluator, maxScore) and page through them (offset, limit).",
+    )
+
+
+def compare_tool(target: Project | Workspace) -> Tool:
     async def cobalt_compare(
         ctx: Context,
         runA: Annotated[str, Field(description="Baseline run id.")],
@@ -170,20 +235,24 @@ def tools(target: Project | Workspace) -> list[Tool]:
             int, Field(ge=1, le=200, description="Regressions and improvements to return.")
         ] = COMPARE_SHOWN,
         project: ProjectArgument = None,
-    ) -> Annotated[CallToolResult, schemas.CompareOutput]:
-        if isinstance(target, Workspace):
-            arguments = {"runA": runA, "runB": runB, "offset": offset, "limit": limit}
-            with tool_errors("cobalt_compare"):
-                return await target.call(ctx, project, "cobalt_compare", arguments)
+    ) -> Annotated[CallToolResult, CompareOutput]:
+        arguments = {"runA": runA, "runB": runB, "offset": offset, "limit": limit}
 
-        def read() -> CallToolResult:
-            with tool_errors("cobalt_compare"), database():
-                return cobalt_compare_tool(
-                    local(target, project), run_a=runA, run_b=runB, offset=offset, limit=limit
-                )
+        def read(here: Project) -> CallToolResult:
+            return cobalt_compare_tool(here, run_a=runA, run_b=runB, offset=offset, limit=limit)
 
-        return await anyio.to_thread.run_sync(read)
+        return await answer(target, ctx, project, "cobalt_compare", arguments, read)
 
+    return declare(
+        cobalt_compare,
+        READS,
+        "Compare two runs: per-evaluator deltas and the items that regressed or "
+        "improved (matched by item key) with both outputs and the judges' reasons; "
+        "page with offset and limit.",
+    )
+
+
+def labels_tool(target: Project | Workspace) -> Tool:
     async def cobalt_labels(
         ctx: Context,
         runId: Annotated[str, Field(description="A run id (or a unique prefix).")],
@@ -198,31 +267,38 @@ def tools(target: Project | Workspace) -> list[Tool]:
             int, Field(ge=1, le=500, description="Labels to return (fewer if they do not fit).")
         ] = LABELS_SHOWN,
         project: ProjectArgument = None,
-    ) -> Annotated[CallToolResult, schemas.LabelsOutput]:
-        if isinstance(target, Workspace):
-            arguments = {
-                "runId": runId,
-                "evaluator": evaluator,
-                "disagreements": disagreements,
-                "offset": offset,
-                "limit": limit,
-            }
-            with tool_errors("cobalt_labels"):
-                return await target.call(ctx, project, "cobalt_labels", arguments)
+    ) -> Annotated[CallToolResult, LabelsOutput]:
+        arguments = {
+            "runId": runId,
+            "evaluator": evaluator,
+            "disagreements": disagreements,
+            "offset": offset,
+            "limit": limit,
+        }
 
-        def read() -> CallToolResult:
-            with tool_errors("cobalt_labels"), database():
-                return cobalt_labels_tool(
-                    local(target, project),
-                    run_id=runId,
-                    evaluator=evaluator,
-                    disagreements=disagreements,
-                    offset=offset,
-                    limit=limit,
-                )
+        def read(here: Project) -> CallToolResult:
+            return cobalt_labels_tool(
+                here,
+                run_id=runId,
+                evaluator=evaluator,
+                disagreements=disagreements,
+                offset=offset,
+                limit=limit,
+            )
 
-        return await anyio.to_thread.run_sync(read)
+        return await answer(target, ctx, project, "cobalt_labels", arguments, read)
 
+    return declare(
+        cobalt_labels,
+        READS,
+        "People's labels of a run's evaluations (pass/fail, corrected score and "
+        "expected output, note, by reviewer) in item order, each with the judge's "
+        "score and whether they disagree; the run's label counts; page with offset "
+        "and limit, or ask only for the disagreements.",
+    )
+
+
+def generate_tool(target: Project | Workspace) -> Tool:
     async def cobalt_generate(
         ctx: Context,
         agentFile: Annotated[
@@ -246,76 +322,35 @@ def tools(target: Project | Workspace) -> list[Tool]:
             bool, Field(description="Also run the first item (not recorded) to check it works.")
         ] = False,
         project: ProjectArgument = None,
-    ) -> Annotated[CallToolResult, schemas.GenerateOutput]:
-        if isinstance(target, Workspace):
-            arguments = {
-                "agentFile": agentFile,
-                "outputFile": outputFile,
-                "datasetSize": datasetSize,
-                "context": context,
-                "overwrite": overwrite,
-                "runOneItem": runOneItem,
-            }
-            with tool_errors("cobalt_generate"):
-                return await target.call(ctx, project, "cobalt_generate", arguments)
+    ) -> Annotated[CallToolResult, GenerateOutput]:
+        arguments = {
+            "agentFile": agentFile,
+            "outputFile": outputFile,
+            "datasetSize": datasetSize,
+            "context": context,
+            "overwrite": overwrite,
+            "runOneItem": runOneItem,
+        }
 
-        def generate() -> CallToolResult:
-            with tool_errors("cobalt_generate"):
-                return cobalt_generate_tool(
-                    local(target, project),
-                    agent_file=agentFile,
-                    output_file=outputFile,
-                    dataset_size=datasetSize,
-                    context=context,
-                    overwrite=overwrite,
-                    run_one_item=runOneItem,
-                )
+        def generate(here: Project) -> CallToolResult:
+            return cobalt_generate_tool(
+                here,
+                agent_file=agentFile,
+                output_file=outputFile,
+                dataset_size=datasetSize,
+                context=context,
+                overwrite=overwrite,
+                run_one_item=runOneItem,
+            )
 
-        return await anyio.to_thread.run_sync(generate)
+        return await answer(target, ctx, project, "cobalt_generate", arguments, generate, orm=False)
 
-    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-    reads = ToolAnnotations(read_only_hint=True)
-    return [
-        strict(Tool.from_function(function, description=description, annotations=annotations))
-        for function, annotations, description in (
-            (
-                cobalt_run,
-                writes,
-                "Run cobalt experiments and return, within the token budget, each run's "
-                "summary, every failing item with its reasons, then the other items "
-                "(results-file format); what did not fit is named with the cobalt_results call "
-                "that fetches it. Sends a progress notification per finished item. Cancelling "
-                "the call cancels the run.",
-            ),
-            (
-                cobalt_results,
-                reads,
-                "List past experiment runs (newest first), or get one run's results; filter "
-                "its items (status, evaluator, maxScore) and page through them (offset, limit).",
-            ),
-            (
-                cobalt_compare,
-                reads,
-                "Compare two runs: per-evaluator deltas and the items that regressed or "
-                "improved (matched by item key) with both outputs and the judges' reasons; "
-                "page with offset and limit.",
-            ),
-            (
-                cobalt_labels,
-                reads,
-                "People's labels of a run's evaluations (pass/fail, corrected score and "
-                "expected output, note, by reviewer) in item order, each with the judge's "
-                "score and whether they disagree; the run's label counts; page with offset "
-                "and limit, or ask only for the disagreements.",
-            ),
-            (
-                cobalt_generate,
-                writes,
-                "Read an agent's source, ask the configured LLM for a dataset (normal, edge "
-                "and adversarial cases) and evaluators suited to it, and write a runnable "
-                "experiment file (default experiments/<agent>.cobalt.py) that imports the "
-                "agent. Verifies the file imports. Refuses to overwrite an existing file unless "
-                "overwrite is true.",
-            ),
-        )
-    ]
+    return declare(
+        cobalt_generate,
+        WRITES,
+        "Read an agent's source, ask the configured LLM for a dataset (normal, edge "
+        "and adversarial cases) and evaluators suited to it, and write a runnable "
+        "experiment file (default experiments/<agent>.cobalt.py) that imports the "
+        "agent. Verifies the file imports. Refuses to overwrite an existing file unless "
+        "overwrite is true.",
+    )
