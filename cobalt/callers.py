@@ -18,5 +18,5 @@ def on_call_path(module: str) -> None:
     _CALL_PATH.add(module)
 
 
-def on_the_path(frame: FrameType) -> bool:
+def in_call_path(frame: FrameType) -> bool:
     return frame.f_globals.get("__name__") in _CALL_PATH

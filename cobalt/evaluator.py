@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cobalt.callers import on_the_path
+from cobalt.callers import in_call_path
 from cobalt.redaction import redact
 
 DEFAULT_TYPE = "llm-judge"
@@ -150,7 +150,7 @@ def _caller() -> tuple[str, int]:
     """The file and line of the `Evaluator(...)` call, past `__init__` and the SDK's own
     frames (a dict evaluator points at its `experiment(...)` call)."""
     frame = sys._getframe(2)
-    while frame.f_back is not None and on_the_path(frame):
+    while frame.f_back is not None and in_call_path(frame):
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

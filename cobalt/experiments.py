@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from cobalt.callers import on_the_path
+from cobalt.callers import in_call_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
 
@@ -241,7 +241,7 @@ def _caller() -> tuple[str | None, int | None]:
     frame = inspect.currentframe()
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not on_the_path(frame):
+        if not in_call_path(frame):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None, None
