@@ -14,8 +14,7 @@ from typing import Any
 from cobalt import verdict
 from cobalt.config import Config
 from cobalt.errors import NotFoundError
-from cobalt.run_settings import RunSettings
-from cobalt_app.gates import (
+from cobalt.gates import (
     Check,
     GateSettings,
     canonical,
@@ -24,6 +23,7 @@ from cobalt_app.gates import (
     check_significance,
     resolve_settings,
 )
+from cobalt.run_settings import RunSettings
 from cobalt_app.pricing import NO_MODEL
 
 RESERVED = ("latency", "cost")

@@ -104,7 +104,7 @@ def prewarm_statistics() -> None:
     import threading
 
     def load() -> None:
-        from cobalt_app import significance  # noqa: F401
+        from cobalt import significance  # noqa: F401
 
     threading.Thread(target=load, name="cobalt-prewarm", daemon=True).start()
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import Min
 
+from cobalt.significance import ALPHA
 from cobalt.verdict import evaluation_verdict, score_verdict
 from cobalt_app import score_tables, trace_spans, trace_store
 from cobalt_app.conversation import is_transcript, render_transcript
@@ -26,7 +27,6 @@ from cobalt_app.page_items import Paging, pretty
 from cobalt_app.page_selectors import pass_marks
 from cobalt_app.score_tables import Pairing
 from cobalt_app.selectors import compare_runs
-from cobalt_app.significance import ALPHA
 
 CHANGES = ("regressed", "improved", "unchanged")
 PAIR_SORTS = ("delta", "-delta", "key")

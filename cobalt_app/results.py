@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt import results_file, verdict
+from cobalt import results_file, stats, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import labels, recordings, stats, storable, trace_store
+from cobalt_app import labels, recordings, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
 
@@ -79,7 +79,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         )
         for name in names
     }
-    from cobalt_app import significance  # numpy/scipy: loaded when first needed
+    from cobalt import significance  # numpy/scipy: loaded when first needed
 
     extra = significance.run_statistics(
         scores_by_item(run), names, runs=RunSettings.from_run_config(run.config).runs

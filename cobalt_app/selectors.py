@@ -326,7 +326,8 @@ def compare_runs(
     """
     import numpy as np
 
-    from cobalt_app import score_tables, significance
+    from cobalt import significance
+    from cobalt_app import score_tables
 
     pairing = score_tables.pair(a, b) if pairing is None else pairing
     evaluators = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))

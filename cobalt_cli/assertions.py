@@ -1,7 +1,7 @@
 """`cobalt.assert_scores(report, thresholds)`: a run's thresholds as a test's assertion.
 
 A door for a plain `def test_…` function in pytest: it applies the engine's CI gates
-(`cobalt_app.gates`) to an `ExperimentReport`, so it lives above the engine; `cobalt` re-exports
+(`cobalt.gates`) to an `ExperimentReport`, so it lives above the engine; `cobalt` re-exports
 it on first use.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cobalt import gates
 from cobalt.report import ExperimentReport
-from cobalt_app import gates
 
 
 def assert_scores(report: ExperimentReport, thresholds: dict[str, Any]) -> None:

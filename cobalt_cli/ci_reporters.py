@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from cobalt import verdict
+from cobalt.gates import Check, fmt_number
 from cobalt.run_settings import RunSettings
 from cobalt.version import __version__
 from cobalt_app import recordings
 from cobalt_app.ci_verdict import CiOutcome, GateReport
-from cobalt_app.gates import Check, fmt_number
 from cobalt_app.results import iso
 from cobalt_cli.reporter import steps_note
 

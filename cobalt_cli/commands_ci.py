@@ -53,7 +53,7 @@ class CiOptions:
                 if value:
                     raise fail(f"{flag} needs --ci (it reports or gates a CI run)")
         if self.significance is not None:
-            from cobalt_app.significance import check_alpha
+            from cobalt.significance import check_alpha
 
             if not (self.ci and self.baseline):
                 raise fail("--significance needs --ci and --baseline (it tests the regression)")
@@ -83,7 +83,8 @@ def prepare(options: CiOptions, config: Config, experiments: list[Any]) -> None:
     the preflight (evaluator types, options, keys), reported like any configuration error."""
     if not options.ci:
         return
-    from cobalt_app import ci_verdict, gates, preflight
+    from cobalt import gates
+    from cobalt_app import ci_verdict, preflight
 
     problems = gates.experiment_threshold_errors(experiments, config)
     problems.extend(p.line() for p in preflight.problems(experiments, config))

@@ -401,8 +401,8 @@ def compare(
     from rich.table import Table
 
     setup()
+    from cobalt.significance import check_alpha
     from cobalt_app.selectors import compare_runs, run_get
-    from cobalt_app.significance import check_alpha
     from cobalt_cli.commands_stats import print_significance
 
     try:

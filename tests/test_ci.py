@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from cobalt.config import ConfigError, define_config, load_config
-from cobalt_app.gates import GateSettings, check_run, resolve_settings
-from cobalt_app.stats import describe, latency_stats
+from cobalt.gates import GateSettings, check_run, resolve_settings
+from cobalt.stats import describe, latency_stats
 from tests.conftest import REPO
 
 SCORES = [0.1, 0.3, 0.5, 0.7, 0.9]

@@ -15,7 +15,7 @@ PACKAGES = ("cobalt", "cobalt_app", "cobalt_cli")
 MAX_LINES = 80
 
 # The reads (and what they read) sit below the pages: none of them imports a page.
-READS = ("selectors", "score_tables", "flaky", "ci_verdict", "significance")
+READS = ("selectors", "score_tables", "flaky", "ci_verdict")
 PAGES = ("page_items", "page_compare", "page_selectors", "views", "views_review")
 
 

@@ -239,7 +239,7 @@ def test_the_scan_sees_function_level_relative_and_type_checking_imports(tmp_pat
         textwrap.dedent(
             """
             from typing import TYPE_CHECKING
-            from .. import gates
+            from .. import selectors
             from .lane import run_lane
             import cobalt_app.models as models
             if TYPE_CHECKING:
@@ -255,7 +255,7 @@ def test_the_scan_sees_function_level_relative_and_type_checking_imports(tmp_pat
         for i in imports_of("cobalt_app.runs.probe", source)
     }
     assert found == {
-        ("cobalt_app.gates", False, False),
+        ("cobalt_app.selectors", False, False),
         ("cobalt_app.runs.lane", False, False),
         ("cobalt_app.models", False, False),
         ("cobalt_cli.main", False, True),

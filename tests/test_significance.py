@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cobalt_app import significance
-from cobalt_app.significance import (
+from cobalt import significance
+from cobalt.significance import (
     IMPROVED,
     INSUFFICIENT,
     NO_CHANGE,
@@ -484,7 +484,7 @@ def test_the_cli_api_mcp_tool_and_pages_show_the_same_test_and_flaky_marks(noisy
 def test_the_fast_t_quantiles_match_scipy():
     from scipy.special import stdtrit
 
-    from cobalt_app.significance import t_quantile
+    from cobalt.significance import t_quantile
 
     for df in (1, 2, 5, 10, 29, 30, 31, 45, 100, 1000, 50_000):
         for p in (0.9, 0.95, 0.975, 0.995):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from cobalt_app.stats import describe, percentile
+from cobalt.stats import describe, percentile
 
 
 def test_percentiles_interpolate_linearly_at_rank_p_times_n_minus_one():

@@ -20,11 +20,11 @@ import pytest
 from django.apps import apps as django_apps
 from django.test import Client
 
-from cobalt import Dataset, Evaluator, load_config, verdict
+from cobalt import Dataset, Evaluator, gates, load_config, stats, verdict
 from cobalt.experiments import Experiment
 from cobalt.report import ExperimentReport, _why
 from cobalt.verdict import Verdict
-from cobalt_app import flaky, gates, launcher, results, stats
+from cobalt_app import flaky, launcher, results
 from cobalt_app.flaky import Observation, item_flakiness
 from cobalt_app.models import Run
 from cobalt_cli.mcp.reports import item_problems

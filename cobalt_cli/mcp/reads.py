@@ -108,8 +108,8 @@ def window(total: int, offset: int, kept: int) -> dict[str, Any]:
 def cobalt_compare_tool(
     project: Project, *, run_a: str, run_b: str, offset: int = 0, limit: int = COMPARE_SHOWN
 ) -> CallToolResult:
+    from cobalt.significance import describe_result
     from cobalt_app.selectors import compare_runs
-    from cobalt_app.significance import describe_result
 
     tokens = project.result_tokens(project.config())
     a, b = find_run(run_a), find_run(run_b)

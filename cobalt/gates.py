@@ -288,7 +288,7 @@ def check_significance(
     Fails only when the drop is significant at `alpha` and larger than `max_regression`;
     noise passes. Items scored in only one of the runs are named in the notes.
     """
-    from cobalt_app import significance
+    from cobalt import significance
 
     checks: list[Check] = []
     notes: list[str] = []

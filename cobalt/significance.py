@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from cobalt_app.stats import clip_to_score_range
+from cobalt.stats import clip_to_score_range
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
