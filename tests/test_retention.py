@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Project, cli_env
-from tests.team_harness import Team, experiment_source, wait_for
+from tests.team_harness import Team, wait_for
 
 ITEMS = 20
 
@@ -392,8 +392,7 @@ def test_the_team_sweeper_applies_the_policy_on_postgresql(team: Team):
     (team.folder / "cobalt.toml").write_text(
         'test_dir = "experiments"\n[retention]\nruns = "30d"\nkeep_last = 1\n'
     )
-    demo = team.folder / "experiments" / "demo.cobalt.py"
-    demo.write_text(experiment_source(items=3, token=team.queue, call_agent=False))
+    team.write_experiment(items=3, call_agent=False)
     worker = team.start_worker()
     for _ in range(3):
         result = team.cli("run")
