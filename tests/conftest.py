@@ -67,6 +67,39 @@ def pytest_configure(config: pytest.Config) -> None:
         database.setdefault("TEST", {})["NAME"] = str(_SESSION_DIR / "test.db")
 
 
+# The suite runs in parallel with `scripts/test` (`-n auto --dist loadfile
+# --no-loadscope-reorder`): each module runs whole on one worker (its module fixtures, e.g. the
+# team services or a browser, start once), and xdist hands a worker the next module when it
+# runs out. The longest modules go first, longest first (as measured), so that the workers
+# finish together rather than one of them starting a long module near the end.
+LONG_MODULES = (
+    "test_contract.py",
+    "test_team.py",
+    "test_replay.py",
+    "test_install.py",
+    "test_nothing_lost.py",
+    "test_browser.py",
+    "test_cli.py",
+    "test_fail_fast.py",
+    "test_mcp.py",
+    "test_api.py",
+    "test_mcp_lifecycle.py",
+    "test_evaluators.py",
+    "test_retention.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if XDIST_WORKER:  # every worker collects the same list; the order only matters there
+        rank = {name: number for number, name in enumerate(LONG_MODULES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core, but no more than there are Redis DBs for them."""
+    return max(1, min(os.cpu_count() or 1, 16 - TEST_REDIS_DB))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Before xdist starts its workers: GNU readline, once loaded, puts COLUMNS and LINES of
