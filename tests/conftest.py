@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,14 +28,28 @@ if TYPE_CHECKING:  # imported where used: tests.team_harness imports this module
     from tests.team_harness import Services, Team
 
 REPO = Path(__file__).resolve().parent.parent
-_SESSION_DIR = Path(tempfile.mkdtemp(prefix="cobalt-tests-"))
-os.environ.setdefault("COBALT_PROJECT_DIR", str(_SESSION_DIR / "project"))
+# Under pytest-xdist (`-n 2`) every worker process ("gw0", "gw1", …) loads this file with the
+# environment the controller left: each makes its own session folder (so its own SQLite files,
+# the Django test database among them), takes its own Redis DB (the first one plus its number)
+# and names its PostgreSQL databases after its pid, so workers never share any of them.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_NUMBER = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix=f"cobalt-tests-{XDIST_WORKER or 'main'}-"))
+# The project folder chosen here, unless the environment gave one (then every worker uses it).
+_OURS = "PYTEST_COBALT_PROJECT_DIR"
+if os.environ.get("COBALT_PROJECT_DIR") == os.environ.get(_OURS):
+    os.environ["COBALT_PROJECT_DIR"] = os.environ[_OURS] = str(_SESSION_DIR / "project")
 (_SESSION_DIR / "project").mkdir(exist_ok=True)
-# The Redis DB of the team-mode tests (tests/team_harness.py), read before the COBALT_*
-# variables are cleared below: a suite running beside another sets its own number.
-TEST_REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5"))
+# The Redis DB of the team-mode tests (tests/team_harness.py): 5, or the one
+# COBALT_TEST_REDIS_DB names (a suite running beside another sets its own); an xdist worker
+# adds its number. COBALT_TEST_REDIS_DB stays set for the workers; the app never reads it.
+TEST_REDIS_DB = int(os.environ.get("COBALT_TEST_REDIS_DB", "5")) + _WORKER_NUMBER
+if TEST_REDIS_DB > 15:
+    raise RuntimeError(
+        f"Redis DB {TEST_REDIS_DB} for worker {XDIST_WORKER}: lower COBALT_TEST_REDIS_DB"
+    )
 for _name in list(os.environ):
-    if _name.startswith("COBALT_") and _name not in ("COBALT_PROJECT_DIR",):
+    if _name.startswith("COBALT_") and _name not in ("COBALT_PROJECT_DIR", "COBALT_TEST_REDIS_DB"):
         del os.environ[_name]
 os.environ["COBALT_SQLITE_PATH"] = str(_SESSION_DIR / "history.db")
 # Started in the background of a script (`pytest … &` without job control), the suite ignores
@@ -50,6 +65,50 @@ def pytest_configure(config: pytest.Config) -> None:
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(_SESSION_DIR / "test.db")
+
+
+# The suite runs in parallel with `scripts/test` (`-n auto --dist loadfile
+# --no-loadscope-reorder`): each module runs whole on one worker (its module fixtures, e.g. the
+# team services or a browser, start once), and xdist hands a worker the next module when it
+# runs out. The longest modules go first, longest first (as measured), so that the workers
+# finish together rather than one of them starting a long module near the end.
+LONG_MODULES = (
+    "test_contract.py",
+    "test_team.py",
+    "test_replay.py",
+    "test_install.py",
+    "test_nothing_lost.py",
+    "test_browser.py",
+    "test_cli.py",
+    "test_fail_fast.py",
+    "test_mcp.py",
+    "test_api.py",
+    "test_mcp_lifecycle.py",
+    "test_evaluators.py",
+    "test_retention.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if XDIST_WORKER:  # every worker collects the same list; the order only matters there
+        rank = {name: number for number, name in enumerate(LONG_MODULES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core, but no more than there are Redis DBs for them."""
+    return max(1, min(os.cpu_count() or 1, 16 - TEST_REDIS_DB))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before xdist starts its workers: GNU readline, once loaded, puts COLUMNS and LINES of
+    the terminal (80×24 without one) in the process environment, where `os.environ` does not
+    see them but a child process does. A worker would pass them on to every `cobalt` it
+    starts, whose output would then wrap at 80 columns; leave them out as the user did."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
 
 
 @pytest.fixture(scope="session")
@@ -115,6 +174,13 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on (free when asked)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:

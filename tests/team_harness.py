@@ -1,7 +1,8 @@
 """Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
 
-A test session gets its own database `cobalt_test_team_<pid>` (dropped at the end) and
-Redis DB 5, or the one COBALT_TEST_REDIS_DB names (flushed at the start); each test gets its
+A test session (each xdist worker is one) gets its own database `cobalt_test_team_<pid>`
+(dropped at the end) and Redis DB 5, or the one COBALT_TEST_REDIS_DB names, plus the xdist
+worker's number (flushed at the start; see tests/conftest.py); each test gets its
 own Celery queue, so work left over by one test never reaches another's workers. The worker, migrate and web commands come
 from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
 missing, by reading the YAML the same way), so what the compose file runs is what the
@@ -28,7 +29,7 @@ from typing import Any
 import psycopg
 import redis
 
-from tests.conftest import REPO, TEST_REDIS_DB, cli_env
+from tests.conftest import REPO, TEST_REDIS_DB, cli_env, free_port  # noqa: F401 (re-exported)
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_DB = TEST_REDIS_DB  # COBALT_TEST_REDIS_DB: another for a parallel suite
@@ -112,12 +113,6 @@ def experiment_source(
     for key, value in replacements.items():
         source = source.replace(key, value)
     return source
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05):
@@ -336,6 +331,14 @@ class Team:
         process = Process(popen, stdout, stderr)
         self.processes.append(process)
         return process
+
+    def write_experiment(self, name: str = "demo", **options: Any) -> Path:
+        """experiments/<name>.cobalt.py: the team experiment (`experiment_source(**options)`),
+        its judge's prompt marked with this test's queue unless `token` says otherwise."""
+        target = self.folder / "experiments" / f"{name}.cobalt.py"
+        options.setdefault("token", self.queue)
+        target.write_text(experiment_source(**options))
+        return target
 
     def start_worker(self, *options: str, env: dict[str, str] | None = None) -> Process:
         """The compose worker command (`options` appended, the last value of an option wins;

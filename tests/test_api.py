@@ -596,13 +596,9 @@ def team_server(team_services, fake_provider_server, tmp_path):
 
 @pytest.mark.timeout(180)
 def test_in_team_mode_the_api_needs_a_token_and_runs_go_to_the_workers(team_server):
-    from tests.team_harness import experiment_source
-
     team, base = team_server
-    folder = team.folder / "experiments"
-    (folder / "demo.cobalt.py").write_text(experiment_source(items=6, token=team.queue))
-    slow = experiment_source(items=40, token=team.queue, delay=0.5, call_agent=False)
-    (folder / "slow.cobalt.py").write_text(slow)
+    team.write_experiment(items=6)
+    team.write_experiment("slow", items=40, delay=0.5, call_agent=False)
     created = subprocess.run(
         [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
         cwd=team.folder,

@@ -12,6 +12,7 @@ from cobalt.experiments import collecting
 from cobalt_app import embeddings, launcher
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
+from tests.helpers import run_with
 
 pytest.importorskip("autoevals", reason="the `autoevals` extra is not installed")
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,12 +26,17 @@ ITEM = {
 }
 
 
-def run_with(project, evaluators, output, *, item=None, config_text=None, no_cache=False):
-    if config_text:
-        project.write("cobalt.toml", config_text)
-    with collecting() as found:
-        experiment("auto", Dataset(items=[item or ITEM]), lambda ctx: output, evaluators=evaluators)
-    (run,) = launcher.execute(found, load_config(project.path), no_cache=no_cache)
+def run_auto(project, evaluators, output, *, item=None, config_text=None, no_cache=False):
+    """The evaluations of one item (ITEM) answered `output`, by evaluator."""
+    run = run_with(
+        project,
+        evaluators,
+        lambda ctx: output,
+        name="auto",
+        items=[item or ITEM],
+        config_text=config_text,
+        no_cache=no_cache,
+    )
     return {e.evaluator: e for e in Evaluation.objects.filter(run=run)}
 
 
@@ -40,7 +46,7 @@ def chat_requests(fake_provider):
 
 def test_factuality_asks_with_a_tool_and_scores_the_chosen_answer(project, fake_provider):
     output = 'Paris. [[tool:{"choice": "C", "reasons": "The answer matches the expert."}]]'
-    found = run_with(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], output)
+    found = run_auto(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], output)
     facts = found["facts"]
     assert (facts.status, facts.score) == ("ok", 1.0)
     assert facts.reason == "The answer matches the expert. (choice C)"
@@ -55,19 +61,19 @@ def test_factuality_asks_with_a_tool_and_scores_the_chosen_answer(project, fake_
 
 
 def test_the_default_tool_answer_maps_through_the_choice_scores(project, fake_provider):
-    found = run_with(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], "Lyon")
+    found = run_auto(project, [Evaluator("facts", "autoevals", autoeval="Factuality")], "Lyon")
     assert found["facts"].score == 0.4  # the fake picks choice "A", which Factuality scores 0.4
     assert "(choice A)" in found["facts"].reason
 
 
 def test_replies_are_cached_in_the_judge_cache(project, fake_provider):
     evaluator = Evaluator("facts", "autoevals", autoeval="Factuality")
-    first = run_with(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]')["facts"]
+    first = run_auto(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]')["facts"]
     assert not first.cached and len(chat_requests(fake_provider)) == 1
-    second = run_with(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]')["facts"]
+    second = run_auto(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]')["facts"]
     assert second.cached and second.tokens == 0 and second.score == first.score == 1.0
     assert len(chat_requests(fake_provider)) == 1
-    run_with(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]', no_cache=True)
+    run_auto(project, [evaluator], 'Paris [[tool:{"choice": "E"}]]', no_cache=True)
     assert len(chat_requests(fake_provider)) == 2
 
 
@@ -88,7 +94,7 @@ def test_field_mappings_feed_the_scorers_arguments(project, fake_provider):
             context={"input": "question", "criteria": "rule"},  # the seed's spelling
         ),
     ]
-    found = run_with(project, evaluators, "xs.sort()", item=item)
+    found = run_auto(project, evaluators, "xs.sort()", item=item)
     assert found["battle"].status == "ok" and found["closed"].status == "ok"
     prompts = [r["json"]["messages"][0]["content"] for r in chat_requests(fake_provider)]
     battle = next(p for p in prompts if "sorted(xs)" in p)
@@ -105,7 +111,7 @@ def test_context_recall_uses_the_context_field(project, fake_provider):
         ]
     }
     item = {**ITEM, "context": f"Paris is the capital. [[tool:{json.dumps(statements)}]]"}
-    found = run_with(
+    found = run_auto(
         project, [Evaluator("recall", "autoevals", autoeval="ContextRecall")], "Paris", item=item
     )
     assert found["recall"].score == 0.5
@@ -117,7 +123,7 @@ def test_answer_relevancy_combines_a_tool_call_and_cached_embeddings(project, fa
     question = {"question": "What is the capital of France?", "noncommittal": 0}
     output = f"Paris [[tool:{json.dumps(question)}]]"
     evaluator = Evaluator("rel", "autoevals", autoeval="AnswerRelevancy", args={"strictness": 1})
-    found = run_with(project, [evaluator], output)
+    found = run_auto(project, [evaluator], output)
     assert found["rel"].score == pytest.approx(1.0)  # the generated question equals the input
     embedding_requests = [r for r in fake_provider.requests if r["path"] == "/v1/embeddings"]
     assert embedding_requests
@@ -126,7 +132,7 @@ def test_answer_relevancy_combines_a_tool_call_and_cached_embeddings(project, fa
 
 def test_answer_similarity_uses_the_embedding_model(project, fake_provider):
     evaluator = Evaluator("sim", "autoevals", autoeval="AnswerSimilarity")
-    found = run_with(project, [evaluator], "Paris")
+    found = run_auto(project, [evaluator], "Paris")
     assert found["sim"].score == 1.0  # the same text as expected_output
     (request,) = [r for r in fake_provider.requests if r["path"] == "/v1/embeddings"]
     assert request["json"]["model"] == "text-embedding-3-small"
@@ -137,7 +143,7 @@ def test_embedding_scorers_can_run_on_the_local_model(project, fake_provider):
     evaluator = Evaluator(
         "sim", "autoevals", autoeval="EmbeddingSimilarity", embedding_provider="local"
     )
-    found = run_with(project, [evaluator], "The capital city is Paris.")
+    found = run_auto(project, [evaluator], "The capital city is Paris.")
     assert 0 < found["sim"].score < 1
     assert fake_provider.request_count() == 0
 
@@ -149,7 +155,7 @@ def test_deterministic_scorers_need_no_model(project, fake_provider):
         Evaluator("valid", "autoevals", autoeval="ValidJSON"),
         Evaluator("lev", "autoevals", autoeval="Levenshtein", expected="text"),
     ]
-    found = run_with(project, evaluators, {"a": 1, "b": [1, 2]}, item=item)
+    found = run_auto(project, evaluators, {"a": 1, "b": [1, 2]}, item=item)
     assert found["diff"].score == 1.0 and found["valid"].score == 1.0
     assert found["lev"].status == "ok" and 0 <= found["lev"].score < 1
     assert found["diff"].reason == "JSONDiff scored 1.000"
@@ -159,7 +165,7 @@ def test_deterministic_scorers_need_no_model(project, fake_provider):
 def test_an_anthropic_judge_answers_autoevals_through_tool_use(project, fake_provider):
     config = '[judge]\nprovider = "anthropic"\nmodel = "claude-haiku-4-5"\n'
     output = 'Paris [[tool:{"choice": "D", "reasons": "Contradicts the expert."}]]'
-    found = run_with(
+    found = run_auto(
         project,
         [Evaluator("facts", "autoevals", autoeval="Factuality")],
         output,
@@ -176,7 +182,7 @@ def test_an_anthropic_judge_answers_autoevals_through_tool_use(project, fake_pro
 
 def test_a_gpt5_judge_goes_through_chat_completions_too(project, fake_provider):
     evaluator = Evaluator("facts", "autoevals", autoeval="Factuality", model="gpt-5-mini")
-    found = run_with(project, [evaluator], 'Paris [[tool:{"choice": "B"}]]')
+    found = run_auto(project, [evaluator], 'Paris [[tool:{"choice": "B"}]]')
     assert found["facts"].score == 0.6
     (request,) = chat_requests(fake_provider)
     assert request["json"]["model"] == "gpt-5-mini"
@@ -214,7 +220,7 @@ def test_a_gpt5_judge_goes_through_chat_completions_too(project, fake_provider):
 def test_problems_are_evaluation_errors_with_reasons(
     project, fake_provider, evaluator, item, message
 ):
-    found = run_with(project, [evaluator], "Paris", item=item)
+    found = run_auto(project, [evaluator], "Paris", item=item)
     assert found["x"].status == "error" and found["x"].score is None
     assert message in found["x"].error
     assert chat_requests(fake_provider) == []
@@ -224,7 +230,7 @@ def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     facts = Evaluator("facts", "autoevals", autoeval="Factuality")
     with pytest.raises(PreflightError) as refused:
-        run_with(project, [facts], "Paris")
+        run_auto(project, [facts], "Paris")
     assert "OPENAI_API_KEY is not set: the autoevals evaluator 'facts' (Factuality)" in str(
         refused.value
     )

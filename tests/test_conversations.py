@@ -7,26 +7,13 @@ import json
 
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, Evaluator, experiment
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import item_trace
+from tests.helpers import define, execute_one
 from tests.team_harness import Team
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def define(*args, **kwargs):
-    with collecting() as found:
-        experiment(*args, **kwargs)
-    return found[0]
-
-
-def execute(project, definition):
-    (run,) = launcher.execute([definition], load_config(project.path))
-    run.refresh_from_db()
-    return run
 
 
 def items(run: Run) -> dict[str, ItemResult]:
@@ -57,7 +44,7 @@ def test_scripted_conversations_of_1_3_and_10_turns_keep_their_transcripts(proje
         max_turns=10,
         concurrency=3,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     rows = items(run)
     for key, count in turns.items():
         row = rows[key]
@@ -88,7 +75,7 @@ def test_per_turn_scoring_records_the_mean_and_names_the_worst_turn(project):
         ],
         conversation=True,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     evaluations = {e.evaluator: e for e in items(run)["a"].evaluations.all()}
     assert evaluations["polite"].score == pytest.approx(2 / 3)
     assert evaluations["polite"].reason == (
@@ -110,7 +97,7 @@ def test_a_judge_reads_the_transcript_and_the_last_reply(project, fake_provider)
         ],
         conversation=True,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     assert items(run)["a"].evaluations.get().score == 0.7
     (request,) = [r for r in fake_provider.requests if "Conversation:" in json.dumps(r)]
     prompt = json.dumps(request["json"])
@@ -152,7 +139,7 @@ def test_simulated_users_reach_their_goal_give_up_or_run_out_of_turns(project, f
         conversation=True,
         concurrency=3,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     rows = items(run)
     assert [m["content"] for m in rows["reached"].output if m["role"] == "user"] == [
         "I want a refund",
@@ -182,7 +169,7 @@ def test_a_simulator_reply_that_is_not_json_is_retried_then_an_error(project, fa
         support_bot,
         conversation=True,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     row = items(run)["bad"]
     assert row.status == "error"
     assert row.error.startswith("turn 2: the simulated user did not answer JSON")
@@ -204,7 +191,7 @@ def test_a_runner_that_raises_on_turn_3_is_an_error_naming_the_turn_with_the_tra
         breaks,
         conversation=True,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     row = items(run)["a"]
     assert row.status == "error"
     assert row.error == "turn 3: RuntimeError: the bot crashed"
@@ -263,7 +250,7 @@ def test_a_turn_past_its_timeout_is_a_timeout_naming_the_turn_and_keeps_the_tran
         turn_timeout=0.2,
         timeout=20,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     row = items(run)["a"]
     assert row.status == "timeout"
     assert row.error == "turn 3 timed out after 0.2s (the runner was cancelled)"
@@ -294,7 +281,7 @@ def test_each_turn_is_a_step_of_the_trace_holding_the_agents_model_calls(project
         bot,
         conversation=True,
     )
-    run = execute(project, definition)
+    run = execute_one(project, definition)
     row = items(run)["traced"]
     assert row.status == "ok", row.error
     trace = item_trace(row.id)

@@ -16,6 +16,7 @@ from cobalt.experiments import collecting
 from cobalt_app import launcher
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
+from tests.helpers import run_with
 
 from .conftest import REPO, cli_env
 
@@ -34,15 +35,16 @@ ITEM = {
 STEPS = ["Check that the answer names the right city", "Penalise any wrong fact"]
 
 
-def run_with(project, evaluators, output, *, items=None, no_cache=False, runner=None):
-    with collecting() as found:
-        experiment(
-            "metrics",
-            Dataset(items=items or [ITEM]),
-            runner or (lambda ctx: output),
-            evaluators=evaluators,
-        )
-    (run,) = launcher.execute(found, load_config(project.path), no_cache=no_cache)
+def run_metrics(project, evaluators, output, *, items=None, no_cache=False, runner=None):
+    """The evaluations of `items` (ITEM) answered `output`, by (item index, evaluator)."""
+    run = run_with(
+        project,
+        evaluators,
+        runner or (lambda ctx: output),
+        name="metrics",
+        items=items or [ITEM],
+        no_cache=no_cache,
+    )
     evaluations = Evaluation.objects.filter(run=run).select_related("item")
     return {(e.item.item_index, e.evaluator): e for e in evaluations}
 
@@ -107,7 +109,7 @@ def test_geval_with_evaluation_steps_scores_a_good_and_a_bad_answer_apart(projec
         threshold=0.6,
     )
     items = [{**ITEM, "id": "good", "answer": GOOD}, {**ITEM, "id": "bad", "answer": BAD}]
-    found = run_with(project, [geval], None, items=items, runner=lambda ctx: ctx.item["answer"])
+    found = run_metrics(project, [geval], None, items=items, runner=lambda ctx: ctx.item["answer"])
     good, bad = found[(0, "correct")], found[(1, "correct")]
     assert (good.status, good.score, good.reason) == ("ok", 0.9, "It names Paris, the right city.")
     assert (bad.status, bad.score, bad.reason) == ("ok", 0.1, "Lyon is not the capital.")
@@ -130,7 +132,7 @@ def test_deepeval_faithfulness_reads_the_retrieval_context_through_the_mapping(
         metric="FaithfulnessMetric",
         mapping={"retrieval_context": "documents"},
     )
-    found = run_with(project, [faithful], "Paris is the capital of France. It has 9 museums.")
+    found = run_metrics(project, [faithful], "Paris is the capital of France. It has 9 museums.")
     result = found[(0, "faithful")]
     assert (result.status, result.score) == ("ok", 0.5), result.error
     assert result.reason == "The score is 0.50 because of the museum count."
@@ -145,7 +147,7 @@ def test_ragas_faithfulness_end_to_end(project, fake_provider):
     faithful = Evaluator(
         "faithful", "ragas", metric="faithfulness", mapping={"retrieved_contexts": "documents"}
     )
-    found = run_with(project, [faithful], "Paris is the capital of France. It has 9 museums.")
+    found = run_metrics(project, [faithful], "Paris is the capital of France. It has 9 museums.")
     result = found[(0, "faithful")]
     assert (result.status, result.score) == ("ok", 0.5), result.error
     assert result.reason == "Ragas faithfulness = 0.500 (Ragas gives no reason)"
@@ -162,7 +164,7 @@ def test_ragas_answer_relevancy_embeds_through_cobalt(project, fake_provider):
         {"question": "What is the capital of France?", "noncommittal": 0},
     )
     relevant = Evaluator("relevant", "ragas", metric="answer_relevancy", strictness=1)
-    found = run_with(project, [relevant], GOOD)
+    found = run_metrics(project, [relevant], GOOD)
     result = found[(0, "relevant")]
     assert result.status == "ok", result.error
     assert result.score == pytest.approx(1.0)  # the generated question is the item's input
@@ -202,13 +204,13 @@ def test_tool_call_metrics_read_the_agents_tool_calls(project, fake_provider):
         ),
     ]
     item = {**ITEM, "expected_tools": [{"name": "search", "arguments": {"q": "capital"}}]}
-    found = run_with(project, evaluators, None, items=[item], runner=runner)
+    found = run_metrics(project, evaluators, None, items=[item], runner=runner)
     for name in ("ragas-tools", "deepeval-tools"):
         assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 1.0), found[
             (0, name)
         ].error
     wrong = {**item, "expected_tools": ["delete_account"]}
-    found = run_with(project, evaluators, None, items=[wrong], runner=runner)
+    found = run_metrics(project, evaluators, None, items=[wrong], runner=runner)
     for name in ("ragas-tools", "deepeval-tools"):
         assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 0.0), found[
             (0, name)
@@ -222,12 +224,12 @@ def test_metrics_that_call_no_model_make_no_request(project, fake_provider, monk
         Evaluator("ragas-exact", "ragas", metric="exact_match"),
     ]
     item = {**ITEM, "expected_output": GOOD}
-    found = run_with(project, evaluators, GOOD, items=[item])
+    found = run_metrics(project, evaluators, GOOD, items=[item])
     for name in ("de-exact", "ragas-exact"):
         assert (found[(0, name)].status, found[(0, name)].score) == ("ok", 1.0), found[
             (0, name)
         ].error
-    found = run_with(project, evaluators, BAD, items=[item])
+    found = run_metrics(project, evaluators, BAD, items=[item])
     assert found[(0, "de-exact")].score == found[(0, "ragas-exact")].score == 0.0
     assert fake_provider.request_count() == 0
 
@@ -252,7 +254,7 @@ def test_retrieved_documents_come_from_the_trace(project, fake_provider):
         ),
         Evaluator("ragas", "ragas", metric="faithfulness"),  # the trace is its last default
     ]
-    found = run_with(project, evaluators, None, items=[ITEM], runner=rag_agent)
+    found = run_metrics(project, evaluators, None, items=[ITEM], runner=rag_agent)
     assert (found[(0, "deepeval")].status, found[(0, "deepeval")].score) == ("ok", 0.5)
     assert (found[(0, "ragas")].status, found[(0, "ragas")].score) == ("ok", 0.5)
     prompts = chat_prompts(fake_provider)
@@ -301,7 +303,7 @@ def test_an_unparseable_reply_is_an_evaluation_error_not_a_zero(project, fake_pr
             mapping={"retrieval_context": "documents"},
         ),
     ]
-    found = run_with(project, evaluators, GOOD)
+    found = run_metrics(project, evaluators, GOOD)
     deepeval_result, ragas_result = found[(0, "correct")], found[(0, "faithful")]
     assert deepeval_result.status == "error" and deepeval_result.score is None
     assert deepeval_result.error == (
@@ -326,7 +328,7 @@ def test_a_nan_score_is_an_evaluation_error(project, fake_provider):
     faithful = Evaluator(
         "faithful", "ragas", metric="faithfulness", mapping={"retrieved_contexts": "documents"}
     )
-    result = run_with(project, [faithful], GOOD)[(0, "faithful")]
+    result = run_metrics(project, [faithful], GOOD)[(0, "faithful")]
     assert result.status == "error" and result.score is None
     assert "NaN" in result.error
 
@@ -340,10 +342,10 @@ def test_results_are_cached_in_the_judge_cache(project, fake_provider):
             "faithful", "ragas", metric="faithfulness", mapping={"retrieved_contexts": "documents"}
         ),
     ]
-    first = run_with(project, evaluators, GOOD)
+    first = run_metrics(project, evaluators, GOOD)
     calls = len(chat_prompts(fake_provider))
     assert calls == 3 and not first[(0, "correct")].cached
-    second = run_with(project, evaluators, GOOD)
+    second = run_metrics(project, evaluators, GOOD)
     assert len(chat_prompts(fake_provider)) == calls  # no call on the rerun
     for name in ("correct", "faithful"):
         assert second[(0, name)].cached and second[(0, name)].tokens == 0
@@ -352,7 +354,7 @@ def test_results_are_cached_in_the_judge_cache(project, fake_provider):
             first[(0, name)].reason,
         )
     changed = Evaluator("correct", "deepeval", metric="GEval", evaluation_steps=[STEPS[0]])
-    run_with(project, [changed], GOOD)  # another parameter: another key
+    run_metrics(project, [changed], GOOD)  # another parameter: another key
     assert len(chat_prompts(fake_provider)) == calls + 1
 
 
@@ -392,7 +394,7 @@ def test_a_wrong_definition_stops_the_run_before_the_agent_is_called(
 ):
     called = []
     with pytest.raises(PreflightError) as refused:
-        run_with(project, [evaluator], GOOD, runner=lambda ctx: called.append(1) or GOOD)
+        run_metrics(project, [evaluator], GOOD, runner=lambda ctx: called.append(1) or GOOD)
     assert message in str(refused.value)
     assert called == [] and fake_provider.request_count() == 0
 
@@ -401,7 +403,7 @@ def test_a_missing_key_names_the_variable_and_the_metric(project, fake_provider,
     monkeypatch.delenv("OPENAI_API_KEY")
     faithful = Evaluator("faithful", "ragas", metric="faithfulness")
     with pytest.raises(PreflightError) as refused:
-        run_with(project, [faithful], GOOD)
+        run_metrics(project, [faithful], GOOD)
     assert "OPENAI_API_KEY is not set: the ragas evaluator 'faithful' (faithfulness)" in str(
         refused.value
     )
@@ -410,7 +412,7 @@ def test_a_missing_key_names_the_variable_and_the_metric(project, fake_provider,
 
 def test_a_missing_input_is_an_evaluation_error_naming_it(project, fake_provider):
     faithful = Evaluator("faithful", "ragas", metric="faithfulness")  # no documents mapped
-    result = run_with(project, [faithful], GOOD)[(0, "faithful")]
+    result = run_metrics(project, [faithful], GOOD)[(0, "faithful")]
     assert result.status == "error"
     assert (
         'faithfulness needs retrieved_contexts, which the item does not give; map them with mapping={"retrieved_contexts"'
@@ -419,7 +421,7 @@ def test_a_missing_input_is_an_evaluation_error_naming_it(project, fake_provider
     missing = Evaluator(
         "faithful", "deepeval", metric="FaithfulnessMetric", mapping={"retrieval_context": "docs"}
     )
-    result = run_with(project, [missing], GOOD)[(0, "faithful")]
+    result = run_metrics(project, [missing], GOOD)[(0, "faithful")]
     assert result.status == "error" and "sends 'docs' to `retrieval_context`" in result.error
     assert fake_provider.request_count() == 0
 

@@ -9,23 +9,11 @@ import time
 
 import pytest
 
-from cobalt import Dataset, EvalResult, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, EvalResult, Evaluator
 from cobalt_app.models import Evaluation, ItemResult, Run
+from tests.helpers import define, execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def define(*args, **kwargs):
-    with collecting() as found:
-        experiment(*args, **kwargs)
-    return found[0]
-
-
-def execute(project, *experiments, **kwargs):
-    config = load_config(project.path)
-    return launcher.execute(list(experiments), config, **kwargs)
 
 
 def items(n):

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
+from cobalt import Dataset, Evaluator
 from cobalt.experiments import collecting
-from cobalt_app import embeddings, launcher
+from cobalt_app import embeddings
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate, known_types
 from cobalt_app.evaluators.deterministic import levenshtein_distance
 from cobalt_app.evaluators.llm_judge import parse_judgement
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
+from tests.helpers import run_with
 
 
 def check(
@@ -253,12 +254,9 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 ITEMS = Dataset(items=[{"id": "q1", "input": "2+2?", "expected_output": "4"}])
 
 
-def run_with(project, evaluators, runner, *, config_text=None):
-    if config_text:
-        project.write("cobalt.toml", config_text)
-    with collecting() as found:
-        experiment("evals", ITEMS, runner, evaluators=evaluators)
-    (run,) = launcher.execute(found, load_config(project.path))
+def run_evals(project, evaluators, runner, *, config_text=None):
+    """The run over ITEMS and its evaluations, by evaluator."""
+    run = run_with(project, evaluators, runner, name="evals", items=ITEMS, config_text=config_text)
     return run, {e.evaluator: e for e in Evaluation.objects.filter(run=run)}
 
 
@@ -275,7 +273,7 @@ def test_latency_and_cost_budgets_through_the_engine(project, fake_provider):
         Evaluator("cheap", "cost", max_usd=0.001),
         Evaluator("free", "cost", max_usd=0.0),
     ]
-    _, evaluations = run_with(project, evaluators, runner)
+    _, evaluations = run_evals(project, evaluators, runner)
     assert evaluations["fast"].score == 1.0 and " ms within " in evaluations["fast"].reason
     assert evaluations["cheap"].score == 1.0 and "$0.000150" in evaluations["cheap"].reason
     assert evaluations["free"].score == 0.0
@@ -308,7 +306,7 @@ def test_a_boolean_judge_records_pass_as_one_and_fail_as_zero(project, fake_prov
     failing = Evaluator(
         "fail", prompt='{{output}} [[reply:{"pass": false, "reason": "off"}]]', scoring="boolean"
     )
-    _, evaluations = run_with(project, [passing, failing], lambda ctx: "4")
+    _, evaluations = run_evals(project, [passing, failing], lambda ctx: "4")
     assert (evaluations["pass"].score, evaluations["pass"].reason) == (1.0, "correct")
     assert (evaluations["fail"].score, evaluations["fail"].reason) == (0.0, "off")
     prompt = fake_provider.requests[0]["json"]["messages"][-1]["content"]
@@ -319,7 +317,7 @@ def test_a_boolean_judge_records_pass_as_one_and_fail_as_zero(project, fake_prov
 @pytestmark_db
 def test_a_boolean_judge_that_answers_a_scale_is_an_error(project, fake_provider):
     evaluator = Evaluator("b", prompt="{{output}} [[score:0.7]]", scoring="boolean")
-    _, evaluations = run_with(project, [evaluator], lambda ctx: "4")
+    _, evaluations = run_evals(project, [evaluator], lambda ctx: "4")
     assert evaluations["b"].status == "error"
     assert '{"pass": true|false, ...} twice' in evaluations["b"].error
     second = fake_provider.requests[1]["json"]["messages"][-1]["content"]
@@ -330,7 +328,7 @@ def test_a_boolean_judge_that_answers_a_scale_is_an_error(project, fake_provider
 def test_chain_of_thought_asks_for_reasoning_before_the_verdict(project, fake_provider):
     reply = '{"reasoning": "2+2 is 4 and the output says 4", "score": 0.9, "reason": "right"}'
     evaluator = Evaluator("cot", prompt=f"{{{{output}}}} [[reply:{reply}]]", chain_of_thought=True)
-    _, evaluations = run_with(project, [evaluator], lambda ctx: "4")
+    _, evaluations = run_evals(project, [evaluator], lambda ctx: "4")
     assert (evaluations["cot"].score, evaluations["cot"].reason) == (0.9, "right")
     prompt = fake_provider.requests[0]["json"]["messages"][-1]["content"]
     assert "step-by-step analysis" in prompt
@@ -343,7 +341,7 @@ def test_judge_option_mistakes_are_errors(project, fake_provider):
         Evaluator("s", prompt="{{output}}", scoring="stars"),
         Evaluator("c", prompt="{{output}}", chain_of_thought="yes"),
     ]
-    _, evaluations = run_with(project, evaluators, lambda ctx: "4")
+    _, evaluations = run_evals(project, evaluators, lambda ctx: "4")
     assert "scoring must be 'scale' (0..1) or 'boolean'" in evaluations["s"].error
     assert "chain_of_thought must be True or False" in evaluations["c"].error
     assert fake_provider.request_count() == 0
@@ -357,7 +355,7 @@ def test_an_anthropic_judge_beside_an_openai_one_uses_claude_and_its_own_key(
         Evaluator("claude", prompt="{{output}} [[score:0.6]]", provider="anthropic"),
         Evaluator("gpt", prompt="{{output}} [[score:0.5]]"),
     ]
-    _, evaluations = run_with(project, evaluators, lambda ctx: "4")
+    _, evaluations = run_evals(project, evaluators, lambda ctx: "4")
     assert evaluations["claude"].score == 0.6 and evaluations["gpt"].score == 0.5
     by_path = {r["path"]: r for r in fake_provider.requests}
     claude = by_path["/v1/messages"]
@@ -374,7 +372,7 @@ def test_an_anthropic_judge_without_its_key_names_the_variable(project, fake_pro
     with pytest.raises(
         PreflightError, match="ANTHROPIC_API_KEY is not set: the llm-judge 'claude'"
     ):
-        run_with(project, [evaluator], lambda ctx: "4")
+        run_evals(project, [evaluator], lambda ctx: "4")
     assert fake_provider.request_count() == 0
 
 
@@ -390,7 +388,7 @@ def test_a_per_evaluator_base_url_reaches_an_openai_compatible_server_without_a_
         model="llama3.2",
         base_url=fake_provider.openai_base_url,
     )
-    _, evaluations = run_with(project, [evaluator], lambda ctx: "4")
+    _, evaluations = run_evals(project, [evaluator], lambda ctx: "4")
     assert evaluations["local-llm"].score == 0.8
     (request,) = fake_provider.requests
     assert request["json"]["model"] == "llama3.2"
@@ -403,8 +401,8 @@ def test_api_key_env_picks_the_evaluators_own_key(project, fake_provider, monkey
     own = Evaluator("own", prompt="{{output}} [[score:0.9]]", api_key_env="TEAM_JUDGE_KEY")
     unset = Evaluator("unset", prompt="{{output}}", api_key_env="MISSING_JUDGE_KEY")
     with pytest.raises(PreflightError, match="MISSING_JUDGE_KEY is not set"):
-        run_with(project, [own, unset], lambda ctx: "4")
-    run, evaluations = run_with(project, [own], lambda ctx: "4")
+        run_evals(project, [own, unset], lambda ctx: "4")
+    run, evaluations = run_evals(project, [own], lambda ctx: "4")
     assert evaluations["own"].score == 0.9
     (request,) = fake_provider.requests
     assert request["headers"]["authorization"] == "Bearer sk-team-judge-SECRET-0003"

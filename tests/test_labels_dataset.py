@@ -15,6 +15,7 @@ from cobalt_app import labels
 from cobalt_app.label_datasets import DatasetRefused, ItemAlreadyInDataset, add_to_dataset
 from cobalt_app.models import ItemResult
 from tests.conftest import Project
+from tests.helpers import run_id_of
 from tests.test_pages import keys, make_run
 
 QA = """
@@ -40,11 +41,6 @@ from cobalt import Dataset, Evaluator, experiment
 def run(ctx):
     return "no" if ctx.item["input"] == "question 1" else "yes"
 """
-
-
-def run_id_of(done) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout.split("Run ID:")[1].split()[0]
 
 
 def test_an_item_added_from_a_review_is_run_by_the_next_run_of_that_dataset(

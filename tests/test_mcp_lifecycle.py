@@ -23,7 +23,7 @@ from tests.conftest import Project, cli_env
 from tests.test_mcp import ENV_KEY, mcp_session
 
 CONCURRENCY = 2
-ITEMS = 30
+ITEMS = 100  # 15 s of work at CONCURRENCY: no run ends before the test stops it, even under load
 DEADLINE = 20  # seconds any awaited outcome may take before the test fails
 
 SLOW_EXPERIMENT = f"""\

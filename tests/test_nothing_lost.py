@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cobalt import Dataset, EvalResult, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher, storable
+from cobalt import Dataset, EvalResult, Evaluator
+from cobalt_app import storable
 from cobalt_app.models import ItemResult, Run
+from tests.helpers import define, execute
 from tests.team_harness import Team
 
 # Item index → what its runner returns or does. Every other item answers `answer {i}`.
@@ -149,16 +149,6 @@ def test_values_json_cannot_hold_and_exits_are_item_errors_and_lose_no_other_ite
 
 
 pytestmark_db = pytest.mark.django_db(transaction=True)
-
-
-def define(*args, **kwargs):
-    with collecting() as found:
-        experiment(*args, **kwargs)
-    return found[0]
-
-
-def execute(project, *experiments, **kwargs):
-    return launcher.execute(list(experiments), load_config(project.path), **kwargs)
 
 
 @pytestmark_db
@@ -405,11 +395,9 @@ def test_team_mode_records_the_same_mistakes_as_item_errors_and_the_worker_stays
 
 
 def test_team_resume_refuses_a_run_its_workers_are_executing(team: Team):
-    from tests.team_harness import experiment_source, wait_for
+    from tests.team_harness import wait_for
 
-    (team.folder / "experiments" / "demo.cobalt.py").write_text(
-        experiment_source(items=24, token=team.queue, delay=0.5, call_agent=False)
-    )
+    team.write_experiment(items=24, delay=0.5, call_agent=False)
     team.start_worker("--concurrency", "2")
     first = team.cli_background("run")
     wait_for(lambda: "✓ Item" in first.out(), timeout=60, what="a first item")
@@ -462,11 +450,9 @@ def test_a_worker_whose_event_loop_stopped_exits_and_its_items_go_to_another(tea
 def test_a_stopping_worker_claims_nothing_more_hands_back_its_items_and_exits(team: Team):
     import signal
 
-    from tests.team_harness import experiment_source, wait_for
+    from tests.team_harness import wait_for
 
-    (team.folder / "experiments" / "demo.cobalt.py").write_text(
-        experiment_source(items=20, token=team.queue, delay=1.0, call_agent=False, concurrency=2)
-    )
+    team.write_experiment(items=20, delay=1.0, call_agent=False, concurrency=2)
     # Each of its two lanes claims 20 // (2 * 2) = 5 items at a time: more than it starts.
     first = team.start_worker("--concurrency", "2", env={"COBALT_SHUTDOWN_GRACE": "0.5"})
     run = team.cli_background("run")

@@ -7,7 +7,6 @@ real engine, and the team commands as real subprocesses that cannot reach their 
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -15,6 +14,7 @@ from cobalt.config import active_config, load_config, set_active_config
 from cobalt.redaction import redact
 from cobalt_app import launcher
 from cobalt_app.models import Run
+from tests.conftest import free_port as closed_port
 from tests.test_api import api, api_project, token, user  # noqa: F401 (fixtures)
 
 SECRETS = [f"PW{n}-s3cr3t" for n in range(11)]
@@ -166,12 +166,6 @@ def test_a_run_stores_its_evaluators_without_the_password_of_their_base_url(
     assert stored.status == "completed" and stored.summary["scores"]["judge"]["count"] == 1
     assert SECRETS[8] not in json.dumps(stored.config)
     assert stored.config["evaluators"][0]["base_url"].startswith("http://judge:***@127.0.0.1")
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize("command", [["workers"], ["worker", "--processes", "1"], ["run"]])

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Project, cli_env
-from tests.team_harness import Team, experiment_source, wait_for
+from tests.team_harness import Team, wait_for
 
 ITEMS = 20
 
@@ -119,6 +119,7 @@ def history(tmp_path_factory) -> Project:
         assert result.returncode == 0, result.stdout + result.stderr
     failed = query(made, "SELECT error FROM cobalt_app_itemresult WHERE status != 'ok' LIMIT 1")
     assert not failed, failed
+    query(made, "PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in history.db, for the copies
     return made
 
 
@@ -126,7 +127,8 @@ def history(tmp_path_factory) -> Project:
 def project(history: Project, tmp_path: Path) -> Project:
     """A copy of `history` for one test, in `repo/proj` (its results files its own)."""
     copy = Project(tmp_path / "repo" / "proj")
-    shutil.copytree(history.path, copy.path)
+    # Not SQLite's side files: they come and go as connections close (checkpointed above).
+    shutil.copytree(history.path, copy.path, ignore=shutil.ignore_patterns("*.db-wal", "*.db-shm"))
     query(
         copy,
         "UPDATE cobalt_app_run SET results_path = replace(results_path, ?, ?)",
@@ -392,8 +394,7 @@ def test_the_team_sweeper_applies_the_policy_on_postgresql(team: Team):
     (team.folder / "cobalt.toml").write_text(
         'test_dir = "experiments"\n[retention]\nruns = "30d"\nkeep_last = 1\n'
     )
-    demo = team.folder / "experiments" / "demo.cobalt.py"
-    demo.write_text(experiment_source(items=3, token=team.queue, call_agent=False))
+    team.write_experiment(items=3, call_agent=False)
     worker = team.start_worker()
     for _ in range(3):
         result = team.cli("run")

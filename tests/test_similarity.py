@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import embeddings, launcher
+from cobalt import Evaluator
+from cobalt_app import embeddings
 from cobalt_app.evaluators import EvalTarget, evaluate
 from cobalt_app.models import Evaluation, JudgeCacheEntry
 from cobalt_app.preflight import PreflightError
 from tests.fake_provider import embed_text
+from tests.helpers import run_with
 
 needs_local = pytest.mark.skipif(
     not embeddings.local_available(), reason="the `local` extra is not installed"
@@ -22,10 +22,9 @@ needs_local = pytest.mark.skipif(
 db = pytest.mark.django_db(transaction=True)
 
 
-def run_with(project, evaluators, items, output=lambda ctx: ctx.item["answer"], no_cache=False):
-    with collecting() as found:
-        experiment("sim", Dataset(items=items), output, evaluators=evaluators)
-    (run,) = launcher.execute(found, load_config(project.path), no_cache=no_cache)
+def run_sim(project, evaluators, items, output=lambda ctx: ctx.item["answer"], no_cache=False):
+    """The run over `items` and its evaluations, by (item key, evaluator)."""
+    run = run_with(project, evaluators, output, name="sim", items=items, no_cache=no_cache)
     rows = Evaluation.objects.filter(run=run).select_related("item")
     return run, {(e.item.item_key, e.evaluator): e for e in rows}
 
@@ -45,7 +44,7 @@ def test_openai_similarity_scores_against_the_field_with_a_threshold(project, fa
         Evaluator("close", "similarity", threshold=0.9),
         Evaluator("raw", "similarity", mode="raw"),
     ]
-    run, found = run_with(project, evaluators, items)
+    run, found = run_sim(project, evaluators, items)
     assert found[("same", "close")].score == 1.0
     assert (
         "cosine similarity 1.000 to 'expected_output' (text-embedding-3-small) >= threshold 0.9"
@@ -64,14 +63,14 @@ def test_openai_similarity_scores_against_the_field_with_a_threshold(project, fa
 def test_embeddings_are_cached_and_reused(project, fake_provider):
     items = [{"id": "a", "answer": "blue sky", "expected_output": "blue sea"}]
     evaluator = Evaluator("sim", "similarity", mode="raw")
-    _, first = run_with(project, [evaluator], items)
+    _, first = run_sim(project, [evaluator], items)
     calls = fake_provider.request_count("/v1/embeddings")
     assert calls == 1 and JudgeCacheEntry.objects.count() == 2  # one entry per text
-    _, second = run_with(project, [evaluator], items)
+    _, second = run_sim(project, [evaluator], items)
     assert fake_provider.request_count("/v1/embeddings") == calls
     assert second[("a", "sim")].cached and second[("a", "sim")].tokens == 0
     assert second[("a", "sim")].score == first[("a", "sim")].score
-    run_with(project, [evaluator], items, no_cache=True)
+    run_sim(project, [evaluator], items, no_cache=True)
     assert fake_provider.request_count("/v1/embeddings") == calls + 1
 
 
@@ -81,7 +80,7 @@ def test_a_custom_model_field_and_dot_distance(project, fake_provider):
     evaluator = Evaluator(
         "sim", "similarity", field="reference", distance="dot", mode="raw", model="embed-v9"
     )
-    _, found = run_with(project, [evaluator], items)
+    _, found = run_sim(project, [evaluator], items)
     assert found[("a", "sim")].score == pytest.approx(fake_cosine("red apple", "red apple pie"))
     assert (
         "dot similarity" in found[("a", "sim")].reason and "embed-v9" in found[("a", "sim")].reason
@@ -94,7 +93,7 @@ def test_negative_similarity_is_clamped_to_zero(project, fake_provider):
     words = [f"w{i}" for i in range(40)]
     a, b = next(p for p in itertools.combinations(words, 2) if fake_cosine(*p) < -0.5)
     items = [{"id": "a", "answer": a, "expected_output": b}]
-    _, found = run_with(project, [Evaluator("sim", "similarity", mode="raw")], items)
+    _, found = run_sim(project, [Evaluator("sim", "similarity", mode="raw")], items)
     assert found[("a", "sim")].score == 0.0
     assert found[("a", "sim")].status == "ok"
 
@@ -104,7 +103,7 @@ def test_a_missing_key_names_the_variable(project, fake_provider, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     items = [{"id": "a", "answer": "x", "expected_output": "y"}]
     with pytest.raises(PreflightError, match="OPENAI_API_KEY is not set: the similarity evaluator"):
-        run_with(project, [Evaluator("sim", "similarity")], items)
+        run_sim(project, [Evaluator("sim", "similarity")], items)
     assert fake_provider.request_count() == 0
 
 
@@ -113,7 +112,7 @@ def test_a_provider_failure_is_an_error_not_a_zero(project, fake_provider):
     fake_provider.fail_next(10, status=500, retry_after=0)
     project.write("cobalt.toml", "[judge]\nmax_retries = 0\n")
     items = [{"id": "a", "answer": "x", "expected_output": "y"}]
-    _, found = run_with(project, [Evaluator("sim", "similarity")], items)
+    _, found = run_sim(project, [Evaluator("sim", "similarity")], items)
     assert found[("a", "sim")].status == "error" and found[("a", "sim")].score is None
     assert "openai: HTTP 500" in found[("a", "sim")].error
 
@@ -188,7 +187,7 @@ def test_local_similarity_runs_offline_without_a_key(project, fake_provider, mon
         Evaluator("local", "similarity", provider="local", threshold=0.7),
         Evaluator("local-raw", "similarity", provider="local", mode="raw"),
     ]
-    _, found = run_with(project, evaluators, items)
+    _, found = run_sim(project, evaluators, items)
     assert found[("para", "local")].score == 1.0
     assert found[("other", "local")].score == 0.0
     assert found[("para", "local-raw")].score > 0.7 > 0.2 > found[("other", "local-raw")].score

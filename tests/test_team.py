@@ -21,13 +21,6 @@ from tests.team_harness import Team, experiment_source, wait_for
 pytestmark = pytest.mark.timeout(180)
 
 
-def write_experiment(team: Team, **options) -> Path:
-    target = team.folder / "experiments" / "demo.cobalt.py"
-    options.setdefault("token", team.queue)
-    target.write_text(experiment_source(**options))
-    return target
-
-
 def item_counts(team: Team, run_id: str) -> tuple[int, int, int]:
     """(rows, distinct items, most attempts of one item) of a run."""
     return team.services.query(
@@ -45,7 +38,7 @@ def results_document(team: Team, run_id: str) -> dict:
 
 def test_a_lane_holds_only_the_few_items_it_claimed_at_a_time(team: Team):
     # 48 items, 4 lanes: each claims 48 // (4 * 2) = 6 items at a time, never a whole run.
-    write_experiment(team, items=48, delay=0.1, concurrency=4, call_agent=False)
+    team.write_experiment(items=48, delay=0.1, concurrency=4, call_agent=False)
     worker = team.start_worker()
     run = team.cli_background("run")
     run_id = wait_for(lambda: team.executions() and team.latest_run(), timeout=60, what="run")
@@ -60,7 +53,7 @@ def test_a_lane_holds_only_the_few_items_it_claimed_at_a_time(team: Team):
 
 
 def test_a_team_run_streams_its_items_and_exits_0_like_the_embedded_mode(team: Team):
-    write_experiment(team, items=6)
+    team.write_experiment(items=6)
     team.start_worker()
     result = team.cli("run")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -96,7 +89,7 @@ def test_a_team_run_streams_its_items_and_exits_0_like_the_embedded_mode(team: T
 
 def test_workers_announce_recorded_items_to_whoever_waits(team: Team):
     # `cobalt run` and `cobalt watch` sleep until an announcement instead of polling.
-    write_experiment(team, items=3)
+    team.write_experiment(items=3)
     listener = team.services.redis().pubsub(ignore_subscribe_messages=True)
     listener.psubscribe("cobalt:progress:*")
     team.start_worker()
@@ -114,7 +107,7 @@ def test_workers_announce_recorded_items_to_whoever_waits(team: Team):
 
 
 def test_run_says_it_is_waiting_for_workers_then_finishes_when_one_starts(team: Team):
-    write_experiment(team, items=3)
+    team.write_experiment(items=3)
     run = team.cli_background("run")
     wait_for(lambda: "waiting for workers" in run.err(), timeout=60, what="the notice")
     assert "none is running: start one with `cobalt worker`" in run.err()
@@ -125,7 +118,7 @@ def test_run_says_it_is_waiting_for_workers_then_finishes_when_one_starts(team: 
 
 
 def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team):
-    write_experiment(team, items=20, delay=0.6)
+    team.write_experiment(items=20, delay=0.6)
     doomed = team.start_worker()
     run = team.cli_background("run")
     run_id = wait_for(lambda: team.services.query(
@@ -163,7 +156,7 @@ def test_a_killed_worker_is_replaced_and_every_item_is_recorded_once(team: Team)
 
 def test_items_claimed_together_by_a_lane_survive_a_killed_worker(team: Team):
     # 24 items, 2 worker threads: each lane claims six items at a time, in one statement.
-    write_experiment(team, items=24, delay=0.5)
+    team.write_experiment(items=24, delay=0.5)
     doomed = team.start_worker("--concurrency=2")
     run = team.cli_background("run")
     wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
@@ -185,7 +178,7 @@ def test_items_claimed_together_by_a_lane_survive_a_killed_worker(team: Team):
 
 
 def test_cancel_stops_the_items_waiting_in_a_workers_lanes(team: Team):
-    write_experiment(team, items=40, delay=1.0, timeout=10)
+    team.write_experiment(items=40, delay=1.0, timeout=10)
     worker = team.start_worker("--concurrency=2")  # lanes of 8 items at a time: 16 claimed
     run = team.cli_background("run")
     wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
@@ -201,7 +194,7 @@ def test_cancel_stops_the_items_waiting_in_a_workers_lanes(team: Team):
 
 
 def test_lost_messages_are_sent_again_and_an_item_that_kills_workers_is_abandoned(team: Team):
-    write_experiment(team, items=5)
+    team.write_experiment(items=5)
     run = team.cli_background("run")
     wait_for(lambda: "waiting for workers" in run.err(), timeout=60, what="the run to wait")
     run_id = team.latest_run()
@@ -248,7 +241,7 @@ def test_an_outcome_the_database_refuses_fails_alone(team: Team):
 
 
 def test_two_workers_share_one_run(team: Team):
-    write_experiment(team, items=16, delay=0.3)
+    team.write_experiment(items=16, delay=0.3)
     team.start_worker()
     team.start_worker()
     result = team.cli("run")
@@ -264,7 +257,7 @@ def test_two_workers_share_one_run(team: Team):
 
 
 def test_the_experiments_concurrency_holds_across_workers(team: Team):
-    write_experiment(team, items=12, delay=0.4, concurrency=2, call_agent=False)
+    team.write_experiment(items=12, delay=0.4, concurrency=2, call_agent=False)
     workers = [team.start_worker(), team.start_worker()]  # 8 threads in all, 2 asked for
     result = team.cli("run")
     assert result.returncode == 0, result.stderr
@@ -298,7 +291,7 @@ def most_at_once(spans_log: Path) -> tuple[int, int]:
 def test_a_run_longer_than_the_visibility_timeout_keeps_its_concurrency(team: Team):
     # Redis gives an unacknowledged message to a worker again after the visibility timeout
     # (checked every 10 s): a lane that held its message for the whole run would gain a twin.
-    write_experiment(team, items=36, delay=1.0, concurrency=2, call_agent=False)
+    team.write_experiment(items=36, delay=1.0, concurrency=2, call_agent=False)
     short = {"COBALT_VISIBILITY_TIMEOUT": "3"}
     workers = [team.start_worker(env=short), team.start_worker(env=short)]
     result = team.cli("run", timeout=180)
@@ -311,7 +304,7 @@ def test_a_run_longer_than_the_visibility_timeout_keeps_its_concurrency(team: Te
 
 
 def test_one_worker_command_can_run_several_processes(team: Team):
-    write_experiment(team, items=12, delay=0.2)
+    team.write_experiment(items=12, delay=0.2)
     supervisor = team.start_worker_processes(2, concurrency=4)
     children = team.workers_on_queue
     assert {w["concurrency"] for w in children()} == {2}
@@ -357,7 +350,7 @@ def test_the_processes_of_a_killed_worker_command_stop_too(team: Team):
 
 
 def test_resume_in_team_mode_reruns_only_the_failed_items(team: Team):
-    write_experiment(team, items=6)
+    team.write_experiment(items=6)
     (team.folder / "fail-odd-items").write_text("yes")
     team.start_worker()
     first = team.cli("run")
@@ -378,7 +371,7 @@ def test_resume_in_team_mode_reruns_only_the_failed_items(team: Team):
 
 
 def test_cancel_stops_a_running_run_and_its_workers_drop_the_items(team: Team):
-    write_experiment(team, items=60, delay=1.5, timeout=10)
+    team.write_experiment(items=60, delay=1.5, timeout=10)
     worker = team.start_worker()
     run = team.cli_background("run")
     wait_for(lambda: team.executions(), timeout=60, what="the first item to start")
@@ -400,7 +393,7 @@ def test_cancel_stops_a_running_run_and_its_workers_drop_the_items(team: Team):
 
 
 def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
-    write_experiment(team, items=10, delay=0.4)
+    team.write_experiment(items=10, delay=0.4)
     team.start_worker()
     run = team.cli_background("run")
     wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
@@ -420,7 +413,7 @@ def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
 
 def test_a_detached_runs_results_file_is_written_when_the_workers_finish_it(team: Team):
     # Nobody follows the run after Ctrl-C: its finalisation on the worker writes the file.
-    write_experiment(team, items=8, delay=0.3)
+    team.write_experiment(items=8, delay=0.3)
     team.start_worker()
     run = team.cli_background("run")
     wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
@@ -442,13 +435,13 @@ def test_a_detached_runs_results_file_is_written_when_the_workers_finish_it(team
 def test_rejudge_scores_the_stored_outputs_again_without_calling_the_agent(
     team: Team, fake_provider_server: FakeProvider
 ):
-    write_experiment(team, items=4, score=0.8)
+    team.write_experiment(items=4, score=0.8)
     team.start_worker()
     assert team.cli("run").returncode == 0
     original = team.latest_run()
     agent_calls = len(team.executions())
 
-    write_experiment(team, items=4, score=0.3)  # a new judge prompt
+    team.write_experiment(items=4, score=0.3)  # a new judge prompt
     before = len(fake_provider_server.requests)
     result = team.cli("rejudge", original, "--evaluator", "judge")
     assert result.returncode == 0, result.stderr
@@ -483,7 +476,7 @@ def test_the_rate_budget_holds_across_two_workers(team: Team, fake_provider_serv
     (team.folder / "cobalt.toml").write_text(
         'test_dir = "experiments"\n\n[rate_limits.openai]\nrequests_per_second = 8\n'
     )
-    write_experiment(team, items=24, call_agent=False)
+    team.write_experiment(items=24, call_agent=False)
     team.start_worker()
     team.start_worker()
     result = team.cli("run")
@@ -632,7 +625,7 @@ def test_on_progress_reaches_the_waiting_client_and_workers_see_ctx_dataset(team
 
 
 def test_run_says_when_the_workers_have_fewer_lanes_than_the_experiment_asks(team: Team):
-    write_experiment(team, items=6, concurrency=10, call_agent=False)
+    team.write_experiment(items=6, concurrency=10, call_agent=False)
     team.start_worker("--concurrency", "3")
     result = team.cli("run")
     assert result.returncode == 0, result.stderr

@@ -4,13 +4,9 @@ failing-item lines count the steps, `cobalt export` carries the trace."""
 from __future__ import annotations
 
 import json
-import re
 
+from tests.helpers import run_id_of
 from tests.trace_agents import USER_TRACING_EXPERIMENT, WEATHER_EXPERIMENT
-
-
-def run_id_of(stdout: str) -> str:
-    return re.search(r"Run ID: (\w+)", stdout).group(1)
 
 
 def test_a_users_own_tracer_provider_still_receives_its_spans(project, cobalt_cli, tmp_path):

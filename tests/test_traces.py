@@ -13,12 +13,12 @@ import openai
 import pytest
 
 import cobalt
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher, results
+from cobalt import Dataset, Evaluator
+from cobalt_app import results
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.selectors import item_trace
+from tests.helpers import define, execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,16 +44,6 @@ TRACE_KEYS = {
     "input",
     "output",
 }
-
-
-def define(*args, **kwargs):
-    with collecting() as found:
-        experiment(*args, **kwargs)
-    return found[0]
-
-
-def execute(project, *experiments, **kwargs):
-    return launcher.execute(list(experiments), load_config(project.path), **kwargs)
 
 
 def cities(n: int) -> Dataset:

@@ -20,15 +20,16 @@ import pytest
 from django.apps import apps as django_apps
 from django.test import Client
 
-from cobalt import Dataset, Evaluator, gates, load_config, stats, verdict
+from cobalt import Dataset, Evaluator, gates, stats, verdict
 from cobalt.experiments import Experiment
 from cobalt.report import ExperimentReport, _why
 from cobalt.verdict import Verdict
-from cobalt_app import flaky, launcher, results
+from cobalt_app import flaky, results
 from cobalt_app.flaky import Observation, item_flakiness
 from cobalt_app.models import Run
 from cobalt_cli.mcp.reports import item_problems
 from tests.conftest import Project
+from tests.helpers import execute, run_id_of
 from tests.test_api import api, token, user  # noqa: F401 (fixtures)
 from tests.test_mcp import run_session, text_of
 from tests.test_pages import row_keys
@@ -125,10 +126,6 @@ def test_describe_counts_the_pass_rate_at_the_given_mark():
 def close_call(project: Project) -> Project:
     project.write("experiments/close.cobalt.py", CLOSE_CALL)
     return project
-
-
-def run_id_of(stdout: str) -> str:
-    return stdout.split("Run ID: ")[1].split()[0]
 
 
 def test_the_terminal_marks_each_item_failed_and_warns_at_the_evaluators_mark(
@@ -272,11 +269,6 @@ def close_call_experiment(scores=(0.6,), runs: int = 1) -> Experiment:
     return Experiment("close-call", dataset, answer, [quality], runs=runs)
 
 
-def execute(project: Project, experiment: Experiment) -> Run:
-    (run,) = launcher.execute([experiment], load_config(project.path))
-    return run
-
-
 def test_a_ci_gate_counts_the_pass_rate_at_the_evaluators_mark():
     summary = {"scores": {"quality": stats.describe([0.6] * 4, pass_mark=0.8)}, "totalItems": 4}
     rate = gates.GateSettings(evaluators={"quality": {"pass_rate": 0.5}})
@@ -294,7 +286,7 @@ def test_a_ci_gate_counts_the_pass_rate_at_the_evaluators_mark():
 @pytest.mark.django_db(transaction=True)
 def test_the_api_exposes_each_evaluation_and_item_verdict(project, api, settings):  # noqa: F811
     settings.TEAM_MODE = False
-    run = execute(project, close_call_experiment())
+    (run,) = execute(project, close_call_experiment())
     items = api.get(f"/api/runs/{run.id}/items/").json()["results"]
     assert [(i["key"], i["verdict"]) for i in items] == [(key, "fail") for key in KEYS]
     assert items[0]["evaluations"]["quality"] == {
@@ -308,7 +300,7 @@ def test_the_api_exposes_each_evaluation_and_item_verdict(project, api, settings
 
 @pytest.mark.django_db(transaction=True)
 def test_experiment_report_failures_are_the_items_below_their_mark(project):
-    run = execute(project, close_call_experiment())
+    (run,) = execute(project, close_call_experiment())
     report = ExperimentReport(results.run_results(run))
     failures = report.failures()
     assert [item["key"] for item in failures] == KEYS
@@ -339,7 +331,7 @@ def test_an_observation_passes_only_when_every_evaluation_reaches_its_own_mark()
 
 @pytest.mark.django_db(transaction=True)
 def test_the_run_page_shows_the_scores_as_failures(project):
-    run = execute(project, close_call_experiment())
+    (run,) = execute(project, close_call_experiment())
     client = Client(HTTP_HOST="127.0.0.1")
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert row_keys(page) == KEYS  # the failures view lists every item
@@ -354,8 +346,8 @@ def test_the_run_page_shows_the_scores_as_failures(project):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_run_stored_with_pass_rates_at_half_reads_at_its_evaluators_mark(project):
-    run = execute(project, close_call_experiment())
-    plain = execute(project, close_call_experiment())
+    (run,) = execute(project, close_call_experiment())
+    (plain,) = execute(project, close_call_experiment())
     Run.objects.filter(id=plain.id).update(config={**plain.config, "evaluators": []})
     for stored in (run, plain):  # as finalised before: every pass rate counted at 0.5
         summary = json.loads(json.dumps(stored.summary))

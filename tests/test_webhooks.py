@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 from cobalt.config import load_config
 from cobalt.redaction import redact
 from cobalt_app.webhooks import sign, verify
+from tests.conftest import free_port as closed_port
 
 SECRET = "whsec-test-7f3a"
 
@@ -83,12 +83,6 @@ def receiver() -> Iterator[Receiver]:
     yield state
     server.shutdown()
     server.server_close()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def configure(project, hooks: str, ci: str = "") -> None:
