@@ -267,4 +267,7 @@ def test_autoevals_calls_keep_to_the_shared_rate_budget(project, fake_provider):
     launcher.execute(found, load_config(project.path), no_cache=True)
     times = sorted(r["time"] for r in chat_requests(fake_provider))
     assert len(times) == 6
-    assert times[-1] - times[0] >= 5 * 0.2 * 0.95  # spaced by the budget, not all at once
+    # Spaced by the budget, not all at once: 5 gaps of 0.2 s after the first grant. The first
+    # request may reach the provider late (its connection is opened then), so count from the
+    # second one.
+    assert times[-1] - times[1] >= 4 * 0.2 * 0.95
