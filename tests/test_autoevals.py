@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import embeddings, launcher
+from cobalt import Dataset, Evaluator
+from cobalt_app import embeddings
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
-from tests.helpers import run_with
+from tests.helpers import define, execute, run_with
 
 pytest.importorskip("autoevals", reason="the `autoevals` extra is not installed")
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -256,15 +255,14 @@ def test_autoevals_calls_keep_to_the_shared_rate_budget(project, fake_provider):
         "cobalt.toml",
         'test_dir = "experiments"\n[rate_limits.openai]\nrequests_per_second = 5\n',
     )
-    with collecting() as found:
-        experiment(
-            "budgeted",
-            Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
-            lambda ctx: f"Paris {ctx.index}",
-            evaluators=[Evaluator("facts", "autoevals", autoeval="Factuality")],
-            concurrency=6,
-        )
-    launcher.execute(found, load_config(project.path), no_cache=True)
+    definition = define(
+        "budgeted",
+        Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
+        lambda ctx: f"Paris {ctx.index}",
+        evaluators=[Evaluator("facts", "autoevals", autoeval="Factuality")],
+        concurrency=6,
+    )
+    execute(project, definition, no_cache=True)
     times = sorted(r["time"] for r in chat_requests(fake_provider))
     assert len(times) == 6
     # Spaced by the budget, not all at once: 5 gaps of 0.2 s after the first grant. The first

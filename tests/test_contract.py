@@ -522,21 +522,19 @@ COT_REPLY = (
 
 @pytest.mark.django_db(transaction=True)
 def test_the_judges_chain_of_thought_is_kept_beside_the_reason(project, fake_provider, client):
-    from cobalt import Dataset, Evaluator, experiment, load_config
-    from cobalt.experiments import collecting
-    from cobalt_app import launcher
+    from cobalt import Dataset, Evaluator
     from cobalt_app.models import Evaluation
+    from tests.helpers import define, execute
 
     evaluator = Evaluator(name="cot", prompt="{{output}} " + COT_REPLY, chain_of_thought=True)
     for attempt in range(2):  # the second run is answered from the judge cache
-        with collecting() as found:
-            experiment(
-                "cot",
-                Dataset([{"id": "a", "input": "2+2?"}]),
-                lambda ctx: "4",
-                evaluators=[evaluator],
-            )
-        (run,) = launcher.execute(found, load_config(project.path))
+        definition = define(
+            "cot",
+            Dataset([{"id": "a", "input": "2+2?"}]),
+            lambda ctx: "4",
+            evaluators=[evaluator],
+        )
+        (run,) = execute(project, definition)
         document = json.loads(Path(run.results_path).read_text())
         entry = document["items"][0]["evaluations"]["cot"]
         assert (entry["score"], entry["reason"]) == (0.8, "correct")
@@ -615,18 +613,16 @@ def test_an_unpriced_embedding_model_is_named_too(project, cobalt_cli):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_run_page_names_the_unpriced_models(project, client):
-    from cobalt import Dataset, Evaluator, experiment, load_config
-    from cobalt.experiments import collecting
-    from cobalt_app import launcher
+    from cobalt import Dataset, Evaluator
+    from tests.helpers import define, execute
 
-    with collecting() as found:
-        experiment(
-            "page",
-            Dataset([{"id": "a", "input": "q"}]),
-            lambda ctx: {"output": "x", "metadata": {"model": "acme-llm-2", "tokens": 30}},
-            evaluators=[Evaluator(name="f", type="function", fn=lambda ctx: 1.0)],
-        )
-    (run,) = launcher.execute(found, load_config(project.path))
+    definition = define(
+        "page",
+        Dataset([{"id": "a", "input": "q"}]),
+        lambda ctx: {"output": "x", "metadata": {"model": "acme-llm-2", "tokens": 30}},
+        evaluators=[Evaluator(name="f", type="function", fn=lambda ctx: 1.0)],
+    )
+    (run,) = execute(project, definition)
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert "+ unpriced: acme-llm-2" in page
 

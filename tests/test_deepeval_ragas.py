@@ -11,12 +11,10 @@ import textwrap
 
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, Evaluator
 from cobalt_app.models import Evaluation
 from cobalt_app.preflight import PreflightError
-from tests.helpers import run_with
+from tests.helpers import define, execute, run_with
 
 from .conftest import REPO, cli_env
 
@@ -271,15 +269,14 @@ def test_metric_calls_keep_to_the_shared_rate_budget(project, fake_provider):
         'test_dir = "experiments"\n[rate_limits.openai]\nrequests_per_second = 5\n',
     )
     geval = Evaluator("correct", "deepeval", metric="GEval", evaluation_steps=STEPS)
-    with collecting() as found:
-        experiment(
-            "budgeted",
-            Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
-            lambda ctx: f'Paris {ctx.index} [[reply:{{"score": 8, "reason": "ok"}}]]',
-            evaluators=[geval],
-            concurrency=6,
-        )
-    (run,) = launcher.execute(found, load_config(project.path), no_cache=True)
+    definition = define(
+        "budgeted",
+        Dataset(items=[{**ITEM, "id": f"q{i}"} for i in range(6)]),
+        lambda ctx: f'Paris {ctx.index} [[reply:{{"score": 8, "reason": "ok"}}]]',
+        evaluators=[geval],
+        concurrency=6,
+    )
+    (run,) = execute(project, definition, no_cache=True)
     results = Evaluation.objects.filter(run=run)
     assert {e.score for e in results} == {0.8}, [(e.status, e.error) for e in results]
     times = sorted(r["time"] for r in fake_provider.requests if r["path"] == "/v1/chat/completions")

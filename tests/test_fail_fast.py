@@ -11,11 +11,12 @@ import pytest
 
 from cobalt import Dataset, Evaluator, experiment, load_config
 from cobalt.experiments import collecting
-from cobalt_app import evaluators, launcher, preflight
+from cobalt_app import evaluators, preflight
 from cobalt_app.ci_verdict import error_cause
 from cobalt_app.engine import NOTHING_RETURNED
 from cobalt_app.models import Evaluation, ItemResult, Run
 from tests.conftest import cli_env
+from tests.helpers import define, execute
 
 # The agent calls the (fake) provider through the official SDK, with its own key: any agent
 # call shows up in `fake_provider.requests`, whatever the judges' keys are.
@@ -326,9 +327,10 @@ def test_a_runner_that_returns_nothing_is_an_evaluation_error_for_every_evaluato
         Evaluator("latency", "latency", max_ms=60_000),
     ]
     items = [{"id": "a", "input": "x", "expected_output": "x"}]
-    with collecting() as found:
-        experiment("forgetful", Dataset(items=items), forgot_to_return, evaluators=evaluator_list)
-    (run,) = launcher.execute(found, load_config(project.path))
+    definition = define(
+        "forgetful", Dataset(items=items), forgot_to_return, evaluators=evaluator_list
+    )
+    (run,) = execute(project, definition)
     assert ItemResult.objects.get(run=run).status == "ok"
     rows = Evaluation.objects.filter(run=run).order_by("evaluator")
     assert [(e.evaluator, e.status, e.score, e.error) for e in rows] == [

@@ -102,8 +102,11 @@ def test_two_limiters_share_one_redis_budget():
 
     stamps = asyncio.run(both())
     assert stamps[-1] >= 0.7 * 0.95  # 8 requests at 10/s: the last one 0.7 s after the first
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-    assert min(gaps) >= 0.08, gaps
+    # The n-th request is let through no sooner than n/10 s after the start. (Measured as the
+    # task wakes up, a stamp can only come late: under load one late stamp shortens the gap to
+    # the next, so the gaps themselves prove nothing.)
+    for position, stamp in enumerate(stamps):
+        assert stamp >= 0.1 * position * 0.95, stamps
 
 
 def test_a_429_pauses_every_worker_for_its_retry_after_and_the_request_succeeds(

@@ -10,12 +10,11 @@ import anthropic
 import openai
 import pytest
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, Evaluator
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.evaluators.tool_calls import normalise_calls
 from cobalt_app.models import Evaluation
+from tests.helpers import define, execute
 
 EXPECTED = [
     {"name": "search", "arguments": {"query": "weather Paris"}},
@@ -233,9 +232,8 @@ def test_the_trajectory_judge_sees_the_calls_the_reference_and_the_answer(projec
         Evaluator("trajectory", "trajectory"),
         Evaluator("efficient", "trajectory", criteria="Were there redundant calls?"),
     ]
-    with collecting() as found:
-        experiment("agent", Dataset(items=items), runner, evaluators=evaluators)
-    (run,) = launcher.execute(found, load_config(project.path))
+    definition = define("agent", Dataset(items=items), runner, evaluators=evaluators)
+    (run,) = execute(project, definition)
     evaluations = {e.evaluator: e for e in Evaluation.objects.filter(run=run)}
     assert evaluations["trajectory"].score == 0.75
     prompts = [r["json"]["messages"][-1]["content"] for r in fake_provider.requests]
@@ -251,14 +249,13 @@ def test_the_trajectory_judge_sees_the_calls_the_reference_and_the_answer(projec
 def test_a_trajectory_without_reported_calls_is_an_error_before_any_judge_call(
     project, fake_provider
 ):
-    with collecting() as found:
-        experiment(
-            "agent",
-            Dataset(items=[{"id": "t", "input": "hi"}]),
-            lambda ctx: "hello",
-            evaluators=[Evaluator("trajectory", "trajectory", scoring="boolean")],
-        )
-    (run,) = launcher.execute(found, load_config(project.path))
+    definition = define(
+        "agent",
+        Dataset(items=[{"id": "t", "input": "hi"}]),
+        lambda ctx: "hello",
+        evaluators=[Evaluator("trajectory", "trajectory", scoring="boolean")],
+    )
+    (run,) = execute(project, definition)
     evaluation = Evaluation.objects.get(run=run)
     assert evaluation.status == "error" and "no tool calls to read" in evaluation.error
     assert fake_provider.request_count() == 0

@@ -9,11 +9,10 @@ import json
 import pytest
 
 import cobalt
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, Evaluator
 from cobalt_app.evaluators import EvalOutcome, EvalTarget, evaluate
 from cobalt_app.models import Evaluation
+from tests.helpers import define, execute
 
 
 def step(kind: str, name: str, *, parent=None, status="ok", error=None, input=None, **extra):
@@ -152,9 +151,10 @@ def test_judges_see_the_trace(project, fake_provider):
         Evaluator("judge", "llm-judge", prompt=prompt),
         Evaluator("trajectory", "trajectory"),
     ]
-    with collecting() as found:
-        experiment("judged", Dataset(items=[{"input": "refund?"}]), runner, evaluators=evaluators)
-    (run,) = launcher.execute(found, load_config(project.path), no_cache=True)
+    definition = define(
+        "judged", Dataset(items=[{"input": "refund?"}]), runner, evaluators=evaluators
+    )
+    (run,) = execute(project, definition, no_cache=True)
     verdicts = dict(Evaluation.objects.filter(run=run).values_list("evaluator", "score"))
     assert verdicts["judge"] == 0.4
     bodies = [json.dumps(r["json"]) for r in fake_provider.requests if "json" in r]

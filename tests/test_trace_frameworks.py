@@ -8,11 +8,10 @@ import re
 import pytest
 from openai import AsyncOpenAI
 
-from cobalt import Dataset, Evaluator, experiment, load_config
-from cobalt.experiments import collecting
-from cobalt_app import launcher
+from cobalt import Dataset, Evaluator
 from cobalt_app.models import Evaluation, ItemResult
 from cobalt_app.selectors import item_trace
+from tests.helpers import define, execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,11 +29,10 @@ def cities(n: int) -> Dataset:
     )
 
 
-def execute(project, name: str, runner) -> list[ItemResult]:
+def run_cities(project, name: str, runner) -> list[ItemResult]:
     evaluators = [Evaluator("tools", "tool-calls"), Evaluator("budget", "steps", max_llm_calls=2)]
-    with collecting() as found:
-        experiment(name, cities(12), runner, evaluators=evaluators, concurrency=12)
-    (run,) = launcher.execute(found, load_config(project.path))
+    definition = define(name, cities(12), runner, evaluators=evaluators, concurrency=12)
+    (run,) = execute(project, definition)
     scores = Evaluation.objects.filter(run=run).values_list("evaluator", "score")
     assert sorted(set(scores)) == [("budget", 1.0), ("tools", 1.0)]
     return list(ItemResult.objects.filter(run=run))
@@ -88,7 +86,7 @@ def test_an_openai_agents_sdk_agent_is_traced(project, fake_provider, agents_sdk
         result = await Runner.run(agent, ctx.item["input"])
         return result.final_output
 
-    for item in execute(project, "agents-sdk", runner):
+    for item in run_cities(project, "agents-sdk", runner):
         trace = check_item(item)
         names = {(s["kind"], s["name"]) for s in trace}
         assert ("agent", "weather") in names  # the SDK's agent span, around the calls
@@ -110,7 +108,7 @@ def test_a_pydantic_ai_agent_is_traced(project, fake_provider):
     async def runner(ctx):
         return (await agent.run(ctx.item["input"])).output
 
-    for item in execute(project, "pydantic-ai", runner):
+    for item in run_cities(project, "pydantic-ai", runner):
         trace = check_item(item)
         assert trace[0]["kind"] == "agent" and trace[0]["parent"] is None
         assert all(s["parent"] == 0 for s in trace[1:])
