@@ -178,11 +178,16 @@ async def execute_lanes(
         with traces.enabled(env.trace):
             await asyncio.gather(*tasks)
     finally:
-        for task in tasks:  # one lane failed: the others stop too
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        recorder.close(wait=False)
-        threads.shutdown()
+        try:
+            for task in tasks:  # one lane failed: the others stop too
+                if not task.cancelling():  # a lane already stopping commits what it handed over
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            # Every outcome handed over is committed before the run's pending items are
+            # marked cancelled: committed after, a finished item would be lost as cancelled.
+            recorder.close()
+            threads.shutdown()
 
 
 class ClaimSizes:
