@@ -79,9 +79,12 @@ def worker(
             "which only processes on this machine share"
         )
     count = process_count(processes, concurrency)
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError
+
     try:
         team.ensure_schema()
-    except Exception as exc:
+    except (DatabaseError, ImproperlyConfigured, ValueError, OSError) as exc:
         raise fail(f"could not prepare the database: {redact(str(exc))}") from None
     names = [q.strip() for q in (queues or team.queue_name()).split(",") if q.strip()]
     if count > 1:

@@ -15,13 +15,20 @@ def setup(*, migrate: bool = True, config: Config | None = None) -> Config:
     default the one found from the current folder, which must exist (exit 2 otherwise: a
     `ConfigError`, which the CLI reports as any user's error)."""
     from cobalt.config import load_config
+    from cobalt.redaction import redact
 
     if config is None:
         config = load_config(require_project=True)
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError, connection
+
     from cobalt_project import bootstrap
 
     try:
         bootstrap.setup(config, migrate=migrate)
-    except Exception as exc:  # the database's own failures, of every driver: said, not traced
-        raise fail(f"could not open the database: {exc}") from None
+        connection.ensure_connection()  # a server that does not answer: said here, once
+    # The database's failures (a driver's, a malformed URL, a folder it cannot write): said,
+    # not traced. Anything else is a bug, and shows as one.
+    except (DatabaseError, ImproperlyConfigured, ValueError, OSError) as exc:
+        raise fail(f"could not open the database: {redact(str(exc))}") from None
     return config

@@ -134,6 +134,17 @@ def test_a_users_error_is_its_message_and_exit_2_without_a_traceback(runnable, c
     assert "Traceback" not in done.stderr
 
 
+def test_a_database_that_does_not_answer_is_a_message_not_a_traceback(project, cobalt_cli):
+    # Nothing listens on the port: the command says so before any query (and hides the password).
+    from tests.conftest import free_port
+
+    url = f"postgresql://cobalt:s3cret-pw@127.0.0.1:{free_port()}/cobalt"
+    done = cobalt_cli(project, "history", env={"COBALT_DATABASE_URL": url})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "error: could not open the database: connection failed" in done.stderr
+    assert "Traceback" not in done.stderr and "s3cret-pw" not in done.stderr
+
+
 def test_the_error_classes_exit_code_is_the_commands(runnable):
     """The CLI's one catch turns any `CobaltError` into its message and its `exit_code`."""
     import typer
