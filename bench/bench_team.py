@@ -390,7 +390,7 @@ FLOOR_EVALUATION = (
 )
 FLOOR_CLAIM = (  # `claims.CLAIM_NEXT_SQL`
     "WITH next AS (SELECT id FROM floor_item WHERE run_id = 'run' AND status = 'pending' "
-    "ORDER BY id + 0 LIMIT %s FOR UPDATE SKIP LOCKED) UPDATE floor_item SET status = 'running', "
+    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) UPDATE floor_item SET status = 'running', "
     "worker = %s, attempts = attempts + 1, lease_expires_at = now() + interval '60 s', "
     "started_at = now() FROM next WHERE floor_item.id = next.id AND status = 'pending' "
     "RETURNING floor_item.id, input"

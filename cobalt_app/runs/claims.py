@@ -93,13 +93,9 @@ def claim_sql(count: int) -> str:
 # PostgreSQL: take the run's first few pending items; concurrent lanes skip each other's
 # rows. A CTE runs once. As `id IN (subquery)` the planner may run the locking subquery again
 # for every row it scans, each time taking the next few items: one lane took them all.
-# `id + 0` is served by the PostgreSQL index `item_run_pending_order` (run, status, id + 0,
-# migration 0010): each claim reads the few items it takes. Ordered by the bare id, the
-# planner walked the primary key from the table's first row (older runs, this run's finished
-# items: 25 ms a claim at 250,000 rows); by `item_run_status` it sorted every pending item.
 CLAIM_NEXT_SQL = (
     "WITH next AS (SELECT id FROM cobalt_app_itemresult WHERE run_id = %s AND status = %s "
-    f"ORDER BY id + 0 LIMIT %s FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
+    f"ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED) {CLAIM_SET} FROM next "
     "WHERE cobalt_app_itemresult.id = next.id AND status = %s"
     + CLAIM_RETURNING.replace(" id,", " cobalt_app_itemresult.id,", 1)
 )
