@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
-from cobalt.run_settings import RunSettings
 from cobalt_app import recordings, storable, trace_spans, trace_store, traces
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
@@ -187,6 +186,8 @@ async def rescore_item(
     snapshot: ItemSnapshot,
     stored: dict[str, Any],
     env: EvalEnv,
+    *,
+    timeout: float,
 ) -> ItemOutcome:
     """A re-judge's step: score one stored output again with the run's re-judged evaluators
     (the agent is not called; `rejudge` copied the other verdicts)."""
@@ -205,9 +206,7 @@ async def rescore_item(
         # For the evaluators that read the trace; stored already (copied with the item).
         outcome.trace = await env.db(stored_trace, snapshot.id)
         scoped = dataclasses.replace(experiment, evaluators=chosen)
-        outcome.evaluations = await evaluate_item(
-            scoped, snapshot, outcome, env, timeout=RunSettings.from_run_config(run_config).timeout
-        )
+        outcome.evaluations = await evaluate_item(scoped, snapshot, outcome, env, timeout=timeout)
         outcome.trace = []  # not written again
     present = {e.name for e in chosen}
     outcome.evaluations += [

@@ -39,15 +39,15 @@ def step_for(
     experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
 ) -> Step:
     """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
+    timeout = RunSettings.from_run_config(run_config).timeout
     if run_config.get("rejudge"):
 
         async def rescore(claim: Claim) -> Any:
             return await engine.rescore_item(
-                experiment, run_config, claim.snapshot, claim.stored, env
+                experiment, run_config, claim.snapshot, claim.stored, env, timeout=timeout
             )
 
         return rescore
-    timeout = RunSettings.from_run_config(run_config).timeout
 
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(
