@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "simulator": {},  # the simulated user's model (provider, model, base_url): the judge's
     "concurrency": RUN.concurrency,
     "timeout": RUN.timeout,
+    "timeout_grace": RUN.timeout_grace,
     "cache": RUN.cache.as_dict(),
     "ci": {},
     "dashboard": {"host": "127.0.0.1", "port": 4000, "open": False},
@@ -359,6 +360,9 @@ PROVIDER = "must be 'openai' or 'anthropic' (got {value!r})."
 SETTING_RULES: tuple[SettingRule, ...] = (
     SettingRule("concurrency", _is_whole_at_least_1, WHOLE),
     SettingRule("timeout", _is_seconds, "must be a number of seconds above 0 (got {value!r})."),
+    SettingRule(
+        "timeout_grace", _is_seconds, "must be a number of seconds above 0 (got {value!r})."
+    ),
     SettingRule("test_match", _is_globs, "must be a glob or a list of globs."),
     *(
         SettingRule(section, _is_table, "must be a table (a dict).")

@@ -67,6 +67,7 @@ class RunSettings:
     runs: int = 1  # repetitions of each item
     concurrency: int = 5  # items in parallel
     timeout: float = 30  # seconds per item
+    timeout_grace: float = 5  # seconds an item's code has to stop once its timeout passed
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     trace: TraceSettings = field(default_factory=TraceSettings)
@@ -106,6 +107,7 @@ class RunSettings:
             runs=int(self.runs),
             concurrency=int(self.concurrency),
             timeout=float(self.timeout),
+            timeout_grace=float(self.timeout_grace),
             no_cache=bool(self.no_cache),
         )
 
@@ -121,12 +123,13 @@ def default_judge_model(provider: str) -> str:
 
 
 # The project-level settings read from the configuration's top level.
-PROJECT_KEYS = ("concurrency", "timeout", "rate_limits")
+PROJECT_KEYS = ("concurrency", "timeout", "timeout_grace", "rate_limits")
 # A run's stored settings: field → key in `run.config`.
 RUN_KEYS = {
     "runs": "runs",
     "concurrency": "concurrency",
     "timeout": "timeout",
+    "timeout_grace": "timeoutGrace",
     "repeat_flaky": "repeat_flaky",
     "replay": "replay",
     "queue": "queue",

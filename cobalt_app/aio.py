@@ -13,6 +13,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import ctypes
 import functools
 import queue
 import signal
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from cobalt_app.runaway import AgentStopped, RunningCall
 
 T = TypeVar("T")
 
@@ -136,18 +139,53 @@ class Threads:
         self._closed = False
         self._landings: dict[asyncio.AbstractEventLoop, _Landing] = {}
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, running: RunningCall | None = None) -> T:
         """`fn(*args)` on one of the threads, in a copy of the caller's context (the item's
-        trace collector and OpenTelemetry context go with it)."""
+        trace collector and OpenTelemetry context go with it); `running` lets the caller
+        stop the call (`interrupt`, `abandon`)."""
         loop = asyncio.get_running_loop()
         landing = self._landings.get(loop)
         if landing is None:
             landing = self._landings.setdefault(loop, _Landing(loop))
         future = loop.create_future()
-        self._jobs.put((future, landing, contextvars.copy_context(), fn, args))
+        self._jobs.put((future, landing, contextvars.copy_context(), fn, args, running))
         if not self._idle.acquire(blocking=False):  # no thread is free for it: one more
             self._start_thread()
         return await future
+
+    def interrupt(self, call: RunningCall) -> bool:
+        """Raise `AgentStopped` in the thread running `call`, at its next Python instruction;
+        a call not started yet never starts. False when it is not running (ended, or never
+        started): a thread that moved on to another call is never hit."""
+        call.given_up = True
+        slot = call.slot
+        if slot is None:
+            return False  # its thread, when it takes it, sees `given_up` (set first)
+        with slot.lock:
+            if slot.call is not call:
+                return False
+            _set_async_exc(slot.ident, AgentStopped)
+            slot.pending = True
+            return True
+
+    def running(self, call: RunningCall) -> bool:
+        slot = call.slot
+        return slot is not None and slot.call is call
+
+    def abandon(self, call: RunningCall) -> None:
+        """Leave the thread running `call` to it (it ends when the call does) and start
+        another in its place: the pool keeps its number of threads."""
+        slot = call.slot
+        if slot is None:
+            return
+        with slot.lock:
+            if slot.call is not call:
+                return
+            slot.abandoned = True
+        with self._lock:
+            if slot.thread in self._threads:
+                self._threads.remove(slot.thread)
+        self._start_thread()
 
     def shutdown(self) -> None:
         """Idle threads end now, busy ones once their call returns; calls not started yet
@@ -168,22 +206,93 @@ class Threads:
         thread.start()
 
     def _serve(self) -> None:
+        slot = _Slot()
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            future, landing, context, fn, args = job
-            if not future.cancelled():  # a timed-out or cancelled caller: skip the call
+            future, landing, context, fn, args, running = job
+            if future.cancelled():  # a timed-out or cancelled caller: skip the call
+                pass
+            elif running is not None:
+                if not self._run_stoppable(slot, running, future, landing, context, fn, args):
+                    return  # abandoned: another thread took this one's place
+            else:
                 try:
                     landing.land(future, True, context.run(fn, *args))
                 except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
                     landing.land(future, False, exc)
-            job = future = context = args = None  # nothing of the call outlives it
+            job = future = context = args = running = None  # nothing of the call outlives it
             with self._lock:
                 if self._closed:
                     self._threads.remove(threading.current_thread())
                     return
             self._idle.release()
+
+    @staticmethod
+    def _run_stoppable(
+        slot: _Slot,
+        running: RunningCall,
+        future: asyncio.Future,
+        landing: _Landing,
+        context: contextvars.Context,
+        fn: Callable[..., Any],
+        args: tuple,
+    ) -> bool:
+        """Run a call that `interrupt` may stop; False if it was abandoned meanwhile."""
+        running.thread_name = slot.thread.name
+        running.slot = slot
+        slot.call = running  # before looking at `given_up`: see `interrupt`
+        if running.given_up:
+            slot.release()
+            return True
+        try:
+            try:
+                ok, value = True, context.run(fn, *args)
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
+                ok, value = False, exc
+            slot.release()
+        except AgentStopped as late:  # interrupted as the call ended: its caller has gone
+            slot.release()
+            ok, value = False, late
+        if slot.abandoned:
+            return False
+        landing.land(future, ok, value)
+        return True
+
+
+class _Slot:
+    """One runner thread and the call it runs, so that an interruption reaches that call and
+    no other: `interrupt` raises into the thread only while, under `lock`, the call is this
+    one, and `release` (under the same lock) clears an interruption that had not arrived."""
+
+    __slots__ = ("thread", "ident", "call", "lock", "pending", "abandoned")
+
+    def __init__(self) -> None:
+        self.thread = threading.current_thread()
+        self.ident = threading.get_ident()
+        self.call: RunningCall | None = None
+        self.lock = threading.Lock()
+        self.pending = False  # an interruption sent, perhaps not arrived yet
+        self.abandoned = False
+
+    def release(self) -> None:
+        with self.lock:
+            self.call = None
+            if self.pending:
+                self.pending = False
+                _set_async_exc(self.ident, None)
+
+
+# CPython's way to raise in another thread (None: clear what was not raised yet). A function
+# object of our own: setting argtypes on `ctypes.pythonapi`'s would change it for everyone.
+_raise_in_thread = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+
+def _set_async_exc(ident: int, exc_type: type[BaseException] | None) -> None:
+    _raise_in_thread(ident, ctypes.py_object() if exc_type is None else exc_type)
 
 
 class _Landing:

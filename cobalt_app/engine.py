@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
-from cobalt_app import recordings, storable, trace_spans, trace_store, traces
+from cobalt.run_settings import RUN_DEFAULTS
+from cobalt_app import recordings, runaway, storable, trace_spans, trace_store, traces
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
     Conversation,
@@ -93,6 +94,7 @@ class EvalEnv:
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
+    recordings.install()  # every run: a timed-out item's HTTP requests are refused (`runaway`)
     judge_config = dict(config.get("judge") or {})
     return EvalEnv(
         hub=ProviderHub(judge_config, limiter=limiter_for(config)),
@@ -122,13 +124,21 @@ def split_result(value: Any) -> tuple[Any, dict[str, Any]]:
 
 
 async def call_runner(
-    experiment: Experiment, context: RunContext, *, timeout: float, threads: Threads
+    experiment: Experiment,
+    context: RunContext,
+    *,
+    timeout: float,
+    threads: Threads,
+    grace: float = RUN_DEFAULTS.timeout_grace,
 ) -> Any:
+    """The runner's value within `timeout`; past it, its code is stopped (`runaway`)."""
     if experiment.is_async:
-        return await within(experiment.runner(context), timeout)
-    value = await within(threads.call(experiment.runner, context), timeout)
+        return await runaway.async_call(experiment.runner(context), timeout=timeout, grace=grace)
+    value = await runaway.sync_call(
+        threads, experiment.runner, context, timeout=timeout, grace=grace
+    )
     if inspect.isawaitable(value):
-        value = await within(value, timeout)
+        value = await runaway.async_call(value, timeout=timeout, grace=grace)
     return value
 
 
@@ -139,6 +149,7 @@ async def execute_item(
     *,
     timeout: float,
     threads: Threads,
+    grace: float = RUN_DEFAULTS.timeout_grace,
 ) -> ItemOutcome:
     """Run the agent on one item, then score its output with every evaluator."""
     outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
@@ -154,10 +165,12 @@ async def execute_item(
         with traces.capture_item(env.trace) as collector:
             if experiment.conversation is not None:
                 await converse_item(
-                    experiment, context, env, outcome, timeout=timeout, threads=threads
+                    experiment, context, env, outcome, timeout=timeout, threads=threads, grace=grace
                 )
             else:
-                await run_item(experiment, context, outcome, timeout=timeout, threads=threads)
+                await run_item(
+                    experiment, context, outcome, timeout=timeout, threads=threads, grace=grace
+                )
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
     outcome.trace = traces.steps(collector, env.trace)
@@ -230,13 +243,19 @@ async def run_item(
     *,
     timeout: float,
     threads: Threads,
+    grace: float = RUN_DEFAULTS.timeout_grace,
 ) -> None:
     """Call the runner once; its output, or how it failed, goes on the outcome."""
     try:
-        value = await call_runner(experiment, context, timeout=timeout, threads=threads)
+        value = await call_runner(
+            experiment, context, timeout=timeout, threads=threads, grace=grace
+        )
     except DeadlineExceeded:
         outcome.status = ItemResult.Status.TIMEOUT
-        outcome.error = f"timed out after {timeout:g}s (the runner was cancelled)"
+        outcome.error = f"timed out after {timeout:g}s (its code was stopped)"
+    except runaway.NotStopped as exc:
+        outcome.status = ItemResult.Status.TIMEOUT
+        outcome.error = runaway.did_not_stop(timeout, grace, str(exc))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -259,6 +278,7 @@ async def converse_item(
     *,
     timeout: float,
     threads: Threads,
+    grace: float = RUN_DEFAULTS.timeout_grace,
 ) -> None:
     """Play the item's conversation (`cobalt_app.conversation`) within the item's timeout;
     the transcript is the output, also when a turn failed or time ran out."""
@@ -267,9 +287,9 @@ async def converse_item(
     async def call(turn_context: RunContext) -> tuple[Any, dict[str, Any]]:
         try:
             value = await call_runner(
-                experiment, turn_context, timeout=turn_timeout, threads=threads
+                experiment, turn_context, timeout=turn_timeout, threads=threads, grace=grace
             )
-        except DeadlineExceeded:
+        except (DeadlineExceeded, runaway.NotStopped):
             raise TurnTimedOut(turn_timeout) from None
         return split_result(value)
 

@@ -3,7 +3,8 @@
 `item_scope()` goes around the runner call of `engine.execute_item` (both modes), where the
 trace capture goes. It sets a context variable naming the item's *tape*; the transports of
 `httpx` and `httpx2` (the official OpenAI and Anthropic SDKs send through one of them, sync
-and async) are wrapped once per process and do nothing unless that variable names a tape.
+and async) are wrapped once per process and do nothing unless that variable names a tape
+(but refuse the calls of an item whose timeout passed: `runaway`).
 asyncio tasks copy the context and the engine runs sync runners in a copy of it, so with 40
 items in flight each request finds its own item's tape: an item is never answered from
 another item's recording.
@@ -51,6 +52,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from cobalt_app import runaway
 
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
 MODES = (RECORD, REPLAY, NEW_ONLY)
@@ -434,8 +437,13 @@ def _capturing_async_stream(module: Any, inner: Any, done: Callable[[bytes], Non
     return Capturing()
 
 
+def _described(request: Any) -> Callable[[], str]:
+    return lambda: f"{request.method} {clean_url(str(request.url))}"
+
+
 def _wrap_sync(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     def handle_request(self: Any, request: Any) -> Any:
+        runaway.refuse(_described(request))
         tape = _tape.get()
         if tape is None:
             return original(self, request)
@@ -460,6 +468,7 @@ def _wrap_sync(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _wrap_async(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     async def handle_async_request(self: Any, request: Any) -> Any:
+        runaway.refuse(_described(request))
         tape = _tape.get()
         if tape is None:
             return await original(self, request)
@@ -487,7 +496,8 @@ _install_lock = threading.Lock()
 
 
 def install() -> None:
-    """Wrap the transports of httpx and httpx2 (those installed), once per process."""
+    """Wrap the transports of httpx and httpx2 (those installed), once per process: for
+    record/replay, and in every run to refuse the calls of a timed-out item (`runaway`)."""
     with _install_lock:
         for name in HTTP_LIBRARIES:
             try:

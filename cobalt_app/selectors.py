@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cobalt import verdict
 from cobalt.errors import NotFoundError
-from cobalt_app import trace_store
+from cobalt_app import runaway, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 
 if TYPE_CHECKING:
@@ -194,6 +194,15 @@ def failed_items(
     if traced:
         items = items.exclude(traceback="")
     return items.only(*FAILED_FIELDS).order_by("item_index", "run_index")
+
+
+def runaway_items(run: Run | str) -> list[int]:
+    """The indexes of the run's items whose code went on past their timeout and grace period
+    (left running: `cobalt_app.runaway`), in order."""
+    items = ItemResult.objects.filter(
+        run=run, status=ItemResult.Status.TIMEOUT, error__contains=runaway.DID_NOT_STOP
+    )
+    return list(items.order_by("item_index").values_list("item_index", flat=True).distinct())
 
 
 def low_scores(run: Run, below: float | None = None) -> dict[str, list[int]]:

@@ -36,7 +36,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import trace_spans
+from cobalt_app import runaway, trace_spans
 
 logger = logging.getLogger("cobalt.traces")
 
@@ -92,6 +92,8 @@ class ItemSpanProcessor(SpanProcessor):
         self._owners: dict[int, Collector] = {}  # open span id -> its item's collector
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
+        # A timed-out item's agent starts no step: its model and tool calls raise.
+        runaway.refuse(lambda: f"step {span.name!r}")
         collector = _current.get()
         if collector is None:
             parent = span.parent

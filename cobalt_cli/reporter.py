@@ -276,9 +276,16 @@ def repetition_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def warnings(run) -> list[str]:
-    from cobalt_app.selectors import evaluation_errors, failed_items, low_scores
+    from cobalt_app.selectors import evaluation_errors, failed_items, low_scores, runaway_items
 
     lines: list[str] = []
+    left = runaway_items(run) if run.summary.get("timeouts") else []
+    if left:
+        shown = ", ".join(f"#{i + 1}" for i in left[:8]) + ("…" if len(left) > 8 else "")
+        lines.append(
+            f"the code of {plural(len(left), 'item')} did not stop after the timeout ({shown}): "
+            "left running until this process ends (see `timeout_grace`)"
+        )
     summary = run.summary
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     for evaluator, indexes in low_scores(run).items():

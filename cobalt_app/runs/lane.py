@@ -39,7 +39,8 @@ def step_for(
     experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
 ) -> Step:
     """The run's per-item step: execute the item, or re-score its stored output (re-judge)."""
-    timeout = RunSettings.from_run_config(run_config).timeout
+    settings = RunSettings.from_run_config(run_config)
+    timeout, grace = settings.timeout, settings.timeout_grace
     if run_config.get("rejudge"):
 
         async def rescore(claim: Claim) -> Any:
@@ -51,7 +52,7 @@ def step_for(
 
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(
-            experiment, claim.snapshot, env, timeout=timeout, threads=threads
+            experiment, claim.snapshot, env, timeout=timeout, threads=threads, grace=grace
         )
 
     return execute

@@ -39,6 +39,7 @@ def run_settings(
     settings = experiment.settings(
         default_concurrency=project.concurrency, default_timeout=project.timeout
     )
+    settings["timeoutGrace"] = project.timeout_grace  # team workers follow the run's
     settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return settings
 
