@@ -94,7 +94,8 @@ class EvalEnv:
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
-    recordings.install()  # every run: a timed-out item's HTTP requests are refused (`runaway`)
+    # Every run: a timed-out item's HTTP requests are refused (`runaway`).
+    recordings.install(lazily=True)
     judge_config = dict(config.get("judge") or {})
     return EvalEnv(
         hub=ProviderHub(judge_config, limiter=limiter_for(config)),

@@ -45,13 +45,17 @@ import contextlib
 import contextvars
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import wrapt
 
 from cobalt_app import runaway
 
@@ -492,25 +496,39 @@ def _wrap_async(module: Any, original: Callable[..., Any]) -> Callable[..., Any]
 
 
 HTTP_LIBRARIES = ("httpx", "httpx2")
-_install_lock = threading.Lock()
+_install_lock = threading.RLock()  # the import hook wraps too, maybe inside `install`
 
 
-def install() -> None:
+def install(*, lazily: bool = False) -> None:
     """Wrap the transports of httpx and httpx2 (those installed), once per process: for
-    record/replay, and in every run to refuse the calls of a timed-out item (`runaway`)."""
+    record/replay, and in every run to refuse the calls of a timed-out item (`runaway`).
+    `lazily`: a library not imported yet is wrapped when it is (importing both costs a run
+    that uses neither a good part of a second)."""
     with _install_lock:
         for name in HTTP_LIBRARIES:
+            if lazily and name not in sys.modules:
+                if name not in _hooked and importlib.util.find_spec(name) is not None:
+                    _hooked.add(name)
+                    wrapt.register_post_import_hook(_wrap_module, name)
+                continue
             try:
                 module = importlib.import_module(name)
             except ImportError:
                 continue
-            sync, asynchronous = module.HTTPTransport, module.AsyncHTTPTransport
-            if not getattr(sync.handle_request, "cobalt_wrapped", False):
-                sync.handle_request = _wrap_sync(module, sync.handle_request)
-            if not getattr(asynchronous.handle_async_request, "cobalt_wrapped", False):
-                asynchronous.handle_async_request = _wrap_async(
-                    module, asynchronous.handle_async_request
-                )
+            _wrap_module(module)
+
+
+def _wrap_module(module: Any) -> None:
+    with _install_lock:
+        sync, asynchronous = module.HTTPTransport, module.AsyncHTTPTransport
+        if not getattr(sync.handle_request, "cobalt_wrapped", False):
+            sync.handle_request = _wrap_sync(module, sync.handle_request)
+        if not getattr(asynchronous.handle_async_request, "cobalt_wrapped", False):
+            handle = asynchronous.handle_async_request
+            asynchronous.handle_async_request = _wrap_async(module, handle)
+
+
+_hooked: set[str] = set()
 
 
 # ------------------------------------------------------------------ around one item
