@@ -243,8 +243,9 @@ class Threads:
         running.thread_name = slot.thread.name
         running.slot = slot
         slot.call = running  # before looking at `given_up`: see `interrupt`
-        if running.given_up:
+        if running.given_up:  # its caller has gone, or asked for it not to start
             slot.release()
+            landing.land(future, False, AgentStopped("the call was stopped before it started"))
             return True
         try:
             try:

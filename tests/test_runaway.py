@@ -237,3 +237,94 @@ def run(ctx):
     time.sleep(1)  # the worker lives on: seeing that it calls no more needs a stretch of time
     assert calls_after(fake_provider_server, begun + 2 + SLACK) == []
     assert worker.popen.poll() is None
+
+
+def test_timeout_grace_is_a_checked_setting_stored_with_the_run(tmp_path):
+    from cobalt.config import ConfigError, load_config
+    from cobalt.run_settings import RunSettings
+
+    (tmp_path / "cobalt.toml").write_text('timeout_grace = "soon"\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path)
+    assert "`timeout_grace` must be a number of seconds above 0 (got 'soon')" in str(error.value)
+    (tmp_path / "cobalt.toml").write_text("timeout_grace = 2.5\n")
+    assert RunSettings.from_config(load_config(tmp_path)).timeout_grace == 2.5
+    assert RunSettings.from_run_config({"timeoutGrace": 2.5}).timeout_grace == 2.5
+    assert RunSettings.from_run_config({}).timeout_grace == 5
+
+
+def run_on(threads, *calls):
+    """Each (fn, RunningCall) on `threads`, one after another, on the engine's loop."""
+    from cobalt_app import aio
+
+    async def all_of() -> list:
+        done = []
+        for fn, running in calls:
+            try:
+                done.append(await threads.call(fn, running=running))
+            except BaseException as exc:  # noqa: BLE001 - what the call raised is the result
+                done.append(exc)
+        return done
+
+    return aio.run(all_of())
+
+
+def test_an_interruption_reaches_only_the_call_it_was_meant_for():
+    from cobalt_app.aio import Threads
+    from cobalt_app.runaway import AgentStopped, RunningCall
+
+    threads = Threads("runaway-test", 1)  # one thread: every call runs on it
+    first, second = RunningCall(), RunningCall()
+    try:
+
+        def spin_until_stopped():
+            threads.interrupt(first)  # from another thread, as the loop does
+            while True:
+                pass
+
+        def busy_then_answer():
+            threads.interrupt(first)  # late: its call ended, this one must not be hit
+            until = time.monotonic() + 0.3
+            while time.monotonic() < until:
+                pass
+            return "answered"
+
+        stopped, answered = run_on(threads, (spin_until_stopped, first), (busy_then_answer, second))
+        assert isinstance(stopped, AgentStopped)
+        assert answered == "answered"
+        assert not threads.interrupt(first) and not threads.running(first)
+        # A call given up before a thread takes it never starts.
+        never = RunningCall()
+        threads.interrupt(never)
+        ran = []
+        (refused,) = run_on(threads, (lambda: ran.append(1), never))
+        assert isinstance(refused, AgentStopped) and ran == []
+    finally:
+        threads.shutdown()
+
+
+def test_an_interruption_that_arrives_after_its_call_never_reaches_the_next_one():
+    import threading
+
+    from cobalt_app.aio import Threads
+    from cobalt_app.runaway import RunningCall
+
+    # The call is a C function (no Python frame of its own): an interruption sent while it
+    # sleeps is raised only once it has returned, in the pool's code, before the next call.
+    threads = Threads("runaway-test", 1)
+    sleeping, after = RunningCall(), RunningCall()
+    try:
+        timer = threading.Timer(0.1, lambda: threads.interrupt(sleeping))
+        timer.start()
+
+        def answer():
+            until = time.monotonic() + 0.3
+            while time.monotonic() < until:
+                pass
+            return "answered"
+
+        first, second = run_on(threads, (lambda: time.sleep(0.3), sleeping), (answer, after))
+        timer.join()
+        assert second == "answered"
+    finally:
+        threads.shutdown()
