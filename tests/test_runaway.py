@@ -120,6 +120,35 @@ async def run(ctx):
     assert calls_after(fake_provider, begun + 2 + SLACK) == []
 
 
+def test_a_timed_out_agents_next_tool_call_raises_inside_it(project, fake_provider, cobalt_cli):
+    # No HTTP at all: the tool step it starts after its timeout is what stops it (without
+    # that, it would loop on until the grace period and be left running).
+    write(
+        project,
+        """
+import cobalt
+
+@cobalt.tool
+def lookup(order):
+    return {"order": order}
+
+@experiment("tools", dataset, timeout=1)
+async def run(ctx):
+    started(ctx)
+    while True:
+        try:
+            lookup("o-1")
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            pass
+""",
+        grace=30,
+    )
+    result = cobalt_cli(project, "run", timeout=90)
+    assert "Run ID:" in result.stdout, result.stderr
+    assert items(project)[0] == ("timeout", "timed out after 1s (its code was stopped)")
+
+
 def test_a_busy_sync_agent_is_interrupted_and_its_neighbours_are_not(
     project, fake_provider, cobalt_cli
 ):
