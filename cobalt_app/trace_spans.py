@@ -436,16 +436,19 @@ def render(steps: Sequence[dict[str, Any]], *, max_chars: int = 200) -> str:
     return "\n".join(lines)
 
 
-def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of the item panel's waterfall: each step with its depth and its bar's offset and
-    width in thousandths of the trace's span (an SVG draws them; no script needed)."""
+def timeline(
+    steps: Sequence[dict[str, Any]], start: int = 0, stop: int | None = None
+) -> list[dict[str, Any]]:
+    """Rows of the item panel's waterfall: each step of `steps[start:stop]` with its number
+    (from 1), its depth and its bar's offset and width in thousandths of the whole trace's
+    span (an SVG draws them; no script needed)."""
     if not steps:
         return []
     ends = [s["startMs"] + (s.get("durationMs") or 0) for s in steps]
     origin = min(s["startMs"] for s in steps)
     total = max(max(ends) - origin, 0.001)
     rows = []
-    for step in steps:
+    for number, step in enumerate(steps[start:stop], start + 1):
         depth, parent = 0, step.get("parent")
         while parent is not None and depth < 20 and 0 <= parent < len(steps):
             depth, parent = depth + 1, steps[parent].get("parent")
@@ -455,6 +458,7 @@ def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(
             {
                 **step,
+                "number": number,
                 "depth": depth,
                 "indent": "\u00a0\u00a0" * depth,
                 "offset": min(offset, 998),

@@ -29,7 +29,16 @@ from django_htmx.middleware import HtmxDetails
 
 from cobalt.dashboard import project_fingerprint
 from cobalt.run_settings import RunSettings
-from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
+from cobalt_app import (
+    exports,
+    labels,
+    page_compare,
+    page_items,
+    page_selectors,
+    page_trace,
+    page_values,
+    selectors,
+)
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.selectors import RunNotFound, run_get
@@ -131,6 +140,12 @@ class ItemFilterForm(forms.Form):
             return data["view"]
         narrowed = data.get("status") or data.get("min") is not None or data.get("max") is not None
         return "all" if narrowed or self.data.get("sort") else "failures"
+
+
+class PageForm(forms.Form):
+    """`?page=` of the item page's trace."""
+
+    page = forms.IntegerField(required=False, min_value=1, max_value=10**9)
 
 
 class CompareForm(forms.Form):
@@ -297,22 +312,41 @@ def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpRespo
     item = page_items.item_detail(run, item_id)
     if item is None:
         raise Http404(f"run {run.id} has no item {item_id}")
+    form = PageForm(request.GET)
+    trace_page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
+    values = page_values.item_values(run, item)
+    if request.htmx and request.htmx.target == "item-trace":
+        context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
+        return partial_or_page(request, "cobalt/item.html", context, "trace")
     previous_id, next_id = page_items.item_neighbours(run, item)
     context = {
         "run": run,
         "item": item,
         "previous_id": previous_id,
         "next_id": next_id,
-        "input": page_items.pretty(item.input),
-        "output": "" if item.output is None else page_items.pretty(item.output),
-        "expected": page_items.expected_output(run, item.input),
-        "metadata": page_items.pretty(item.metadata) if item.metadata else "",
+        "trace": page_trace.item_trace(item, trace_page),
+        "values": values,
         "conversation": page_items.conversation_turns(item.output, item.metadata),
-        "item_json": page_items.item_json(item),
+        # The whole item to copy, unless the page shows only part of it (then it downloads).
+        "item_json": None if values.cut else page_values.item_json(item),
         # Over a run's page (an htmx swap into #panel), not a page of its own.
         "floating": bool(request.htmx and not request.htmx.history_restore_request),
     }
     return partial_or_page(request, "cobalt/item.html", context, "panel")
+
+
+@require_GET
+def item_download(request: HttpRequest, run_id: str, item_id: int, part: str) -> HttpResponse:
+    """The whole of an item's value a page shows only the start of, as a file (never HTML)."""
+    run = get_run_or_404(run_id)
+    download = page_values.item_download(run, item_id, part)
+    if download is None:
+        raise Http404(f"run {run.id} has no {part} for item {item_id}")
+    response = HttpResponse(download.body, content_type=download.content_type)
+    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
 
 
 @require_GET
