@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cobalt_app import trace_spans, trace_store
-from cobalt_app.models import ItemResult
+from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging
 from cobalt_app.page_values import shown
 
@@ -67,6 +67,13 @@ class TracePage(Paging):
 def item_trace(item: ItemResult, page: int = 1) -> TracePage:
     """Page `page` of the trace of an item read with `select_related("trace")`."""
     return trace_page(trace_store.of_item(item), page)
+
+
+def trace_only(run: Run, item_id: int) -> ItemResult | None:
+    """The run's item with its trace and none of its other values (a 5 MB output is not
+    read for a page of the trace); None when the run has no such item."""
+    items = ItemResult.objects.filter(run=run, id=item_id).select_related("trace")
+    return items.only("id", "run_id", "trace__data", "trace__blobs").first()
 
 
 def trace_page(

@@ -309,15 +309,19 @@ def _unfiltered(filters: dict[str, Any]) -> bool:
 @page
 def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
     run = get_run_or_404(run_id)
-    item = page_items.item_detail(run, item_id)
-    if item is None:
-        raise Http404(f"run {run.id} has no item {item_id}")
     form = PageForm(request.GET)
     trace_page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
-    values = page_values.item_values(run, item)
-    if request.htmx and request.htmx.target == "item-trace":
+    only_trace = request.htmx and request.htmx.target == "item-trace"  # a page of steps
+    if only_trace:
+        item = page_trace.trace_only(run, item_id)
+    else:
+        item = page_items.item_detail(run, item_id)
+    if item is None:
+        raise Http404(f"run {run.id} has no item {item_id}")
+    if only_trace:
         context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
         return partial_or_page(request, "cobalt/item.html", context, "trace")
+    values = page_values.item_values(run, item)
     previous_id, next_id = page_items.item_neighbours(run, item)
     context = {
         "run": run,

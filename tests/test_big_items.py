@@ -103,7 +103,9 @@ def test_the_item_page_shows_the_first_20_kb_of_a_5_mb_output_and_downloads_the_
         assert BIG_OUTPUT[: SHOWN_CHARS + 8] not in page.text
         assert "The first 20,000 of 5,000,000 characters" in page.text
         assert 'id="item-json"' not in page.text  # no 5 MB copy in the page
-    link = re.search(r'href="([^"]+/download/output)" download>Download the whole output', page.text)
+    link = re.search(
+        r'href="([^"]+/download/output)" download>Download the whole output', page.text
+    )
     download = site.client.get(link.group(1))
     assert download.status_code == 200
     assert download.text == BIG_OUTPUT
