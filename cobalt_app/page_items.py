@@ -415,7 +415,7 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
     item.verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
-    steps = trace_store.of_item(item)
+    steps, item.trace_missing = trace_store.of_item(item)
     item.timeline = trace_spans.timeline(steps)
     item.trace_summary = trace_spans.summary(steps) if steps else ""
     marks = pass_marks(run)
