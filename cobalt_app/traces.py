@@ -352,7 +352,7 @@ def header(config: Any) -> str | None:
         return f"not captured: {OFF}; {UNSEEN}"
     refused = refusals_ahead()
     if refused:
-        return f"not captured for {'; '.join(refused)}; {UNSEEN}"
+        return f"not captured: {'; '.join(refused)}; {UNSEEN}"
     return None
 
 

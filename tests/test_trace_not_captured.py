@@ -146,7 +146,7 @@ def test_an_sdk_its_instrumentation_refuses_is_said_loudly_and_trace_evaluators_
     out = " ".join(done.stdout.split())  # rich folds long lines
     assert "Run ID" in done.stdout, done.stdout + done.stderr
 
-    assert f"⚠ Trace: not captured for {REFUSED}" in out  # the header, before any item
+    assert f"⚠ Trace: not captured: {REFUSED}" in out  # the header, before any item
     assert f"the trace of 2 items was not captured: {REFUSED}" in out  # the summary
     assert "2 evaluation errors; first: steps: the trace was not captured" in out
     (results_file,) = project.results_files()
