@@ -26,6 +26,7 @@ from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.run_settings import RUN_DEFAULTS as RUN
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
+RAN_HERE = ".cobalt"  # what `cobalt run` leaves in a folder: where Cobalt ran is a project
 
 # The run settings' defaults live in `cobalt/run_settings.py` (RUN); the rest are the project's.
 DEFAULTS: dict[str, Any] = {
@@ -178,11 +179,25 @@ def find_config_file(start: Path) -> Path | None:
     return None
 
 
+def find_project(start: Path) -> tuple[Path, Path | None] | None:
+    """The nearest folder at or above `start` that is a project, and its configuration file:
+    a folder holding cobalt.toml or cobalt.config.py, or where Cobalt ran (`.cobalt/`, a
+    project without configuration: `cobalt run` worked there, so `serve` and `mcp` do too).
+    None outside any project."""
+    for folder in (start, *start.parents):
+        for name in CONFIG_FILENAMES:
+            if (folder / name).is_file():
+                return folder, folder / name
+        if (folder / RAN_HERE).is_dir():
+            return folder, None
+    return None
+
+
 def find_project_dir(path: str | Path) -> Path | None:
-    """The project holding `path` (a file or a folder): the folder of the nearest cobalt.toml
-    or cobalt.config.py at or above it; None outside any project."""
-    found = find_config_file(Path(path).resolve())
-    return None if found is None else found.parent
+    """The project holding `path` (a file or a folder), see `find_project`; None outside
+    any project."""
+    found = find_project(Path(path).resolve())
+    return None if found is None else found[0]
 
 
 def load_config(
@@ -195,18 +210,23 @@ def load_config(
 
     The project is named by `cwd` or COBALT_PROJECT_DIR (that folder, even without a
     configuration file), else it is the one holding `near` (a file about to run), else the
-    one found from the current folder upward. Found from the current folder, a folder with no
-    configuration file above it is a project only without `require_project`.
+    one found from the current folder upward (`find_project`). Found from the current folder,
+    a folder with no project at or above it is one only without `require_project`.
     """
     named = cwd or os.environ.get("COBALT_PROJECT_DIR") or (near and find_project_dir(near))
     start = Path(named or os.getcwd()).resolve()
-    path = find_config_file(start)
-    if path is None and require_project and not named:
-        raise NoProjectError(
-            f"no Cobalt project here: no {' or '.join(CONFIG_FILENAMES)} in {start} or a "
-            "folder above it. `cobalt init` makes this folder a project (or cd into one, or "
-            "set COBALT_PROJECT_DIR)."
-        )
+    if named:
+        path = find_config_file(start)
+    else:
+        found = find_project(start)
+        path = found[1] if found else None
+        if found is None and require_project:
+            raise NoProjectError(
+                f"no Cobalt project here: no {' or '.join(CONFIG_FILENAMES)} or {RAN_HERE}/ "
+                f"in {start} or a folder above it. `cobalt init` makes this folder a project "
+                "(or cd into one, or set COBALT_PROJECT_DIR)."
+            )
+        start = found[0] if found else start
     data = copy.deepcopy(DEFAULTS)
     sources = ["defaults"]
     if path is not None:

@@ -416,7 +416,7 @@ def _text(value: Any) -> str:
 def _trace_text(item: ItemResult | None) -> str:
     """The item's trace as one line per step (kind, name, model, input, output, error: what
     the agent did, without the timings that differ on every run); "" when none was captured."""
-    steps = trace_store.of_item(item) if item is not None else []
+    steps = trace_store.of_item(item).steps if item is not None else []
     return trace_spans.render(steps, max_chars=TRACE_STEP_CHARS) if steps else ""
 
 

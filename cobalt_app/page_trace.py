@@ -53,6 +53,7 @@ class StepGroup:
 @dataclass
 class TracePage(Paging):
     summary: str = ""
+    missing: str = ""  # why the trace was not captured ("" when it was)
     groups: list[StepGroup] = field(default_factory=list)
 
     @property
@@ -66,14 +67,17 @@ class TracePage(Paging):
 
 def item_trace(item: ItemResult, page: int = 1) -> TracePage:
     """Page `page` of the trace of an item read with `select_related("trace")`."""
-    return trace_page(trace_store.of_item(item), page)
+    stored = trace_store.of_item(item)
+    result = trace_page(stored.steps, page)
+    result.missing = stored.missing
+    return result
 
 
 def trace_only(run: Run, item_id: int) -> ItemResult | None:
     """The run's item with its trace and none of its other values (a 5 MB output is not
     read for a page of the trace); None when the run has no such item."""
     items = ItemResult.objects.filter(run=run, id=item_id).select_related("trace")
-    return items.only("id", "run_id", "trace__data", "trace__blobs").first()
+    return items.only("id", "run_id", "trace__data", "trace__blobs", "trace__missing").first()
 
 
 def trace_page(

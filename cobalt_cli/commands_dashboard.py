@@ -63,7 +63,7 @@ def serve(
     from cobalt_cli.console import fail
     from cobalt_cli.project import setup
 
-    config = setup()
+    config = setup(database_from_env=True)
     configured_host, configured_port = configured_address(config)
     host = (host or configured_host).strip()
     if port is None:

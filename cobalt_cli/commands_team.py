@@ -31,7 +31,7 @@ def _team_setup():
     from cobalt_cli.console import fail
     from cobalt_cli.project import setup
 
-    config = setup(migrate=False)
+    config = setup(migrate=False, database_from_env=True)
     if not config.team_mode:
         raise fail(
             "this command needs team mode: set COBALT_BROKER_URL=redis://… and "

@@ -463,7 +463,7 @@ def _delta(value: float | None) -> str:
 @commands.command()
 def migrate() -> None:
     """Create or update the database tables (automatic for the embedded SQLite database)."""
-    setup(migrate=False)
+    setup(migrate=False, database_from_env=True)
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=1)

@@ -376,7 +376,7 @@ out = {
     "blobs": Blob.objects.count(),
     "pruned": blob_store.prune_orphans(),
 }
-trace_store.write([(ids[0], json.dumps(traces[1], ensure_ascii=False), traces[1])])
+trace_store.write([(ids[0], json.dumps(traces[1], ensure_ascii=False), traces[1], "")])
 out["rewritten"] = trace_store.read([ids[0]])[ids[0]]
 
 executor = MigrationExecutor(connection)

@@ -29,6 +29,7 @@ HEADER_KEYS = [
     "gitCommit",
     "parentRunId",
     "replay",
+    "traceNotCaptured",
     "config",
     "summary",
     "labels",
@@ -53,6 +54,7 @@ GOLDEN_ITEMS = [
             "judge": {"score": 1.0, "verdict": "pass", "reason": "judge says k000 <b>ok</b>"},
         },
         "trace": [STEP],
+        "traceNotCaptured": None,
         "labels": [],
     },
     {
@@ -72,6 +74,7 @@ GOLDEN_ITEMS = [
             "judge": {"score": None, "verdict": "error", "error": "judge replied prose for k001"},
         },
         "trace": [],
+        "traceNotCaptured": None,
         "labels": [],
     },
     {
@@ -88,6 +91,7 @@ GOLDEN_ITEMS = [
         "cost": 0.0,
         "evaluations": {},
         "trace": [],
+        "traceNotCaptured": None,
         "labels": [],
     },
 ]
