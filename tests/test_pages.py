@@ -210,8 +210,9 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         errors={},
     )
     # run, histogram, failed items count, failing verdicts count, their page, rows, scores,
-    # flaky marks (runs of the same version, their observations), previous run, labels
-    with django_assert_num_queries(11):
+    # flaky marks (runs of the same version, their observations), previous run, labels, the
+    # labels its judges' calibration reads (none: nothing more)
+    with django_assert_num_queries(12):
         page = client.get(f"/runs/{run.id}/").content.decode()
     # The page opens on the failures, worst first: the evaluation error, then the low score.
     assert row_keys(page) == ["k002", "k000"]
