@@ -235,7 +235,11 @@ def write_labels(project, run_id: str, indexes) -> None:
     project.write("labels.jsonl", "\n".join(lines) + "\n")
 
 
-def test_ci_refuses_to_gate_on_an_uncalibrated_judge_until_labels_are_added(project, cobalt_cli):
+def test_ci_refuses_to_gate_on_an_uncalibrated_judge_until_labels_are_added(
+    project, cobalt_cli, fake_provider_server
+):
+    from tests.test_mcp import run_session, text_of
+
     project.write("experiments/support.cobalt.py", CI_EXPERIMENT)
     project.write(
         "cobalt.toml",
@@ -270,3 +274,13 @@ def test_ci_refuses_to_gate_on_an_uncalibrated_judge_until_labels_are_added(proj
     results = sorted((project.path / ".cobalt" / "results").glob("*.json"))[-1]
     entry = json.loads(results.read_text())["calibration"]["correct"]
     assert entry["calibrated"] and entry["correctedPassRate"]["value"] >= 0.6
+    # The MCP run report carries it too, in words and in its structured content.
+    seen = {}
+
+    async def scenario(session) -> None:
+        seen["run"] = await session.call_tool("cobalt_results", {"runId": run_id})
+
+    run_session(project, fake_provider_server, scenario)
+    report = seen["run"]
+    assert report.structured_content["calibration"]["correct"]["agreement"]["n"] == 92
+    assert "Judge correct (71.0% raw pass rate): κ" in text_of(report)
