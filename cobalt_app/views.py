@@ -30,6 +30,7 @@ from django_htmx.middleware import HtmxDetails
 from cobalt.dashboard import project_fingerprint
 from cobalt.run_settings import RunSettings
 from cobalt_app import (
+    calibration,
     exports,
     labels,
     page_compare,
@@ -244,6 +245,11 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if target not in ("items", "item-results"):
         overview = page_selectors.run_overview(run)
         context |= {"overview": overview, "charts": overview.chart_data}
+        if run.is_finished:  # each judge's certificate and corrected pass rate, beside its row
+            found = calibration.run_calibration(run)
+            for entry in overview.evaluators:
+                entry["calibration"] = found.get(entry["name"])
+            context["judges"] = list(found.values())
     if target in ("live", "overview"):
         response = render(request, f"cobalt/run_detail.html#{target}", context)
         if run.is_finished:

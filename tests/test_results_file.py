@@ -33,6 +33,7 @@ HEADER_KEYS = [
     "config",
     "summary",
     "labels",
+    "calibration",
     "items",
 ]
 # The items of `run` below, as the results file has always written them.
