@@ -96,6 +96,8 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "cobalt_results",
             "cobalt_compare",
             "cobalt_labels",
+            "cobalt_judge_disagreements",
+            "cobalt_pairwise",
             "cobalt_generate",
         }
         assert tools["cobalt_compare"].input_schema["required"] == ["runA", "runB"]

@@ -1,0 +1,122 @@
+"""The alignment loop: where a judge and the reviewers disagree, and how far they agree.
+
+`cobalt calibrate JUDGE [--run RUN]`, the MCP tool `judge_disagreements` and the API read
+`judge_report`: the run (given, else the latest finished run that has the judge), the
+agreement between the judge and the current labels (`cobalt.calibration.agreement`), and
+every disagreement with what a person or a coding agent needs to fix the prompt: the input,
+the output, the judge's score and reason, the reviewer's label and note. Edit the prompt,
+`cobalt rejudge RUN --evaluator JUDGE --labelled`, then calibrate the new run: κ moves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cobalt.calibration import agreement
+from cobalt.errors import CobaltError, NotFoundError
+from cobalt_app import labels
+from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.selectors import run_get
+
+RECENT_RUNS = 200  # runs searched for a judge when no run is named
+TEXT_SHOWN = 4_000  # characters of each input, output, reason and note
+
+
+class JudgeNotFound(NotFoundError):
+    """No run has an evaluator of that name; the message lists the known ones."""
+
+
+class NoLabels(CobaltError):
+    """The judge has no current labels on the run; the message says how to label."""
+
+
+def judge_run(judge: str, run_id: str | None = None) -> Run:
+    """The run to calibrate `judge` on: `run_id`, else the latest finished run that has it."""
+    if run_id:
+        run = run_get(run_id)
+        if judge not in run.evaluator_names:
+            raise JudgeNotFound(
+                f"run {run.id} ({run.name}) has no evaluator {judge!r}; its evaluators: "
+                f"{', '.join(run.evaluator_names) or 'none'}"
+            )
+        return run
+    known: dict[str, None] = {}
+    runs = Run.objects.filter(status=Run.Status.COMPLETED).order_by("-created_at")
+    for run in runs[:RECENT_RUNS]:
+        if judge in run.evaluator_names:
+            return run
+        known |= dict.fromkeys(run.evaluator_names)
+    raise JudgeNotFound(
+        f"no finished run has an evaluator named {judge!r}; "
+        + (f"known judges: {', '.join(sorted(known))}" if known else "no finished runs yet")
+    )
+
+
+def how_to_label(run: Run, judge: str) -> str:
+    return (
+        f"no labels of {judge!r} on run {run.id} ({run.name}) yet: label items on the review "
+        f"page (`cobalt dashboard`, run {run.id} → Review), or import a file with "
+        f"`cobalt labels import FILE` (rows of run, itemKey, evaluator, verdict, note)"
+    )
+
+
+def judge_report(judge: str, run_id: str | None = None) -> dict[str, Any]:
+    """The agreement of `judge` with the run's current labels, and every disagreement."""
+    run = judge_run(judge, run_id)
+    rows = [row for row in labels.run_labels(run, evaluator=judge, stale=False)]
+    if not rows:
+        raise NoLabels(how_to_label(run, judge))
+    judged = [row for row in rows if row.judge_verdict.passed is not None]
+    result = agreement(
+        [bool(row.judge_verdict.passed) for row in judged],
+        [row.label.verdict == "pass" for row in judged],
+        judge_scores=[float(row.judge_score) for row in judged],
+        human_scores=[1.0 if row.label.verdict == "pass" else 0.0 for row in judged],
+    )
+    disagreeing = [row for row in judged if row.disagrees]
+    return {
+        "judge": judge,
+        "run": run.id,
+        "experiment": run.name,
+        "labels": len(rows),
+        "unjudged": len(rows) - len(judged),  # labels on items the judge errored on
+        "agreement": result.as_dict(),
+        "disagreements": _details(run, judge, disagreeing),
+    }
+
+
+def _details(run: Run, judge: str, rows: list[labels.LabelRow]) -> list[dict[str, Any]]:
+    ids = [row.item_id for row in rows]
+    items = {
+        i: (key, item, output)
+        for i, key, item, output in ItemResult.objects.filter(id__in=ids).values_list(
+            "id", "item_key", "input", "output"
+        )
+    }
+    reasons = dict(
+        Evaluation.objects.filter(item_id__in=ids, evaluator=judge).values_list("item_id", "reason")
+    )
+    found = []
+    for row in rows:
+        key, item, output = items[row.item_id]
+        found.append(
+            {
+                "item": row.item_index + 1,
+                "itemKey": key,
+                "input": _cut((item or {}).get("input", item) if isinstance(item, dict) else item),
+                "output": _cut(output),
+                "judgeScore": row.judge_score,
+                "judgeVerdict": str(row.judge_verdict),
+                "judgeReason": _cut(reasons.get(row.item_id, "")),
+                "label": row.label.verdict,
+                "reviewer": row.label.reviewer,
+                "note": _cut(row.label.note),
+            }
+        )
+    return found
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > TEXT_SHOWN:
+        return value[: TEXT_SHOWN - 1] + "…"
+    return value
