@@ -38,14 +38,7 @@ def pairwise_judge(a: Run, b: Run, name: str, config: Config | None = None) -> E
     if described is None and config is not None and b.file:
         described = _in_file(config, b, name)
     if described is None:
-        known = sorted(
-            {
-                e["name"]
-                for run in (a, b)
-                for e in run.config.get("evaluators", [])
-                if e.get("type") == "pairwise"
-            }
-        )
+        known = pairwise_judges(a, b)
         raise PairwiseError(
             f"no pairwise judge named {name!r} in run {b.id} or run {a.id}"
             + (f"; pairwise judges there: {', '.join(known)}" if known else "")
@@ -59,6 +52,18 @@ def pairwise_judge(a: Run, b: Run, name: str, config: Config | None = None) -> E
         )
     options = {k: v for k, v in described.items() if k not in ("name", "type")}
     return Evaluator(name, "pairwise", **options)
+
+
+def pairwise_judges(a: Run, b: Run) -> list[str]:
+    """The names of the pairwise judges either run recorded."""
+    return sorted(
+        {
+            e["name"]
+            for run in (a, b)
+            for e in run.config.get("evaluators", [])
+            if e.get("type") == "pairwise"
+        }
+    )
 
 
 def _recorded(run: Run, name: str) -> dict[str, Any] | None:
