@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "plugins": [],
     "env": {},
     "trace": RUN.trace.as_dict(),
+    "calibration": RUN.calibration.as_dict(),
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
@@ -57,6 +58,7 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "cache": tuple(RUN.cache.as_dict()),
     "dashboard": ("host", "port", "open"),
     "trace": tuple(RUN.trace.as_dict()),
+    "calibration": tuple(RUN.calibration.as_dict()),
     "mcp": ("result_tokens",),
     "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
@@ -373,6 +375,12 @@ SETTING_RULES: tuple[SettingRule, ...] = (
         "must be true or false (got {value!r}).",
     ),
     SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
+    SettingRule("calibration.min_labels", _is_whole_at_least_1, WHOLE),
+    SettingRule(
+        "calibration.min_rate",
+        lambda value: _is_number(value) and 0 <= value <= 1,
+        "must be a number from 0 to 1 (got {value!r}).",
+    ),
     SettingRule("cache.ttl", check=_check_cache_ttl),
     # The tables with rules of their own (their checks are defined further down):
     SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
@@ -478,8 +486,12 @@ def _is_price(value: Any) -> bool:
 
 
 # CI gates (`[ci]`, `[ci.thresholds.<evaluator>]`, `experiment(..., thresholds=...)`).
-SCORE_METRICS = ("avg", "min", "max", "p50", "p95", "p99", "pass_rate")
-METRIC_ALIASES = {"passRate": "pass_rate", "minScore": "min_score"}
+SCORE_METRICS = ("avg", "min", "max", "p50", "p95", "p99", "pass_rate", "pass_rate_corrected")
+METRIC_ALIASES = {
+    "passRate": "pass_rate",
+    "minScore": "min_score",
+    "passRateCorrected": "pass_rate_corrected",
+}
 LATENCY_METRICS = ("avg", "p50", "p95", "p99", "max")
 COST_METRICS = ("total",)
 CI_SETTINGS = ("fail_on_error", "max_error_rate", "max_regression")
@@ -541,12 +553,20 @@ def check_thresholds(thresholds: Any, *, where: str, allow_settings: bool = Fals
 def check_ci(ci: Any, *, source: str) -> None:
     if not isinstance(ci, dict):
         raise ConfigError(f"{source}: `ci` must be a table (a dict).")
-    known = ("thresholds", "replay", *CI_SETTINGS)
+    known = ("thresholds", "replay", "require_calibrated", *CI_SETTINGS)
     for key in ci:
         if key not in known:
             raise ConfigError(f"{source}: `ci.{key}` is not a CI setting; use {', '.join(known)}.")
     if "replay" in ci and not isinstance(ci["replay"], bool):
         raise ConfigError(f"{source}: `ci.replay` must be true or false (got {ci['replay']!r}).")
+    required = ci.get("require_calibrated", False)
+    if not isinstance(required, bool) and not (
+        isinstance(required, list) and all(isinstance(name, str) for name in required)
+    ):
+        raise ConfigError(
+            f"{source}: `ci.require_calibrated` must be true, false or a list of evaluator "
+            f'names, e.g. ["relevance"] (got {required!r}).'
+        )
     check_ci_settings(ci, where=f"{source}: `ci")
     check_thresholds(ci.get("thresholds"), where=f"{source}: `ci.thresholds")
 

@@ -23,7 +23,7 @@ from django.db import transaction
 from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
-from cobalt_app import aio, engine, preflight, services
+from cobalt_app import aio, calibration, engine, preflight, services
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Label, Run, RunTag
 from cobalt_app.runs import claims, embedded, lifecycle
@@ -83,19 +83,23 @@ def rejudge_create(
     mode: str = Run.Mode.EMBEDDED,
     project_dir: Path | None = None,
     extra_config: dict[str, Any] | None = None,
+    judge_config: dict[str, Any] | None = None,
     labelled: bool = False,
 ) -> Run:
     """The new run: items and outputs copied, the other evaluators' verdicts copied (and,
-    with `labelled`, every verdict of the items nobody labelled for `selected`)."""
+    with `labelled`, every verdict of the items nobody labelled for `selected`). The
+    re-judged evaluators get new judge keys (`judge_config`: the project's `[judge]`)."""
     described = {e.name: e.describe() for e in experiment.evaluators}
     evaluators = [
         described[e["name"]] if e["name"] in selected else e
         for e in parent.config.get("evaluators", [])
     ]
     evaluators += [described[n] for n in selected if n not in {e["name"] for e in evaluators}]
+    fresh = calibration.judge_keys([described[n] for n in selected], judge_config)
     config = {
         **parent.config,
         **(extra_config or {}),
+        "judgeKeys": {**(parent.config.get("judgeKeys") or {}), **fresh},
         "evaluators": services._json_safe(evaluators),
         "rejudge": {"of": parent.id, "evaluators": selected, "labelled": labelled},
     }
@@ -252,7 +256,12 @@ def rejudge(
     parent, experiment, selected = prepare(config, run_id, evaluator)
     if not config.team_mode:
         run = rejudge_create(
-            parent, experiment, selected, project_dir=config.project_dir, labelled=labelled
+            parent,
+            experiment,
+            selected,
+            project_dir=config.project_dir,
+            judge_config=config.get("judge"),
+            labelled=labelled,
         )
         return execute_embedded(run, experiment, config, reporter=reporter, no_cache=no_cache)
     from cobalt_app import team, team_wait
@@ -265,6 +274,7 @@ def rejudge(
         mode=Run.Mode.TEAM,
         project_dir=config.project_dir,
         extra_config=team.team_settings(no_cache),
+        judge_config=config.get("judge"),
         labelled=labelled,
     )
     ids = claims.item_ids(run.id, claims.UNFINISHED)

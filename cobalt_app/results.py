@@ -7,7 +7,9 @@ per item, `status`, `verdict`, `error` and `runIndex`; each evaluation has its `
 "verdict": "error", "error"}`. Each evaluator's summary `passRate` counts its own pass mark,
 kept beside it as `passMark`.
 People's labels (`cobalt_app.labels`) come beside the scores: each item's `labels`, and the
-run's label counts as `labels` in the header, as they are when the document is written.
+run's label counts as `labels` in the header, as they are when the document is written; each
+judge's agreement with them, certificate and corrected pass rate as `calibration`
+(`cobalt_app.calibration`), by evaluator.
 Summaries are computed once, at finalisation, and stored on the run so lists never aggregate
 raw rows. The file is written from chunked reads, a few hundred items in memory at a time.
 """
@@ -27,7 +29,7 @@ from django.utils import timezone
 
 from cobalt import results_file, stats, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import labels, recordings, storable, trace_store
+from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
 
@@ -405,7 +407,11 @@ def labelled_header(run: Run) -> tuple[dict[str, Any], dict[int, list[dict[str, 
     """The results document's header with the run's label counts (`labels`), and its labels
     by item id: the labels are read once for both."""
     rows = labels.run_labels(run)
-    header = {**run_header(run), "labels": labels.label_summary(run, rows=rows)}
+    header = {
+        **run_header(run),
+        "labels": labels.label_summary(run, rows=rows),
+        "calibration": calibration.calibration_json(run),
+    }
     return header, labels.labels_by_item(run, rows=rows)
 
 

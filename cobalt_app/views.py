@@ -31,7 +31,15 @@ from cobalt.config import active_config
 from cobalt.dashboard import project_fingerprint
 from cobalt.errors import CobaltError
 from cobalt.run_settings import RunSettings
-from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
+from cobalt_app import (
+    calibration,
+    exports,
+    labels,
+    page_compare,
+    page_items,
+    page_selectors,
+    selectors,
+)
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.pairwise_compare import pairwise_compare, pairwise_judges
@@ -233,6 +241,11 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if target not in ("items", "item-results"):
         overview = page_selectors.run_overview(run)
         context |= {"overview": overview, "charts": overview.chart_data}
+        if run.is_finished:  # each judge's certificate and corrected pass rate, beside its row
+            found = calibration.run_calibration(run)
+            for entry in overview.evaluators:
+                entry["calibration"] = found.get(entry["name"])
+            context["judges"] = list(found.values())
     if target in ("live", "overview"):
         response = render(request, f"cobalt/run_detail.html#{target}", context)
         if run.is_finished:

@@ -202,7 +202,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
         )
     if summary.get("scores"):
         console.print(table, soft_wrap=False)
-    for line in repetition_lines(summary):
+    for line in [*repetition_lines(summary), *calibration_lines(run)]:
         console.print(f"  {escape(line)}")
     status = summary.get("itemStatus", {})
     console.print()
@@ -251,6 +251,21 @@ def dashboard_hint(run) -> str:
 
     host, port = configured_address(active_config())
     return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
+
+
+def calibration_lines(run) -> list[str]:
+    """Each judge's pass rate (raw, and corrected for its errors) and its certificate."""
+    from cobalt_app.calibration import run_calibration
+
+    lines = []
+    scores = (run.summary or {}).get("scores") or {}
+    for name, found in run_calibration(run).items():
+        rate = (scores.get(name) or {}).get("passRate")
+        raw = "—" if rate is None else f"{rate:.1%}"
+        corrected = f", {found.corrected_text}" if found.corrected_text else ""
+        lines.append(f"{name}: pass rate {raw} raw{corrected}")
+        lines.append(f"  judge calibration: {found.line(corrected=False)}")
+    return lines
 
 
 def repetition_lines(summary: dict[str, Any]) -> list[str]:

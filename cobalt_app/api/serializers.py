@@ -210,6 +210,11 @@ class RunDetailSerializer(serializers.Serializer):
     config = RunConfigSerializer()
     summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
     labels = LabelSummarySerializer(help_text="People's labels of the run's items, now.")
+    calibration = serializers.JSONField(
+        help_text="Per judge: agreement with people's labels (n, confusion matrix, Cohen's κ "
+        "and 95% interval, TPR/TNR with Wilson lower bounds), its certificate, and the pass "
+        "rate corrected for its errors (`correctedPassRate`)."
+    )
     progress = ProgressSerializer()
     failure = serializers.CharField(allow_blank=True)
 

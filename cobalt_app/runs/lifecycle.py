@@ -19,7 +19,7 @@ from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import aio, results, services, webhooks
+from cobalt_app import aio, calibration, results, services, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
 
@@ -53,10 +53,17 @@ def create(
     tags: list[str] | None = None,
     file: str = "",
 ) -> Run:
-    """A new run with its item rows, all pending; `extra` joins its settings (team: queue)."""
+    """A new run with its item rows, all pending; `extra` joins its settings (team: queue).
+    The judges' keys (`calibration.judge_keys`) are stored with it: only here are the
+    project's `[judge]` defaults, which pick a judge's model, known."""
+    described = [e.describe() for e in experiment.evaluators]
+    keys = {
+        "judgeKeys": calibration.judge_keys(described, config.get("judge")),
+        "calibration": RunSettings.from_config(config).calibration.as_dict(),
+    }
     return services.run_create(
         experiment=experiment,
-        settings={**run_settings(experiment, config, overrides), **(extra or {})},
+        settings={**run_settings(experiment, config, overrides), **keys, **(extra or {})},
         file=file,
         tags=tags or [],
         mode=mode,

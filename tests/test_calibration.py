@@ -1,0 +1,187 @@
+"""A judge's calibration against people (cobalt_app/calibration.py), as a user meets it: a real
+run whose llm judge answers through the fake provider, labels saved through the real service
+(`labels.label_save`), and the run page, the API, the terminal summary, MCP, the results file
+and `cobalt run --ci` with `[ci] require_calibrated` showing κ, the bounds, the certificate
+and the corrected pass rate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from cobalt import Dataset, Evaluator, experiment
+from cobalt.calibration import rogan_gladen
+from cobalt.experiments import collecting
+from cobalt_app import calibration
+from cobalt_app.labels import label_save
+from cobalt_app.models import ItemResult, Label, Run
+from tests.helpers import execute_one
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ITEMS = 200
+PROMPT = "Is this answer right? {{output}}"
+
+
+def judge_score(index: int) -> float:
+    """The fake judge's score of item `index` (its output carries it, `[[score:…]]`).
+
+    Items 0–61 are right (people say pass): the judge passes all but 60 and 61. Items 62–79
+    are wrong: the judge fails all but 79. Items 80–91 are wrong and the judge fails them;
+    the rest pass three times in four."""
+    if index in (60, 61) or 62 <= index <= 78 or 80 <= index <= 91:
+        return 0.2
+    if index >= 92 and index % 4 == 0:
+        return 0.3
+    return 0.9
+
+
+def human_verdict(index: int) -> str:
+    return "pass" if index < 62 else "fail"
+
+
+def define(prompt: str = PROMPT):
+    items = [{"id": f"q{i}", "input": f"question {i}"} for i in range(ITEMS)]
+    with collecting() as found:
+        experiment(
+            "support",
+            Dataset(items=items),
+            lambda ctx: f"answer {ctx.index} [[score:{judge_score(ctx.index)}]]",
+            evaluators=[Evaluator(name="correct", type="llm-judge", prompt=prompt)],
+            concurrency=20,
+        )
+    return found[0]
+
+
+def label(run: Run, indexes, reviewer: str = "ana") -> None:
+    for index in indexes:
+        item = ItemResult.objects.get(run=run, item_index=index)
+        label_save(
+            run=run,
+            item_id=item.id,
+            evaluator="correct",
+            reviewer=reviewer,
+            verdict=human_verdict(index),
+        )
+
+
+@pytest.fixture
+def labelled(project, fake_provider) -> Run:
+    """A run of 200 items, 80 of them labelled: 62 pass, 18 fail."""
+    run = execute_one(project, define())
+    label(run, range(80))
+    return run
+
+
+def test_the_certificate_counts_the_fail_labels_still_needed_and_corrects_the_pass_rate(labelled):
+    found = calibration.evaluator_calibration(labelled.id, "correct")
+    agreement = found.agreement
+    assert (agreement.n, agreement.tp, agreement.fn, agreement.fp, agreement.tn) == (
+        80,
+        60,
+        2,
+        1,
+        17,
+    )
+    # po = 77/80, pe = (62·61 + 18·19)/80²
+    assert agreement.kappa == pytest.approx((77 / 80 - 4124 / 6400) / (1 - 4124 / 6400))
+    assert agreement.kappa_low < agreement.kappa < agreement.kappa_high
+    assert found.certificate.summary == "not calibrated: 12 more 'fail' labels needed"
+    raw = labelled.summary["scores"]["correct"]["passRate"]
+    corrected = found.corrected
+    assert corrected.raw == pytest.approx(raw)
+    assert corrected.value == pytest.approx(rogan_gladen(raw, 60 / 62, 17 / 18))
+    assert corrected.low <= corrected.value <= corrected.high
+    assert found.excluded == {"olderOutput": 0, "otherJudge": 0, "split": 0, "judgeError": 0}
+
+
+def test_the_run_page_and_the_api_show_kappa_bounds_certificate_and_corrected_rate(
+    labelled, client
+):
+    page = client.get(reverse("cobalt:run", args=[labelled.id])).content.decode()
+    assert 'id="judge-calibration"' in page
+    assert "not calibrated: 12 more &#x27;fail&#x27; labels needed" in page
+    found = calibration.evaluator_calibration(labelled.id, "correct")
+    assert f"{found.agreement.kappa:.2f}" in page and f"{found.agreement.tnr.low:.2f}" in page
+    assert f"{round(found.corrected.value * 100)}%" in page
+    detail = client.get(f"/api/runs/{labelled.id}/").json()
+    entry = detail["calibration"]["correct"]
+    assert entry["summary"] == "not calibrated: 12 more 'fail' labels needed"
+    assert entry["certificate"]["needed"] == {"pass": 0, "fail": 12}
+    assert entry["agreement"]["confusion"] == {"tp": 60, "fn": 2, "fp": 1, "tn": 17}
+    assert entry["correctedPassRate"]["value"] == pytest.approx(found.corrected.value)
+
+
+def test_more_labels_certify_the_judge_and_a_new_prompt_loses_the_certificate(
+    labelled, project, fake_provider
+):
+    label(labelled, range(80, 92))
+    assert calibration.evaluator_calibration(labelled.id, "correct").certificate.calibrated
+    # The next run with the same judge pools the labels: its outputs are the same.
+    again = execute_one(project, define())
+    pooled = calibration.evaluator_calibration(again.id, "correct")
+    assert pooled.certificate.calibrated and pooled.runs == 2 and pooled.agreement.n == 92
+    # A changed prompt is another judge, checked again on the labelled outputs it judged:
+    # this one passes everything (the fake judge reads the prompt's own score first).
+    changed = execute_one(project, define("Be kind [[score:0.9]]. {{output}}"))
+    fresh = calibration.evaluator_calibration(changed.id, "correct")
+    assert fresh.judge_key != pooled.judge_key and fresh.runs == 1
+    assert not fresh.certificate.calibrated and fresh.agreement.tnr.value == 0
+    assert "TNR lower bound 0.00 < 0.80" in fresh.certificate.summary
+    assert "improve the judge" in fresh.certificate.summary
+
+
+def test_labels_on_an_older_output_are_left_out_and_counted(labelled):
+    Label.objects.filter(item_key="q0").update(output_hash="0" * 64)
+    found = calibration.evaluator_calibration(labelled.id, "correct")
+    assert found.agreement.n == 79 and found.excluded["olderOutput"] == 1
+    assert "1 on an older output" in found.line()
+
+
+def test_reviewers_who_disagree_are_shown_and_split_outputs_left_out(labelled):
+    for index in range(40):  # ben agrees with ana on 30 of 40, disagrees on 10
+        item = ItemResult.objects.get(run=labelled, item_index=index + 40)
+        flipped = index % 4 == 0
+        verdict = human_verdict(index + 40)
+        if flipped:
+            verdict = "fail" if verdict == "pass" else "pass"
+        label_save(
+            run=labelled, item_id=item.id, evaluator="correct", reviewer="ben", verdict=verdict
+        )
+    found = calibration.evaluator_calibration(labelled.id, "correct")
+    assert found.reviewers.method == "cohen_kappa" and found.reviewers.disagreements == 10
+    assert found.reviewers.value is not None and found.reviewers.value < 0.8
+    assert found.excluded["split"] == 20 and found.agreement.n == 70
+    assert "reviewers agree cohen_kappa" in found.line()
+
+
+def test_a_handful_of_labels_says_not_enough_labels(project, fake_provider):
+    run = execute_one(project, define())
+    label(run, range(5))
+    found = calibration.evaluator_calibration(run.id, "correct")
+    assert found.agreement.kappa is None and found.kappa_text == "not enough labels (n=5)"
+    assert found.corrected.value is None and found.corrected.state == "not enough labels"
+
+
+def test_the_results_file_and_the_terminal_summary_carry_the_calibration(labelled, project):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from cobalt_app.results import run_results
+    from cobalt_cli.reporter import print_summary
+
+    document = run_results(labelled)
+    entry = document["calibration"]["correct"]
+    assert entry["summary"] == "not calibrated: 12 more 'fail' labels needed"
+    assert entry["agreement"]["tnr"]["low"] == pytest.approx(
+        calibration.evaluator_calibration(labelled.id, "correct").agreement.tnr.low
+    )
+    json.dumps(document)  # the file is JSON
+    out = StringIO()
+    print_summary(Console(file=out, width=200, color_system=None), labelled)
+    text = out.getvalue()
+    assert "correct: pass rate" in text and "raw, corrected" in text
+    assert "not calibrated: 12 more 'fail' labels needed" in text and "κ 0.89" in text
