@@ -2,7 +2,8 @@
 
 `cobalt calibrate JUDGE [--run RUN]`, the MCP tool `judge_disagreements` and the API read
 `judge_report`: the run (given, else the latest finished run that has the judge), the
-agreement between the judge and the current labels (`cobalt.calibration.agreement`), and
+judge's calibration (`cobalt_app.calibration`: labels pooled over the runs with the same
+judge key, κ with its interval, TPR/TNR lower bounds, the certificate), and
 every disagreement with what a person or a coding agent needs to fix the prompt: the input,
 the output, the judge's score and reason, the reviewer's label and note. Edit the prompt,
 `cobalt rejudge RUN --evaluator JUDGE --labelled`, then calibrate the new run: κ moves.
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cobalt.calibration import agreement
 from cobalt.errors import CobaltError, NotFoundError
 from cobalt_app import labels
+from cobalt_app.calibration import evaluator_calibration
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import run_get
 
@@ -66,22 +67,17 @@ def judge_report(judge: str, run_id: str | None = None) -> dict[str, Any]:
     rows = [row for row in labels.run_labels(run, evaluator=judge, stale=False)]
     if not rows:
         raise NoLabels(how_to_label(run, judge))
-    judged = [row for row in rows if row.judge_verdict.passed is not None]
-    result = agreement(
-        [bool(row.judge_verdict.passed) for row in judged],
-        [row.label.verdict == "pass" for row in judged],
-        judge_scores=[float(row.judge_score) for row in judged],
-        human_scores=[1.0 if row.label.verdict == "pass" else 0.0 for row in judged],
-    )
-    disagreeing = [row for row in judged if row.disagrees]
+    calibration = evaluator_calibration(run.id, judge)
     return {
         "judge": judge,
         "run": run.id,
         "experiment": run.name,
         "labels": len(rows),
-        "unjudged": len(rows) - len(judged),  # labels on items the judge errored on
-        "agreement": result.as_dict(),
-        "disagreements": _details(run, judge, disagreeing),
+        "judgeKey": calibration.judge_key,
+        "runsPooled": calibration.runs,
+        "agreement": calibration.agreement.as_dict(),
+        "calibration": calibration.as_dict(),
+        "disagreements": _details(run, judge, [row for row in rows if row.disagrees]),
     }
 
 

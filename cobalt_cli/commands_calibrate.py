@@ -56,36 +56,21 @@ def calibrate(
 
 
 def print_agreement(console: Console, report: dict[str, Any]) -> None:
-    result = report["agreement"]
-    confusion = result["confusion"]
+    """The header, the confusion matrix and the calibration line (κ, bounds, certificate)."""
+    confusion = report["agreement"]["confusion"]
+    pooled = report["runsPooled"]
     console.print(
         f"\n Judge [bold]{escape(report['judge'])}[/] on run [bold]{report['run']}[/]"
-        f" ({escape(report['experiment'])}): {report['labels']} current labels"
-        + (
-            f", {report['unjudged']} on items the judge could not score"
-            if report["unjudged"]
-            else ""
-        )
+        f" ({escape(report['experiment'])}): {report['labels']} current labels on this run;"
+        f" agreement over {pooled} run{'s' * (pooled != 1)} with judge version "
+        f"{report['judgeKey']}"
     )
     console.print(
         f"   judge pass / reviewer pass {confusion['tp']}, judge fail / reviewer pass "
         f"{confusion['fn']}, judge pass / reviewer fail {confusion['fp']}, both fail "
         f"{confusion['tn']}"
     )
-    if result["kappa"] is None:
-        console.print(f"   [yellow]{escape(result['state'])}[/] (n = {result['n']})")
-        return
-    console.print(
-        f"   Cohen's κ {result['kappa']:.2f} (95% {result['kappa_low']:.2f} to "
-        f"{result['kappa_high']:.2f}), n = {result['n']}"
-    )
-    for name in ("tpr", "tnr"):
-        rate = result[name]
-        if rate["value"] is not None:
-            console.print(
-                f"   {name.upper()} {rate['value']:.2f} ({rate['successes']}/{rate['total']}),"
-                f" 95% lower bound {rate['low']:.2f}"
-            )
+    console.print(f"   {escape(report['calibration']['line'])}")
 
 
 def print_disagreements(console: Console, report: dict[str, Any]) -> None:

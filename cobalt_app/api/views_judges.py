@@ -56,9 +56,13 @@ class CalibrationSerializer(serializers.Serializer):
     run = serializers.CharField()
     experiment = serializers.CharField()
     labels = serializers.IntegerField(help_text="Current labels of the judge on the run.")
-    unjudged = serializers.IntegerField(help_text="Labels on items the judge could not score.")
+    judgeKey = serializers.CharField(help_text="The judge's version: a hash of prompt and model.")
+    runsPooled = serializers.IntegerField(help_text="Runs whose labels the agreement pools.")
     agreement = serializers.DictField(
         help_text="n, confusion, kappa with kappa_low/kappa_high, tpr and tnr with Wilson bounds."
+    )
+    calibration = serializers.DictField(
+        help_text="The certificate, corrected pass rate, reviewer agreement, excluded labels."
     )
     disagreements = serializers.ListField(
         child=serializers.DictField(),
