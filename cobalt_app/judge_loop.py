@@ -16,7 +16,7 @@ from typing import Any
 from cobalt.errors import CobaltError, NotFoundError
 from cobalt_app import labels
 from cobalt_app.calibration import evaluator_calibration
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, Label, Run
 from cobalt_app.selectors import run_get
 
 RECENT_RUNS = 200  # runs searched for a judge when no run is named
@@ -29,6 +29,8 @@ class JudgeNotFound(NotFoundError):
 
 class NoLabels(CobaltError):
     """The judge has no current labels on the run; the message says how to label."""
+
+    field = "judge"
 
 
 def judge_run(judge: str, run_id: str | None = None) -> Run:
@@ -116,3 +118,43 @@ def _cut(value: Any) -> Any:
     if isinstance(value, str) and len(value) > TEXT_SHOWN:
         return value[: TEXT_SHOWN - 1] + "…"
     return value
+
+
+def judge_versions(experiment: str, *, limit: int = 100) -> list[dict[str, Any]]:
+    """κ per judge version (judge key) of an experiment, oldest version first: each version's
+    runs (first and last), and its calibration pooled over them (read on its latest run).
+    Versions nobody labelled are left out: there is nothing to show for them."""
+    from cobalt_app.calibration import run_calibration, run_judge_key
+    from cobalt_app.selectors import experiment_runs
+
+    labelled = set(
+        Label.objects.filter(experiment=experiment).values_list("evaluator", flat=True).distinct()
+    )
+    if not labelled:
+        return []
+    runs = experiment_runs(experiment, statuses=[Run.Status.COMPLETED])
+    versions: dict[tuple[str, str], list[Run]] = {}
+    for run in runs.defer("failure")[:limit]:  # newest first
+        for name in run.evaluator_names:
+            key = run_judge_key(run, name) if name in labelled else None
+            if key:
+                versions.setdefault((name, key), []).append(run)
+    rows = []
+    for (name, key), found in versions.items():
+        calibration = run_calibration(found[0], [name])[name]
+        if not calibration.agreement.n:
+            continue
+        rows.append(
+            {
+                "evaluator": name,
+                "judgeKey": key,
+                "runs": len(found),
+                "first": found[-1],
+                "latest": found[0],
+                "kappa": calibration.kappa_text,
+                "bounds": calibration.bounds_text,
+                "calibrated": calibration.certificate.calibrated,
+                "summary": calibration.certificate.summary,
+            }
+        )
+    return sorted(rows, key=lambda row: (row["evaluator"], row["first"].created_at))

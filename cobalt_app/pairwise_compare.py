@@ -30,6 +30,8 @@ ERRORS_SHOWN = 5
 class PairwiseError(CobaltError):
     """The pairwise comparison cannot be made; the message says why and what to do."""
 
+    field = "judge"
+
 
 def pairwise_judge(a: Run, b: Run, name: str, config: Config | None = None) -> Evaluator:
     """The pairwise evaluator `name` as run B or run A recorded it, else (with `config`) as

@@ -34,6 +34,7 @@ from cobalt.run_settings import RunSettings
 from cobalt_app import (
     calibration,
     exports,
+    judge_loop,
     labels,
     page_compare,
     page_items,
@@ -421,7 +422,11 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
         chart = trend.chart_data
         chart["urls"] = [run_url(run.id) for run in trend.runs]
-        context |= {"trend": trend, "charts": chart}
+        context |= {
+            "trend": trend,
+            "charts": chart,
+            "judge_versions": judge_loop.judge_versions(experiment),
+        }
     return partial_or_page(request, "cobalt/trends.html", context, "trend")
 
 
