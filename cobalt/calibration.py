@@ -349,6 +349,76 @@ def corrected_pass_rate(
     return CorrectedRate(raw, estimate, float(low), float(high), "ok")
 
 
+@dataclass(frozen=True)
+class CorrectedDelta:
+    """B's corrected pass rate minus A's, with its 95% interval; `within_error` when the
+    interval holds 0: the change is within the judge's error (and the runs' sampling)."""
+
+    raw: float
+    value: float | None
+    low: float | None
+    high: float | None
+    state: str
+
+    @property
+    def within_error(self) -> bool:
+        return self.value is None or (self.low is not None and self.low <= 0 <= self.high)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "raw": self.raw,
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "state": self.state,
+            "withinError": self.within_error,
+        }
+
+
+def _draw_rates(rng: np.random.Generator, result: Agreement, draws: int) -> tuple[Any, Any]:
+    return (
+        rng.beta(result.tp + 0.5, result.fn + 0.5, draws),
+        rng.beta(result.tn + 0.5, result.fp + 0.5, draws),
+    )
+
+
+def corrected_delta(
+    a: tuple[int, int],
+    b: tuple[int, int],
+    calibration_a: Agreement,
+    calibration_b: Agreement,
+    *,
+    shared: bool,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = 0,
+) -> CorrectedDelta:
+    """The change of the corrected pass rate from run A to run B, each `(passes, n)`. With
+    `shared` (the same judge key: the same labels), one draw of the judge's rates corrects
+    both runs, so its error cancels where it should; otherwise each is drawn on its own."""
+    (passes_a, n_a), (passes_b, n_b) = a, b
+    raw = (passes_b / n_b if n_b else 0.0) - (passes_a / n_a if n_a else 0.0)
+    both = (calibration_a, calibration_b)
+    if not n_a or not n_b:
+        return CorrectedDelta(raw, None, None, None, "no judged items")
+    if any(not c.ok or c.tpr.value is None or c.tnr.value is None for c in both):
+        return CorrectedDelta(raw, None, None, None, "a judge without calibration")
+    value = float(
+        rogan_gladen(passes_b / n_b, calibration_b.tpr.value, calibration_b.tnr.value)
+        - rogan_gladen(passes_a / n_a, calibration_a.tpr.value, calibration_a.tnr.value)
+    )
+    if math.isnan(value):
+        return CorrectedDelta(raw, None, None, None, "judge no better than chance (TPR+TNR ≤ 1)")
+    rng = np.random.default_rng(seed)
+    rates_a = _draw_rates(rng, calibration_a, draws)
+    rates_b = rates_a if shared else _draw_rates(rng, calibration_b, draws)
+    p_a = rng.beta(passes_a + 0.5, n_a - passes_a + 0.5, draws)
+    p_b = rng.beta(passes_b + 0.5, n_b - passes_b + 0.5, draws)
+    sample = rogan_gladen(p_b, *rates_b) - rogan_gladen(p_a, *rates_a)
+    sample = sample[~np.isnan(sample)]
+    low, high = np.percentile(sample, [2.5, 97.5])
+    return CorrectedDelta(raw, value, float(low), float(high), "ok")
+
+
 # Agreement between reviewers ----------------------------------------------------------------
 
 

@@ -293,3 +293,65 @@ def _calibrate(
 def calibration_json(run: Run) -> dict[str, dict[str, Any]]:
     """Every calibrated-or-not judge of the run as JSON, by evaluator (API, MCP, results)."""
     return {name: found.as_dict() for name, found in run_calibration(run).items()}
+
+
+@dataclass
+class JudgeComparison:
+    """One judge across two runs (compare): each run's calibration and the corrected delta."""
+
+    evaluator: str
+    a: EvaluatorCalibration
+    b: EvaluatorCalibration
+    raw_a: float | None
+    raw_b: float | None
+    delta: stats.CorrectedDelta
+
+    @property
+    def same_judge(self) -> bool:
+        return self.a.judge_key == self.b.judge_key
+
+    @property
+    def verdict(self) -> str:
+        d = self.delta
+        if d.value is None:
+            return f"no corrected delta: {d.state}"
+        if d.within_error:
+            return "within the judge's error"
+        return "beyond the judge's error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "evaluator": self.evaluator,
+            "sameJudge": self.same_judge,
+            "a": self.a.as_dict(),
+            "b": self.b.as_dict(),
+            "correctedDelta": self.delta.as_dict(),
+            "verdict": self.verdict,
+        }
+
+
+def compare_calibration(a: Run, b: Run) -> list[JudgeComparison]:
+    """The judges both runs have: raw and corrected pass rates, and whether B's change from A
+    is within the judge's error (`cobalt.calibration.corrected_delta`)."""
+    found_a, found_b = run_calibration(a), run_calibration(b)
+    compared = []
+    for name in [n for n in found_a if n in found_b]:
+        ca, cb = found_a[name], found_b[name]
+        counts = []
+        rates = []
+        for run in (a, b):
+            values = ((run.summary or {}).get("scores") or {}).get(name) or {}
+            count, rate = int(values.get("count") or 0), values.get("passRate")
+            rates.append(rate)
+            counts.append((round((rate or 0.0) * count), count if rate is not None else 0))
+        seed = int(hashlib.sha256(f"{a.id}:{b.id}:{name}".encode()).hexdigest()[:8], 16)
+        delta = stats.corrected_delta(
+            counts[0],
+            counts[1],
+            ca.agreement,
+            cb.agreement,
+            shared=ca.judge_key == cb.judge_key,
+            seed=seed,
+        )
+        compared.append(JudgeComparison(name, ca, cb, rates[0], rates[1], delta))
+    return compared

@@ -160,7 +160,8 @@ def corrected_rate(found: Any) -> tuple[float | None, str]:
     corrected = found.corrected
     if corrected is None or corrected.value is None:
         state = corrected.state if corrected else "nothing was scored"
-        return None, f"no corrected rate: {state} ({found.kappa_text})"
+        why = found.kappa_text if state == found.agreement.state else f"{state}, {found.kappa_text}"
+        return None, f"no corrected rate: {why}"
     return corrected.value, f"raw {corrected.raw:.2f}, {found.corrected_text}"
 
 
@@ -262,6 +263,12 @@ def gate_run(
         corrected_at=lambda name: corrected_rate(calibrations.get(name)),
     )
     report.checks.extend(calibration_checks(run, config, calibrations))
+    refused = {c.gate for c in report.violations if c.kind == "calibration"}
+    report.notes.extend(
+        f"{name}: judge calibration: {found.line()}"
+        for name, found in calibrations.items()
+        if name not in refused
+    )
     report.errored_items = errored_items(run.id)
     if any(v.get("errors") for v in (report.summary.get("scores") or {}).values()):
         report.error_classes = evaluation_error_classes(run.id)

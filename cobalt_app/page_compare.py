@@ -20,7 +20,7 @@ from django.db.models import Min
 
 from cobalt.significance import ALPHA
 from cobalt.verdict import evaluation_verdict, score_verdict
-from cobalt_app import score_tables, trace_spans, trace_store
+from cobalt_app import calibration, score_tables, trace_spans, trace_store
 from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging, pretty
@@ -78,6 +78,7 @@ class Comparison:
     only_in_b: int
     table: PairTable
     alpha: float = ALPHA
+    judges: list[Any] = field(default_factory=list)  # calibration.JudgeComparison
 
     @property
     def same_experiment(self) -> bool:
@@ -148,6 +149,7 @@ def compare(
         only_in_b=len(diff["onlyInB"]),
         table=table,
         alpha=diff["alpha"],
+        judges=calibration.compare_calibration(a, b),
     )
 
 

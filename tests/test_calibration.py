@@ -7,6 +7,7 @@ and the corrected pass rate."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -185,3 +186,101 @@ def test_the_results_file_and_the_terminal_summary_carry_the_calibration(labelle
     text = out.getvalue()
     assert "correct: pass rate" in text and "raw, corrected" in text
     assert "not calibrated: 12 more 'fail' labels needed" in text and "κ 0.89" in text
+
+
+def test_compare_shows_corrected_rates_and_says_a_change_is_within_the_judges_error(
+    labelled, project, client
+):
+    again = execute_one(project, define())
+    [judge] = calibration.compare_calibration(labelled, again)
+    assert judge.same_judge and judge.delta.value == pytest.approx(0.0)
+    assert judge.delta.low < 0 < judge.delta.high and judge.verdict == "within the judge's error"
+    page = client.get(reverse("cobalt:compare"), {"a": labelled.id, "b": again.id})
+    text = page.content.decode()
+    assert 'id="judge-deltas"' in text and "within the judge&#x27;s error" in text
+    assert "not calibrated: 12 more &#x27;fail&#x27; labels needed" in text
+
+
+CI_EXPERIMENT = """
+from cobalt import Dataset, Evaluator, experiment
+
+def score(index):
+    if index in (60, 61) or 62 <= index <= 78 or 80 <= index <= 91:
+        return 0.2
+    return 0.3 if index >= 92 and index % 4 == 0 else 0.9
+
+experiment(
+    "support",
+    Dataset(items=[{"id": f"q{i}", "input": f"question {i}"} for i in range(200)]),
+    lambda ctx: f"answer {ctx.index} [[score:{score(ctx.index)}]]",
+    evaluators=[Evaluator(name="correct", type="llm-judge", prompt="Right? {{output}}")],
+    concurrency=20,
+)
+"""
+
+
+def write_labels(project, run_id: str, indexes) -> None:
+    lines = [
+        json.dumps(
+            {
+                "run": run_id,
+                "itemKey": f"q{i}",
+                "evaluator": "correct",
+                "reviewer": "ana",
+                "verdict": human_verdict(i),
+            }
+        )
+        for i in indexes
+    ]
+    project.write("labels.jsonl", "\n".join(lines) + "\n")
+
+
+def test_ci_refuses_to_gate_on_an_uncalibrated_judge_until_labels_are_added(
+    project, cobalt_cli, fake_provider_server
+):
+    from tests.test_mcp import run_session, text_of
+
+    project.write("experiments/support.cobalt.py", CI_EXPERIMENT)
+    project.write(
+        "cobalt.toml",
+        """
+        test_dir = "experiments"
+        [ci]
+        require_calibrated = true
+        [ci.thresholds.correct]
+        pass_rate_corrected = 0.6
+        """,
+    )
+    first = cobalt_cli(project, "run", "--ci", env={"GITHUB_ACTIONS": "false"})
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "correct: judge not calibrated" in first.stdout
+    assert "not enough labels (n=0)" in first.stdout
+    assert "30 more 'pass' labels needed; 30 more 'fail' labels needed" in first.stdout
+    run_id = re.search(r"· run (\w+) ·", first.stdout).group(1)
+    write_labels(project, run_id, range(80))
+    imported = cobalt_cli(project, "labels", "import", "labels.jsonl")
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    second = cobalt_cli(project, "run", "--ci", env={"GITHUB_ACTIONS": "false"})
+    assert second.returncode == 1
+    assert "κ 0.89" in second.stdout and "(n=80)" in second.stdout
+    assert "TPR ≥ 0.89, TNR ≥ 0.74" in second.stdout
+    assert "not calibrated: 12 more 'fail' labels needed" in second.stdout
+    write_labels(project, run_id, range(80, 92))
+    assert cobalt_cli(project, "labels", "import", "labels.jsonl").returncode == 0
+    third = cobalt_cli(project, "run", "--ci", env={"GITHUB_ACTIONS": "false"})
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "judge not calibrated" not in third.stdout
+    assert "judge calibration: κ" in third.stdout and "calibrated" in third.stdout
+    results = sorted((project.path / ".cobalt" / "results").glob("*.json"))[-1]
+    entry = json.loads(results.read_text())["calibration"]["correct"]
+    assert entry["calibrated"] and entry["correctedPassRate"]["value"] >= 0.6
+    # The MCP run report carries it too, in words and in its structured content.
+    seen = {}
+
+    async def scenario(session) -> None:
+        seen["run"] = await session.call_tool("cobalt_results", {"runId": run_id})
+
+    run_session(project, fake_provider_server, scenario)
+    report = seen["run"]
+    assert report.structured_content["calibration"]["correct"]["agreement"]["n"] == 92
+    assert "Judge correct (71.0% raw pass rate): κ" in text_of(report)

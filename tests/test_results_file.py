@@ -32,6 +32,7 @@ HEADER_KEYS = [
     "config",
     "summary",
     "labels",
+    "calibration",
     "items",
 ]
 # The items of `run` below, as the results file has always written them.

@@ -51,6 +51,12 @@ class RunDocument(Open):
     status: str
     file: str | None = None
     summary: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = Field(
+        None,
+        description="Per judge: agreement with people's labels (κ, TPR/TNR lower bounds), "
+        "its certificate (`summary`: calibrated, or the labels still needed) and the pass "
+        "rate corrected for its errors.",
+    )
     resultsFile: str | None = Field(None, description="Every item, in the project folder.")
     budgetTokens: int
     items: list[dict[str, Any]] = Field(
