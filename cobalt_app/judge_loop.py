@@ -1,6 +1,6 @@
 """The alignment loop: where a judge and the reviewers disagree, and how far they agree.
 
-`cobalt calibrate JUDGE [--run RUN]`, the MCP tool `judge_disagreements` and the API read
+`cobalt calibrate JUDGE [--run RUN]`, the MCP tool `cobalt_judge_disagreements` and the API read
 `judge_report`: the run (given, else the latest finished run that has the judge), the
 judge's calibration (`cobalt_app.calibration`: labels pooled over the runs with the same
 judge key, κ with its interval, TPR/TNR lower bounds, the certificate), and
@@ -11,6 +11,7 @@ the output, the judge's score and reason, the reviewer's label and note. Edit th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cobalt.errors import CobaltError, NotFoundError
@@ -66,7 +67,7 @@ def how_to_label(run: Run, judge: str) -> str:
 def judge_report(judge: str, run_id: str | None = None) -> dict[str, Any]:
     """The agreement of `judge` with the run's current labels, and every disagreement."""
     run = judge_run(judge, run_id)
-    rows = [row for row in labels.run_labels(run, evaluator=judge, stale=False)]
+    rows = labels.run_labels(run, evaluator=judge, stale=False)
     if not rows:
         raise NoLabels(how_to_label(run, judge))
     calibration = evaluator_calibration(run.id, judge)
@@ -115,9 +116,9 @@ def _details(run: Run, judge: str, rows: list[labels.LabelRow]) -> list[dict[str
 
 
 def _cut(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > TEXT_SHOWN:
-        return value[: TEXT_SHOWN - 1] + "…"
-    return value
+    """The value as it is when short; else its text (JSON for a structured output), cut."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return value if len(text) <= TEXT_SHOWN else text[: TEXT_SHOWN - 1] + "…"
 
 
 def judge_versions(experiment: str, *, limit: int = 100) -> list[dict[str, Any]]:
