@@ -24,6 +24,7 @@ from cobalt_app.models import ItemResult, Run
 
 CONCURRENCY = 8  # pairs judged at once (each is two calls, under the hub's rate limits)
 ITEMS_SHOWN = 200
+REQUEST_PAIRS = 500  # the most a page or API request judges (two calls each) while it waits
 ERRORS_SHOWN = 5
 
 
@@ -100,14 +101,28 @@ def _pairs(a: Run, b: Run) -> list[tuple[str, dict[str, Any], Any, Any]]:
 
 
 def pairwise_compare(
-    a: Run, b: Run, name: str, config: Config, *, find_in_file: bool = False, no_cache: bool = False
+    a: Run,
+    b: Run,
+    name: str,
+    config: Config,
+    *,
+    find_in_file: bool = False,
+    no_cache: bool = False,
+    max_pairs: int | None = None,
 ) -> dict[str, Any]:
-    """The judge's verdict on every matched item and B's win rate over A."""
+    """The judge's verdict on every matched item and B's win rate over A. `max_pairs`: refuse
+    more (a web request waits for every call; the CLI and MCP have no such limit)."""
     judge = pairwise_judge(a, b, name, config if find_in_file else None)
     pairs = _pairs(a, b)
     if not pairs:
         raise PairwiseError(
             f"runs {a.id} and {b.id} have no item keys with an output in both; nothing to judge"
+        )
+    if max_pairs is not None and len(pairs) > max_pairs:
+        raise PairwiseError(
+            f"runs {a.id} and {b.id} have {len(pairs):,} items to judge, {2 * len(pairs):,} judge "
+            f"calls; a page or API request judges at most {max_pairs:,}: run "
+            f"`cobalt compare {a.id} {b.id} --pairwise {name}` (or the MCP tool cobalt_pairwise)"
         )
     db = aio.DatabaseThread()
     try:

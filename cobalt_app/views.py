@@ -43,7 +43,7 @@ from cobalt_app import (
 )
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.pairwise_compare import pairwise_compare, pairwise_judges
+from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
 
 RUNS_PER_PAGE = 25
@@ -399,7 +399,9 @@ def _pairwise_context(a: Run, b: Run, judge: str) -> dict[str, Any]:
     context: dict[str, Any] = {"pairwise_judges": pairwise_judges(a, b), "pairwise_judge": judge}
     if judge:
         try:
-            context["pairwise"] = pairwise_compare(a, b, judge, active_config())
+            context["pairwise"] = pairwise_compare(
+                a, b, judge, active_config(), max_pairs=REQUEST_PAIRS
+            )
         except CobaltError as exc:
             context["pairwise_error"] = str(exc)
     return context

@@ -9,9 +9,11 @@ import pytest
 from django.test import Client
 
 from cobalt import Evaluator
+from cobalt.config import active_config
 from cobalt.pairwise import combine, win_rate
 from cobalt_app.labels import label_save
 from cobalt_app.models import Evaluation, JudgeCacheEntry
+from cobalt_app.pairwise_compare import PairwiseError, pairwise_compare
 from tests.helpers import run_with
 from tests.test_api import api, api_project, token, user  # noqa: F401
 
@@ -114,6 +116,9 @@ def test_the_compare_page_and_the_api_give_b_s_win_rate(api_project, api, fake_p
     wrong = api.get(f"/api/compare/pairwise/?a={a.id}&b={b.id}&judge=nope")
     assert wrong.status_code == 400
     assert "pairwise judges there: better, first" in wrong.json()["judge"][0]
+
+    with pytest.raises(PairwiseError, match="have 3 items to judge, 6 judge calls; a page"):
+        pairwise_compare(a, b, "better", active_config(), max_pairs=2)  # too many to wait for
 
     client = Client(HTTP_HOST="127.0.0.1")
     page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from cobalt.config import active_config
 from cobalt_app import judge_loop
 from cobalt_app.api.views import NO_NUL, CobaltAPIView, errors
-from cobalt_app.pairwise_compare import pairwise_compare
+from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare
 from cobalt_app.selectors import run_get
 
 
@@ -80,7 +80,8 @@ class PairwiseCompareView(CobaltAPIView):
         query = PairwiseQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         a, b = run_get(query.validated_data["a"]), run_get(query.validated_data["b"])
-        found = pairwise_compare(a, b, query.validated_data["judge"], active_config())
+        judge = query.validated_data["judge"]
+        found = pairwise_compare(a, b, judge, active_config(), max_pairs=REQUEST_PAIRS)
         return Response(PairwiseSerializer(found).data)
 
 
