@@ -284,3 +284,62 @@ def test_ci_refuses_to_gate_on_an_uncalibrated_judge_until_labels_are_added(
     report = seen["run"]
     assert report.structured_content["calibration"]["correct"]["agreement"]["n"] == 92
     assert "Judge correct (71.0% raw pass rate): κ" in text_of(report)
+
+
+def test_a_rejudge_with_a_changed_prompt_is_another_judge_checked_on_the_labelled_outputs(
+    project, cobalt_cli
+):
+    project.write("experiments/support.cobalt.py", CI_EXPERIMENT)
+    ran = cobalt_cli(project, "run")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    run_id = ran.stdout.split("Run ID:")[1].split()[0]
+    write_labels(project, run_id, range(92))
+    assert cobalt_cli(project, "labels", "import", "labels.jsonl").returncode == 0
+    same = cobalt_cli(project, "rejudge", run_id)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "judge calibration: κ" in same.stdout and "· calibrated" in same.stdout
+    # A kinder prompt: the fake judge reads the prompt's own score first and passes everything.
+    project.write(
+        "experiments/support.cobalt.py",
+        CI_EXPERIMENT.replace(
+            'prompt="Right? {{output}}"', 'prompt="Kind [[score:0.9]] {{output}}"'
+        ),
+    )
+    kinder = cobalt_cli(project, "rejudge", run_id)
+    assert kinder.returncode == 0, kinder.stdout + kinder.stderr
+    assert "not calibrated: TNR lower bound 0.00 < 0.80" in kinder.stdout
+    assert "pass rate 100.0% raw" in kinder.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[calibration]\nmin_labels = 0\n", "`calibration.min_labels` must be a whole number"),
+        ("[calibration]\nmin_rate = 1.5\n", "`calibration.min_rate` must be a number from 0 to 1"),
+        ("[calibration]\nmin_label = 30\n", "min_label"),
+        ("[ci]\nrequire_calibrated = 'yes'\n", "`ci.require_calibrated` must be true, false"),
+        ("[ci.thresholds.j]\npass_rate_corrected = 2\n", "pass_rate_corrected` must be"),
+    ],
+)
+def test_calibration_settings_are_checked_with_the_key_named(tmp_path, text, message):
+    from cobalt.config import ConfigError, load_config
+
+    (tmp_path / "cobalt.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path)
+    assert message in str(caught.value) and "cobalt.toml" in str(caught.value)
+
+
+def test_the_calibration_settings_are_stored_with_the_run_and_used(project, fake_provider):
+    project.write("cobalt.toml", 'test_dir = "experiments"\n[calibration]\nmin_labels = 10\n')
+    run = execute_one(project, define())
+    assert run.config["calibration"] == {"min_labels": 10, "min_rate": 0.8}
+    assert run.config["judgeKeys"]["correct"] == calibration.run_judge_key(run, "correct")
+    label(run, range(80))
+    found = calibration.evaluator_calibration(run.id, "correct")
+    # Enough labels of each class, but 17 of 18 fails leave the TNR's lower bound at 0.74:
+    # at that rate, about 7 more fail labels lift it to 0.80.
+    assert found.certificate.min_labels == 10 and found.certificate.needed["fail"] == 7
+    assert found.certificate.summary == (
+        "not calibrated: TNR lower bound 0.74 < 0.80: ~7 more 'fail' labels needed"
+    )
