@@ -27,11 +27,14 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from cobalt.config import active_config
 from cobalt.dashboard import project_fingerprint
+from cobalt.errors import CobaltError
 from cobalt.run_settings import RunSettings
 from cobalt_app import (
     calibration,
     exports,
+    judge_loop,
     labels,
     page_compare,
     page_items,
@@ -42,6 +45,7 @@ from cobalt_app import (
 )
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
+from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
 
 RUNS_PER_PAGE = 25
@@ -159,6 +163,7 @@ class CompareForm(forms.Form):
     )
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
     page = forms.IntegerField(required=False, min_value=1)
+    pairwise = forms.CharField(required=False, max_length=100)
 
 
 class TrendForm(forms.Form):
@@ -412,10 +417,25 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
                 "changes": page_compare.CHANGES,
                 "charts": comparison.chart_data,
                 "side": page_compare.side_by_side(a, b, key) if key else None,
+                **_pairwise_context(a, b, data["pairwise"]),
             }
             if request.htmx and request.htmx.target == "pairs":
                 return partial_or_page(request, "cobalt/compare.html", context, "pairs")
     return render(request, "cobalt/compare.html", context)
+
+
+def _pairwise_context(a: Run, b: Run, judge: str) -> dict[str, Any]:
+    """The runs' pairwise judges, and the win rate of B when one was asked for (each pair's
+    answers are cached: asking again costs nothing)."""
+    context: dict[str, Any] = {"pairwise_judges": pairwise_judges(a, b), "pairwise_judge": judge}
+    if judge:
+        try:
+            context["pairwise"] = pairwise_compare(
+                a, b, judge, active_config(), max_pairs=REQUEST_PAIRS
+            )
+        except CobaltError as exc:
+            context["pairwise_error"] = str(exc)
+    return context
 
 
 @page
@@ -435,7 +455,11 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
         chart = trend.chart_data
         chart["urls"] = [run_url(run.id) for run in trend.runs]
-        context |= {"trend": trend, "charts": chart}
+        context |= {
+            "trend": trend,
+            "charts": chart,
+            "judge_versions": judge_loop.judge_versions(experiment),
+        }
     return partial_or_page(request, "cobalt/trends.html", context, "trend")
 
 

@@ -279,6 +279,12 @@ def rejudge(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+    labelled: Annotated[
+        bool,
+        typer.Option(
+            "--labelled", help="Only the items people labelled (the others keep their verdicts)."
+        ),
+    ] = False,
 ) -> None:
     """Score a run's stored outputs again as a new run (after editing a judge prompt, say)."""
     from cobalt_cli.console import err, out
@@ -300,6 +306,7 @@ def rejudge(
             reporter=reporter,
             no_cache=no_cache,
             on_notice=notice,
+            labelled=labelled,
         )
     except team_wait.Detached as exc:
         reporter.stop_progress()

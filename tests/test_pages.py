@@ -699,7 +699,8 @@ def test_trends_plot_each_evaluator_over_runs_of_an_experiment(client, django_as
     second = make_run(keys=keys(2), tags=("nightly",), created_at=now - timedelta(days=1))
     make_run("other", keys=keys(1))
     untagged = make_run(keys=keys(2), scores={"k001": {"exact": 0.5}})
-    with django_assert_num_queries(3):  # experiment names, tag names, runs
+    # experiment names, tag names, runs, the judges with labels (none: no κ per judge version)
+    with django_assert_num_queries(4):
         page = client.get("/trends/?experiment=qa").content.decode()
     charts = json.loads(re.search(r'id="trend-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["runs"] == [first.id, second.id, untagged.id]

@@ -143,6 +143,38 @@ class LabelsOutput(Open):
     page: ChangesPage
 
 
+class DisagreementsOutput(Open):
+    """`cobalt_judge_disagreements`: the agreement and a page of disagreements."""
+
+    judge: str
+    run: str
+    experiment: str
+    labels: int
+    agreement: dict[str, Any]
+    disagreements: list[dict[str, Any]] = Field(
+        description="In item order: input, output, judgeScore, judgeVerdict, judgeReason, "
+        "label, reviewer, note."
+    )
+    page: ChangesPage
+
+
+class PairwiseOutput(Open):
+    """`cobalt_pairwise`: run B's win rate over run A, ties half."""
+
+    judge: str
+    runA: str
+    runB: str
+    n: int
+    wins: int
+    tied: int
+    losses: int
+    winRate: float | None
+    low: float | None
+    high: float | None
+    errors: int
+    items: list[dict[str, Any]]
+
+
 class GenerateOutput(Open):
     path: str
     name: str
