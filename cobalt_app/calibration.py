@@ -29,7 +29,7 @@ from cobalt.verdict import evaluation_verdict, pass_marks
 from cobalt_app.labels import output_hash
 from cobalt_app.models import Evaluation, ItemResult, Label, Run
 
-JUDGE_TYPES = ("llm-judge",)
+JUDGE_TYPES = ("llm-judge", "pairwise")
 UNKEYED = ("name", "base_url", "api_key_env")  # where the judge is reached, not what it says
 
 
