@@ -64,8 +64,11 @@ SECRET_WORDS = frozenset(
     }
 )
 VARIABLE_NAME_SUFFIX = "env"  # `api_key_env = "MY_KEY"` names a variable: shown as it is
-# An environment variable's value shorter than this is not taken for a secret (`1`, `true`).
+# An environment variable's value shorter than this is not taken for a secret (`1`, `true`),
+# nor a file's path (`PWD`: `pwd` is a password's word; `SSH_AUTH_SOCK`, `XAUTHORITY`): hiding
+# those would hide the project's folder in every traceback.
 MIN_ENV_SECRET = 8
+FILE_PATH = re.compile(r"(?:~|\.{0,2})/[\w.@+-]+(?:/[\w.@+-]*)*")
 
 URL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 WORD_PATTERN = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -157,11 +160,14 @@ def may_hold(text: str, secrets: Iterable[str] = ()) -> bool:
 def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The values of an environment's secret-looking variables (`OPENAI_API_KEY`,
     `GITHUB_TOKEN`, `DB_PASSWORD`, ...), longest first, so that one containing another is
-    hidden whole; values shorter than MIN_ENV_SECRET characters are not secrets."""
+    hidden whole; values shorter than MIN_ENV_SECRET characters and file paths are not."""
     values = {
         value
         for name, value in environ.items()
-        if len(value) >= MIN_ENV_SECRET and value != MASK and is_secret_key(name)
+        if len(value) >= MIN_ENV_SECRET
+        and value != MASK
+        and not FILE_PATH.fullmatch(value)
+        and is_secret_key(name)
     }
     return tuple(sorted(values, key=lambda v: (-len(v), v)))
 

@@ -175,6 +175,9 @@ def test_the_values_of_secret_environment_variables_are_read_from_the_environmen
         "HOME": "/home/someone-long",
         "MAX_TOKENS": "40964096",
         "TOKENIZERS_PARALLELISM": "false-ish-long",
+        "PWD": "/work/project",
+        "SSH_AUTH_SOCK": "/tmp/ssh-XYZ/agent.123",
+        "XAUTHORITY": "~/.Xauthority",
     }
     found = environment_secrets(environ)
     assert found == ("hunter2hunter2", "k-live-123456", "gh-abcdefgh")

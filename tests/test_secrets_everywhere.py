@@ -6,8 +6,8 @@ arguments `api_token`, `openai_api_key`, `password`, headers `X-Goog-Api-Key`, a
 `AIza…`, a JWT, `Bearer …`, `key=…` after "failed:"), URL credentials and secret query
 parameters, and the value of a secret environment variable — and plants them in one real run:
 a runner on the OpenAI SDK against the fake provider with `--record`, tool and retrieval steps
-through `cobalt.tool` / `cobalt.span`, an item that raises an error quoting them, a webhook
-whose delivery fails and is logged. Then everything written is searched for every planted
+through `cobalt.tool` / `cobalt.span`, an item that raises an error quoting them, a judge
+whose reason quotes them, a webhook receiving the run. Then everything written is searched for every planted
 value: the SQLite database files (with the `-wal`), the results file, the recordings (their
 compressed blobs decompressed), the log, the run and item pages, the API, every export and
 the MCP tools' and resources' output.
@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from cobalt.config import active_config, load_config, set_active_config
 from cobalt_app import exports, launcher, recording_store, trace_store
-from cobalt_app.models import ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, Run
 from tests.conftest import Project
 from tests.test_api import api, token, user  # noqa: F401 (fixtures)
 
@@ -131,7 +131,15 @@ experiment(
         ]
     ),
     run,
-    evaluators=[Evaluator(name="judge", prompt="Rate {{output}} [[score:0.8]]")],
+    # The judge's reason quotes secrets: stored in the evaluation and the judge cache.
+    evaluators=[
+        Evaluator(
+            name="judge",
+            prompt="Rate {{output}} [[reply:"
+            + json.dumps({"score": 0.8, "reason": f"it quotes {P['env']} and {SK}"})
+            + "]]",
+        )
+    ],
 )
 """
 
@@ -215,6 +223,8 @@ def test_no_planted_secret_is_written_or_shown_anywhere(
     items = {i.item_key: i for i in ItemResult.objects.filter(run=run)}
     assert items["ok"].status == "ok" and items["boom"].status == "error"
     assert "upstream failed: key=***" in items["boom"].error
+    (judged,) = Evaluation.objects.filter(item=items["ok"])
+    assert (judged.score, judged.reason) == (0.8, "it quotes *** and ***")
 
     written = everything_written(run, project, api)
     written["log"] = cobalt_log.getvalue()
