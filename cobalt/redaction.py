@@ -88,17 +88,14 @@ NAMED_VALUE = re.compile(r"(?!\{|\*\*\*)[^\s,;'\"&\\]{3,}")
 QUOTED_VALUE = re.compile(r"(\\?[\"'])([A-Za-z][\w.-]*)\1(\s*:\s*)(\\?[\"'])([^\"'\\\n]+)\4")
 # Case-folded pieces one of which every text with something to hide holds: the others are
 # returned as they are without running the patterns (most of a trace's texts).
-HINTS = (
-    *(w[:4] for w in SECRET_WORDS),
-    "://",
-    "sk-",
-    "pk-",
-    "rk-",
-    "aiza",
-    "eyj",
-    "bearer",
-    "basic",
+HINTS = tuple(
+    dict.fromkeys(
+        [*(w[:4] for w in sorted(SECRET_WORDS)), "://", "sk-", "pk-", "rk-", "aiza", "eyj"]
+        + ["bearer", "basic"]
+    )
 )
+
+HOOK_KEYS = ("url", "webhooks")  # a webhook address: given alone, or in the configuration
 
 
 def redact(value: Any, key: str = "", *, secrets: Iterable[str] = ()) -> Any:
@@ -113,9 +110,6 @@ def redact(value: Any, key: str = "", *, secrets: Iterable[str] = ()) -> Any:
     """
     known = tuple(s for s in secrets if s and len(s) >= 4)
     return _redact(value, key, known, is_secret_key(key), key in HOOK_KEYS)
-
-
-HOOK_KEYS = ("url", "webhooks")  # a webhook address: given alone, or in the configuration
 
 
 def _redact(value: Any, key: str, secrets: tuple[str, ...], hidden: bool, hook: bool) -> Any:
