@@ -138,7 +138,7 @@ def step_of(
     if kind == "llm" and tool_output is None:
         tool_output = _first(a, "gen_ai.output.messages", "gen_ai.completion")
     step = {
-        "name": clean_text(str(name)),
+        "name": clean_text(redact_text(str(name), secrets)),
         "kind": kind,
         "parent": None,
         "startMs": round((span.start_time - origin_ns) / 1e6, 3),
@@ -248,7 +248,7 @@ def _with_inferred_tools(
             end = steps[answered[0]]["startMs"] if answered else None
             extra.append(
                 {
-                    "name": clean_text(name),
+                    "name": clean_text(redact_text(name, secrets)),
                     "kind": "tool",
                     "parent": caller["parent"],
                     "startMs": round(start, 3),

@@ -98,7 +98,7 @@ def run(ctx):
         headers={"X-Goog-Api-Key": P["named"], "Authorization": "Bearer " + P["bearer"]},
         note="uses " + P["env"],
     )
-    with cobalt.span("lookup", kind="retrieval", input={"client_secret": P["named"]}) as step:
+    with cobalt.span(f"GET {URL}", kind="retrieval", input={"client_secret": P["named"]}) as step:
         step.output = f"found {AIZA} and {JWT} for {P['env']}"
     if ctx.item["id"] == "boom":
         raise RuntimeError(
