@@ -17,7 +17,7 @@ messages naming a database, broker or webhook URL). It hides
 * **URLs**, wherever they appear in a string: the password (`redis://:pw@host`), the whole
   user part of an http(s) URL that has no password (`https://TOKEN@host`), and query values
   whose name is a secret (`?key=`, `api-key`, `x-goog-api-key`, `auth`, `client_secret`,
-  `signature`, `sig`, `X-Amz-Credential`, ...); of a webhook address (`redact(url, "url")`,
+  `signature`, `sig`, `X-Amz-Credential`, `code`, ...); of a webhook address (`redact(url, "url")`,
   or `url` in a `webhooks` table of the configuration) all but the scheme and host;
 * **shapes** in any text: provider keys (`sk-…`, `sk-ant-…`, `pk-lf-…`, `AIza…`), JSON Web
   Tokens (`eyJ….eyJ….…`), `Bearer …` / `Basic …` credentials, and `name=value`,
@@ -63,6 +63,9 @@ SECRET_WORDS = frozenset(
         "token",
     }
 )
+# Query parameters that hold a secret in URLs only (`?code=` is an Azure Functions key; a
+# `code` argument of a tool is code).
+SECRET_QUERY_NAMES = frozenset({"code"})
 VARIABLE_NAME_SUFFIX = "env"  # `api_key_env = "MY_KEY"` names a variable: shown as it is
 # An environment variable's value shorter than this is not taken for a secret (`1`, `true`),
 # nor a file's path (`PWD`: `pwd` is a password's word; `SSH_AUTH_SOCK`, `XAUTHORITY`): hiding
@@ -193,6 +196,11 @@ def _hide_quoted_value(match: re.Match[str]) -> str:
     return f"{quote}{name}{quote}{separator}{value_quote}{MASK}{value_quote}"
 
 
+def is_secret_query(name: str) -> bool:
+    """Does this query parameter of a URL hold a secret?"""
+    return name.lower() in SECRET_QUERY_NAMES or is_secret_key(name)
+
+
 def is_secret_key(key: str) -> bool:
     """Does this name (of a setting, a header or a query parameter) hold a secret?"""
     words = [w.lower() for w in WORD_PATTERN.findall(key)]
@@ -236,7 +244,7 @@ def _redact_query(tail: str) -> str:
 
     def hide(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)
-        return f"{name}={MASK}" if value and is_secret_key(name) else match.group(0)
+        return f"{name}={MASK}" if value and is_secret_query(name) else match.group(0)
 
     return re.sub(r"(?<=[?&#;])([^=&#;]+)=([^&#;\\]*)", hide, tail)
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from cobalt.redaction import is_secret_key
+from cobalt.redaction import is_secret_query
 from cobalt_app.storable import redacted
 
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
@@ -191,7 +191,7 @@ def clean_url(url: str) -> str:
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    query = sorted((k, v) for k, v in parse_qsl(parts.query) if not is_secret_key(k))
+    query = sorted((k, v) for k, v in parse_qsl(parts.query) if not is_secret_query(k))
     return redacted(urlunsplit((parts.scheme, host, parts.path, urlencode(query), "")))
 
 

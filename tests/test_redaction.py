@@ -122,8 +122,8 @@ def test_keys_that_name_secrets_are_hidden_and_variable_names_and_counts_are_not
         ("sk-ant-api03-abcdefgh and pk-lf-12345678", "*** and ***"),
         ("jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl end", "jwt *** end"),
         (
-            "GET https://h/v1?x-goog-api-key=k&auth=a&client_secret=c&signature=s&q=1",
-            "GET https://h/v1?x-goog-api-key=***&auth=***&client_secret=***&signature=***&q=1",
+            "GET https://h/v1?x-goog-api-key=k&auth=a&client_secret=c&signature=s&code=c&q=1",
+            "GET https://h/v1?x-goog-api-key=***&auth=***&client_secret=***&signature=***&code=***&q=1",
         ),
         ('{"api_token": "t0k", "max_tokens": 5}', '{"api_token": "***", "max_tokens": 5}'),
         ("{'openai_api_key': 'abc'}", "{'openai_api_key': '***'}"),
