@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.errors import CobaltError
-from cobalt.redaction import redact  # the one redaction
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.run_settings import RUN_DEFAULTS as RUN
 
@@ -134,10 +133,6 @@ class Config:
     @property
     def team_mode(self) -> bool:
         return bool(self.data.get("broker_url"))
-
-    def redacted(self) -> dict[str, Any]:
-        """The configuration with every secret-looking value replaced, safe to show."""
-        return redact(self.data)
 
 
 def define_config(config: dict[str, Any] | None = None, /, **kwargs: Any) -> dict[str, Any]:

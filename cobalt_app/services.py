@@ -71,7 +71,7 @@ def run_create(
             file=file,
             mode=mode,
             tags=all_tags,
-            config=_json_safe(config),
+            config=storable.redacted(_json_safe(config)),
             total_items=sum(repeats),
             git_commit=git_commit(project_dir),
         )

@@ -199,7 +199,9 @@ def log_request_errors() -> None:
 
     logger = logging.getLogger("django.request")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        from cobalt_app.log_redaction import redacting
+
+        handler = redacting(logging.StreamHandler())
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.ERROR)

@@ -66,10 +66,15 @@ def worker(
     from rich.markup import escape
 
     config = _team_setup()
-    from celery.signals import worker_shutdown, worker_shutting_down
+    from celery.signals import (
+        after_setup_logger,
+        after_setup_task_logger,
+        worker_shutdown,
+        worker_shutting_down,
+    )
 
     from cobalt.redaction import redact
-    from cobalt_app import team, worker_runtime
+    from cobalt_app import log_redaction, team, worker_runtime
     from cobalt_cli.console import fail, out
     from cobalt_project.celery import app as celery_app
 
@@ -92,6 +97,8 @@ def worker(
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
     worker_shutting_down.connect(lambda **_: worker_runtime.begin_shutdown(), weak=False)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
+    after_setup_logger.connect(log_redaction.redact_handlers, weak=False)
+    after_setup_task_logger.connect(log_redaction.redact_handlers, weak=False)
     out().print(
         f" cobalt worker [bold]{escape(runtime.name)}[/]: {concurrency} threads, "
         f"queues {escape(', '.join(names))}, project {escape(str(config.project_dir))}"

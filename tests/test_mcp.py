@@ -138,7 +138,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
         )
         assert latest == {"count": 0, "results": []}
         config = json.loads((await session.read_resource("cobalt://config")).contents[0].text)
-        assert config["judge"]["apiKey"] == "[REDACTED]"
+        assert config["judge"]["apiKey"] == "***"
         assert config["judge"]["apiKeySource"] == "OPENAI_API_KEY"
         assert (config["testDir"], config["concurrency"], config["timeout"]) == (
             "experiments",
@@ -339,7 +339,7 @@ def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provid
         "provider": "openai",
         "model": "gpt-4o-mini",
         "baseUrl": None,
-        "apiKey": "[REDACTED]",
+        "apiKey": "***",
         "apiKeySource": "api_key in the configuration",
     }
     assert data["cache"] == {"enabled": True, "ttl": 7 * 24 * 3600 * 1000}

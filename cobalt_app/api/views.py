@@ -21,6 +21,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from cobalt.config import active_config
 from cobalt.errors import CobaltError
+from cobalt.redaction import redact
 from cobalt_app import calibration, label_datasets, labels, launcher
 from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
@@ -386,7 +387,7 @@ class ConfigView(CobaltAPIView):
             "configFile": str(config.path) if config.path else None,
             "sources": list(config.sources),
             "teamMode": config.team_mode,
-            "config": config.redacted(),
+            "config": redact(config.data),
         }
         return Response(serializers.ConfigSerializer(body).data)
 

@@ -19,7 +19,7 @@ from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import aio, calibration, results, services, webhooks
+from cobalt_app import aio, calibration, results, services, storable, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
 
@@ -145,7 +145,7 @@ def finalise(
         if run is None or (run.is_finished and run.summary):
             return None
         if failure:
-            Run.objects.filter(id=run_id).update(failure=failure)
+            Run.objects.filter(id=run_id).update(failure=storable.clean_message(failure))
         results.run_finalise(run_id, status=status)
         run = _results_written(run_id, config)
     _send_webhooks(config, run)
