@@ -12,7 +12,9 @@ two big runs in-process (what `cobalt compare`, the API, MCP and the compare pag
 warm-up pass over all pages, the median, p95 and max of `--repeat` keep-alive requests.
 Targets: list < 200 ms, detail < 300 ms, compare of the two big runs < 1 s, trends < 300 ms,
 next items page (and the API's) < 200 ms. The run page opens on its failures (worst first);
-the items pages ask for `view=all`.
+the items pages ask for `view=all`. A run of one item with a 5 MB single-line output and
+5,000 trace steps times that item's page, its panel and a page of its trace (< 300 ms, and
+the bytes column shows each stays under 1 MB).
 """
 
 from __future__ import annotations
@@ -142,12 +144,67 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
             done=40 if running else None,
         )
         small_ids.append(run.id)
+    big_item = make_big_item()
     print(
         f"built {ItemResult.objects.count():,} item results, "
         f"{Evaluation.objects.count():,} evaluations, {Run.objects.count()} runs "
         f"in {time.perf_counter() - started:.1f}s"
     )
-    return {"a": big_a.id, "b": big_b.id, "running": small_ids[-1]}
+    return {"a": big_a.id, "b": big_b.id, "running": small_ids[-1], "big_item": big_item}
+
+
+BIG_OUTPUT_CHARS = 5_000_000
+BIG_TRACE_STEPS = 5_000
+
+
+def make_big_item() -> str:
+    """A run of one item whose output is a 5 MB single-line string and whose trace has 5,000
+    steps (1,200 model calls, 2,400 searches, then calls and fetches in turn), stored by the
+    engine's trace write; returns the item page's path."""
+    from cobalt_app import trace_store
+    from cobalt_app.models import ItemResult, Run
+
+    output = "".join(f"{i:07d}," for i in range(BIG_OUTPUT_CHARS // 8))
+    run = Run.objects.create(
+        name="big-item",
+        file="experiments/big.cobalt.py",
+        status=Run.Status.COMPLETED,
+        config={"runs": 1, "concurrency": 1, "timeout": 30, "evaluators": []},
+        total_items=1,
+        finished_items=1,
+    )
+    item = ItemResult.objects.create(
+        run=run,
+        item_index=0,
+        run_index=0,
+        item_key="big",
+        input={"id": "big"},
+        output=output,
+        status="ok",
+        latency_ms=5000.0,
+    )
+    steps = []
+    for i in range(BIG_TRACE_STEPS):
+        llm = i < 1_200 or (i >= 3_600 and i % 2 == 0)
+        steps.append(
+            {
+                "name": "chat" if llm else ("search" if i < 3_600 else "fetch"),
+                "kind": "llm" if llm else "tool",
+                "parent": None,
+                "startMs": float(i),
+                "durationMs": 0.8,
+                "model": "gpt-4o-mini" if llm else None,
+                "inputTokens": 100 if llm else None,
+                "outputTokens": 20 if llm else None,
+                "cost": 0.00002 if llm else None,
+                "status": "ok",
+                "error": None,
+                "input": f"step {i} input " + "x" * 200,
+                "output": f"step {i} output " + "y" * 200,
+            }
+        )
+    trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps)])
+    return f"/runs/{run.id}/items/{item.id}/"
 
 
 def serve(project: Path) -> tuple[subprocess.Popen, str]:
@@ -253,7 +310,14 @@ def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, d
     found at run time."""
     a, b, running = ids["a"], ids["b"], ids["running"]
     items_partial = {**HTMX, "HX-Target": "items"}
+    big = ids.get("big_item")  # absent from a project `--keep` built before it
+    big_cases = [
+        ("item: 5 MB output, 5,000 steps", big, {}, 300),
+        ("  its panel (htmx)", big, HTMX, 300),
+        ("  its trace, page 30 (htmx)", f"{big}?page=30", {**HTMX, "HX-Target": "item-trace"}, 300),
+    ]
     return [
+        *(big_cases if big else []),
         ("runs list", "/", {}, 200),
         ("runs list, tag filter", "/?tag=v2", HTMX, 200),
         (f"run detail ({scale} items)", f"/runs/{a}/", {}, 300),

@@ -141,7 +141,7 @@ def build(project: Path, *, items: int, trace_steps: int, seed: int = 7) -> str:
                 )
                 if trace_steps:
                     steps = trace(row, trace_steps)
-                    traces.append((item_id, json.dumps(steps), steps))
+                    traces.append((item_id, json.dumps(steps), steps, ""))
             insert(connection, Evaluation, evaluations)
             trace_store.write(traces)
         if start and start % 100_000 == 0:

@@ -411,7 +411,7 @@ def after(path: Path, n: int, batch: int, payloads: list[tuple[str, list]]) -> d
         for start in range(0, n, batch):
             with transaction.atomic():
                 trace_store.write(
-                    [(ids[i], *payloads[i]) for i in range(start, min(start + batch, n))]
+                    [(ids[i], *payloads[i], "") for i in range(start, min(start + batch, n))]
                 )
 
     trace_write = _timed(write_traces)

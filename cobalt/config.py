@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.errors import CobaltError
-from cobalt.redaction import redact  # the one redaction
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.run_settings import RUN_DEFAULTS as RUN
 
 CONFIG_FILENAMES = ("cobalt.toml", "cobalt.config.py")
+RAN_HERE = ".cobalt"  # what `cobalt run` leaves in a folder: where Cobalt ran is a project
 
 # The run settings' defaults live in `cobalt/run_settings.py` (RUN); the rest are the project's.
 DEFAULTS: dict[str, Any] = {
@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "plugins": [],
     "env": {},
     "trace": RUN.trace.as_dict(),
+    "calibration": RUN.calibration.as_dict(),
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
@@ -58,6 +59,7 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "cache": tuple(RUN.cache.as_dict()),
     "dashboard": ("host", "port", "open"),
     "trace": tuple(RUN.trace.as_dict()),
+    "calibration": tuple(RUN.calibration.as_dict()),
     "mcp": ("result_tokens",),
     "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
@@ -133,10 +135,6 @@ class Config:
     def team_mode(self) -> bool:
         return bool(self.data.get("broker_url"))
 
-    def redacted(self) -> dict[str, Any]:
-        """The configuration with every secret-looking value replaced, safe to show."""
-        return redact(self.data)
-
 
 def define_config(config: dict[str, Any] | None = None, /, **kwargs: Any) -> dict[str, Any]:
     """Declare the configuration in `cobalt.config.py`: `config = define_config(test_dir=...)`."""
@@ -179,11 +177,25 @@ def find_config_file(start: Path) -> Path | None:
     return None
 
 
+def find_project(start: Path) -> tuple[Path, Path | None] | None:
+    """The nearest folder at or above `start` that is a project, and its configuration file:
+    a folder holding cobalt.toml or cobalt.config.py, or where Cobalt ran (`.cobalt/`, a
+    project without configuration: `cobalt run` worked there, so `serve` and `mcp` do too).
+    None outside any project."""
+    for folder in (start, *start.parents):
+        for name in CONFIG_FILENAMES:
+            if (folder / name).is_file():
+                return folder, folder / name
+        if (folder / RAN_HERE).is_dir():
+            return folder, None
+    return None
+
+
 def find_project_dir(path: str | Path) -> Path | None:
-    """The project holding `path` (a file or a folder): the folder of the nearest cobalt.toml
-    or cobalt.config.py at or above it; None outside any project."""
-    found = find_config_file(Path(path).resolve())
-    return None if found is None else found.parent
+    """The project holding `path` (a file or a folder), see `find_project`; None outside
+    any project."""
+    found = find_project(Path(path).resolve())
+    return None if found is None else found[0]
 
 
 def load_config(
@@ -196,18 +208,23 @@ def load_config(
 
     The project is named by `cwd` or COBALT_PROJECT_DIR (that folder, even without a
     configuration file), else it is the one holding `near` (a file about to run), else the
-    one found from the current folder upward. Found from the current folder, a folder with no
-    configuration file above it is a project only without `require_project`.
+    one found from the current folder upward (`find_project`). Found from the current folder,
+    a folder with no project at or above it is one only without `require_project`.
     """
     named = cwd or os.environ.get("COBALT_PROJECT_DIR") or (near and find_project_dir(near))
     start = Path(named or os.getcwd()).resolve()
-    path = find_config_file(start)
-    if path is None and require_project and not named:
-        raise NoProjectError(
-            f"no Cobalt project here: no {' or '.join(CONFIG_FILENAMES)} in {start} or a "
-            "folder above it. `cobalt init` makes this folder a project (or cd into one, or "
-            "set COBALT_PROJECT_DIR)."
-        )
+    if named:
+        path = find_config_file(start)
+    else:
+        found = find_project(start)
+        path = found[1] if found else None
+        if found is None and require_project:
+            raise NoProjectError(
+                f"no Cobalt project here: no {' or '.join(CONFIG_FILENAMES)} or {RAN_HERE}/ "
+                f"in {start} or a folder above it. `cobalt init` makes this folder a project "
+                "(or cd into one, or set COBALT_PROJECT_DIR)."
+            )
+        start = found[0] if found else start
     data = copy.deepcopy(DEFAULTS)
     sources = ["defaults"]
     if path is not None:
@@ -377,6 +394,12 @@ SETTING_RULES: tuple[SettingRule, ...] = (
         "must be true or false (got {value!r}).",
     ),
     SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
+    SettingRule("calibration.min_labels", _is_whole_at_least_1, WHOLE),
+    SettingRule(
+        "calibration.min_rate",
+        lambda value: _is_number(value) and 0 <= value <= 1,
+        "must be a number from 0 to 1 (got {value!r}).",
+    ),
     SettingRule("cache.ttl", check=_check_cache_ttl),
     # The tables with rules of their own (their checks are defined further down):
     SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
@@ -482,8 +505,12 @@ def _is_price(value: Any) -> bool:
 
 
 # CI gates (`[ci]`, `[ci.thresholds.<evaluator>]`, `experiment(..., thresholds=...)`).
-SCORE_METRICS = ("avg", "min", "max", "p50", "p95", "p99", "pass_rate")
-METRIC_ALIASES = {"passRate": "pass_rate", "minScore": "min_score"}
+SCORE_METRICS = ("avg", "min", "max", "p50", "p95", "p99", "pass_rate", "pass_rate_corrected")
+METRIC_ALIASES = {
+    "passRate": "pass_rate",
+    "minScore": "min_score",
+    "passRateCorrected": "pass_rate_corrected",
+}
 LATENCY_METRICS = ("avg", "p50", "p95", "p99", "max")
 COST_METRICS = ("total",)
 CI_SETTINGS = ("fail_on_error", "max_error_rate", "max_regression")
@@ -545,12 +572,20 @@ def check_thresholds(thresholds: Any, *, where: str, allow_settings: bool = Fals
 def check_ci(ci: Any, *, source: str) -> None:
     if not isinstance(ci, dict):
         raise ConfigError(f"{source}: `ci` must be a table (a dict).")
-    known = ("thresholds", "replay", *CI_SETTINGS)
+    known = ("thresholds", "replay", "require_calibrated", *CI_SETTINGS)
     for key in ci:
         if key not in known:
             raise ConfigError(f"{source}: `ci.{key}` is not a CI setting; use {', '.join(known)}.")
     if "replay" in ci and not isinstance(ci["replay"], bool):
         raise ConfigError(f"{source}: `ci.replay` must be true or false (got {ci['replay']!r}).")
+    required = ci.get("require_calibrated", False)
+    if not isinstance(required, bool) and not (
+        isinstance(required, list) and all(isinstance(name, str) for name in required)
+    ):
+        raise ConfigError(
+            f"{source}: `ci.require_calibrated` must be true, false or a list of evaluator "
+            f'names, e.g. ["relevance"] (got {required!r}).'
+        )
     check_ci_settings(ci, where=f"{source}: `ci")
     check_thresholds(ci.get("thresholds"), where=f"{source}: `ci.thresholds")
 

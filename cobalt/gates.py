@@ -33,7 +33,8 @@ SUMMARY_KEYS = {"pass_rate": "passRate"}
 @dataclass(frozen=True)
 class Check:
     """One gate check. `kind`: floor (actual >= threshold), ceiling (actual <= threshold),
-    missing (a named evaluator is not in the run) or status. `actual` None: nothing measured."""
+    missing (a named evaluator is not in the run), status, or calibration (a judge without
+    its certificate, under `[ci] require_calibrated`). `actual` None: nothing measured."""
 
     gate: str
     metric: str
@@ -50,6 +51,8 @@ class Check:
         if self.kind == "significance":  # `--significance`: the paired test says it all
             verdict = "no significant regression" if self.passed else "significant regression"
             return f"{self.gate} {verdict}: {self.note}"
+        if self.kind == "calibration":  # `[ci] require_calibrated`: the certificate says it all
+            return f"{self.gate}: judge not calibrated, not gating on it: {self.note}"
         if self.kind == "status":
             text = f"{self.gate} {self.metric} {self.actual} != {self.threshold}"
         elif self.kind == "missing":
@@ -170,13 +173,16 @@ def check_run(
     *,
     status: str = "completed",
     pass_rate_at: Callable[[str, float], float | None] | None = None,
+    corrected_at: Callable[[str], tuple[float | None, str]] | None = None,
 ) -> list[Check]:
     """Every check of one run: evaluator floors, latency and cost ceilings, errors, scoring.
 
     A `pass_rate` counts the scores at or above `min_score`, by default the evaluator's pass
     mark (`cobalt.verdict`), at which the summary's `passRate` is counted (`passMark`: 0.5 in
     summaries stored before it was kept). `pass_rate_at(evaluator, min_score)` supplies pass
-    rates at another `min_score`.
+    rates at another `min_score`. A `pass_rate_corrected` is the pass rate corrected for the
+    judge's measured error rates (`cobalt.calibration`): `corrected_at(evaluator)` gives it
+    with a note (why it is missing, when it is).
     """
     checks: list[Check] = []
     scores: Mapping[str, Mapping[str, Any]] = summary.get("scores") or {}
@@ -199,6 +205,11 @@ def check_run(
             if metric not in floors:
                 continue
             actual = values.get(SUMMARY_KEYS.get(metric, metric))
+            if metric == "pass_rate_corrected":
+                actual, note = corrected_at(name) if corrected_at else (None, "no calibration")
+                check = _compare(name, metric, actual, floors[metric], floor=True)
+                checks.append(replace(check, note=note))
+                continue
             if metric == "pass_rate" and not math.isclose(min_score, mark):
                 actual = pass_rate_at(name, min_score) if pass_rate_at else None
             check = _compare(name, metric, actual, floors[metric], floor=True)

@@ -59,6 +59,19 @@ class TraceSettings:
 
 
 @dataclass(frozen=True)
+class CalibrationSettings:
+    """`[calibration]`: a judge is calibrated with `min_labels` human labels of each class and
+    both 95% lower bounds (true-positive, true-negative rate) at `min_rate`
+    (cobalt/calibration.py)."""
+
+    min_labels: int = 30
+    min_rate: float = 0.80
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How a run executes. The project sets the defaults of the first three and of the
     tables; an experiment (`experiment(..., concurrency=...)`) or a run's options override
@@ -71,6 +84,7 @@ class RunSettings:
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     trace: TraceSettings = field(default_factory=TraceSettings)
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     rate_limits: dict[str, Any] = field(default_factory=dict)  # calls per minute, by provider
     # Only in a run's stored settings:
     repeat_flaky: int | None = None  # `--repeat-flaky N`
@@ -89,6 +103,9 @@ class RunSettings:
             judge=JudgeSettings.from_config(config.get("judge")),
             cache=CacheSettings(**_given(CacheSettings, config.get("cache"))),
             trace=TraceSettings(**_given(TraceSettings, config.get("trace"))),
+            calibration=CalibrationSettings(
+                **_given(CalibrationSettings, config.get("calibration"))
+            ),
         )
 
     @classmethod

@@ -1,7 +1,8 @@
 """The judge cache: replies keyed by SHA-256 of the canonical JSON of the whole request.
 
 The key covers provider, model, parameters and the fully rendered prompt, so changing any of
-them misses. Errors are never stored.
+them misses. Errors are never stored; a reply is stored redacted (a judge's reason quoting a
+key from the output it read), like everything Cobalt writes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from cobalt_app import storable
 from cobalt_app.models import JudgeCacheEntry
 
 
@@ -41,7 +43,7 @@ def cache_put(key: str, *, provider: str, model: str, value: Any, ttl: float | N
         defaults={
             "provider": provider,
             "model": model,
-            "value": value,
+            "value": storable.redacted(value),
             "created_at": now,
             "expires_at": expires,
         },

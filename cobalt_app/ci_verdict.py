@@ -136,6 +136,59 @@ def pass_rate(run_id: str, evaluator: str, min_score: float) -> float | None:
     return verdict.pass_rate(scores_of(run_id, evaluator), min_score)
 
 
+def judge_calibrations(run: Any, config: Config, settings: GateSettings) -> dict[str, Any]:
+    """The run's judges' calibrations, at the project's `[calibration]` marks, when a gate
+    needs them (`[ci] require_calibrated`, a `pass_rate_corrected` threshold)."""
+    from cobalt_app.calibration import run_calibration
+
+    required = (config.get("ci") or {}).get("require_calibrated", False)
+    corrected = any("pass_rate_corrected" in m for m in settings.evaluators.values())
+    if not required and not corrected:
+        return {}
+    marks = dict(RunSettings.from_config(config).calibration.as_dict())
+    found = run_calibration(run, **marks)
+    if isinstance(required, list):
+        named = [n for n in required if n in run.evaluator_names and n not in found]
+        found.update(run_calibration(run, named, **marks) if named else {})
+    return found
+
+
+def corrected_rate(found: Any) -> tuple[float | None, str]:
+    """A `pass_rate_corrected` gate's value and note (why it is missing, when it is)."""
+    if found is None:
+        return None, "no calibration: label its outputs (`cobalt review`)"
+    corrected = found.corrected
+    if corrected is None or corrected.value is None:
+        state = corrected.state if corrected else "nothing was scored"
+        why = found.kappa_text if state == found.agreement.state else f"{state}, {found.kappa_text}"
+        return None, f"no corrected rate: {why}"
+    return corrected.value, f"raw {corrected.raw:.2f}, {found.corrected_text}"
+
+
+def calibration_checks(run: Any, config: Config, calibrations: dict[str, Any]) -> list[Check]:
+    """`[ci] require_calibrated` (true: every judge of the run; a list: the judges named): a
+    failed check per judge without its certificate, naming its n, lower bounds and the labels
+    still needed."""
+    required = (config.get("ci") or {}).get("require_calibrated", False)
+    if not required:
+        return []
+    names = list(calibrations) if required is True else list(required)
+    checks: list[Check] = []
+    for name in names:
+        found = calibrations.get(name)
+        if found is None:
+            note = f"`ci.require_calibrated` names {name!r}, which this run has no judge of"
+            checks.append(
+                Check(name, "calibrated", None, "calibrated", "missing", False, note=note)
+            )
+            continue
+        passed = found.certificate.calibrated
+        checks.append(
+            Check(name, "calibrated", passed, True, "calibration", passed, note=found.line())
+        )
+    return checks
+
+
 def errored_items(run_id: str, limit: int = ERRORED_ITEMS_SHOWN) -> list[ErroredItem]:
     """The run's first items that did not end `ok` (errors, timeouts, and what never ran)."""
     from cobalt_app.models import ItemResult
@@ -201,11 +254,20 @@ def gate_run(
         results_path=run.results_path or "",
         runs=RunSettings.from_run_config(run_config).runs,
     )
+    calibrations = judge_calibrations(run, config, settings)
     report.checks = check_run(
         report.summary,
         settings,
         status=run.status,
         pass_rate_at=lambda name, min_score: pass_rate(run.id, name, min_score),
+        corrected_at=lambda name: corrected_rate(calibrations.get(name)),
+    )
+    report.checks.extend(calibration_checks(run, config, calibrations))
+    refused = {c.gate for c in report.violations if c.kind == "calibration"}
+    report.notes.extend(
+        f"{name}: judge calibration: {found.line()}"
+        for name, found in calibrations.items()
+        if name not in refused
     )
     report.errored_items = errored_items(run.id)
     if any(v.get("errors") for v in (report.summary.get("scores") or {}).values()):

@@ -63,6 +63,7 @@ class ItemOutcome:
     finished_at: datetime | None = None
     evaluations: list[EvalOutcome] = field(default_factory=list)
     trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
+    trace_missing: str = ""  # why the trace was not captured ("" when it was; see `traces`)
     stored: tuple[str, str] | None = None  # output and metadata as JSON, by `storable.prepare`
     stored_trace: str | None = None  # the trace as JSON (None: no step), by `storable.prepare`
 
@@ -174,7 +175,8 @@ async def execute_item(
                 )
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
-    outcome.trace = traces.steps(collector, env.trace)
+    captured = traces.captured(collector, env.trace)
+    outcome.trace, outcome.trace_missing = captured.steps, captured.missing
     if experiment.conversation is None:
         outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
     elif not outcome.tokens and outcome.trace:  # no turn reported usage: the model calls did
@@ -218,10 +220,10 @@ async def rescore_item(
     )
     if chosen:
         # For the evaluators that read the trace; stored already (copied with the item).
-        outcome.trace = await env.db(stored_trace, snapshot.id)
+        outcome.trace, outcome.trace_missing = await env.db(stored_trace, snapshot.id)
         scoped = dataclasses.replace(experiment, evaluators=chosen)
         outcome.evaluations = await evaluate_item(scoped, snapshot, outcome, env, timeout=timeout)
-        outcome.trace = []  # not written again
+        outcome.trace, outcome.trace_missing = [], ""  # not written again
     present = {e.name for e in chosen}
     outcome.evaluations += [
         EvalOutcome.failed(name, f"the experiment file no longer defines evaluator {name!r}")
@@ -232,9 +234,9 @@ async def rescore_item(
     return outcome
 
 
-def stored_trace(item_id: int) -> list[dict[str, Any]]:
-    """The stored steps of one item's trace (empty when none was captured)."""
-    return trace_store.read([item_id]).get(item_id, [])
+def stored_trace(item_id: int) -> trace_store.Trace:
+    """One item's stored trace (no step when none was captured)."""
+    return trace_store.read_traces([item_id]).get(item_id, trace_store.Trace([]))
 
 
 async def run_item(
@@ -350,6 +352,7 @@ async def evaluate_item(
         latency_ms=outcome.latency_ms,
         cost=outcome.cost,
         trace=outcome.trace,
+        trace_missing=outcome.trace_missing,
     )
     if len(experiment.evaluators) == 1:
         return [await score(experiment.evaluators[0], target, env, timeout=timeout)]

@@ -26,7 +26,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from cobalt.errors import CobaltError, ConflictError, NotFoundError
-from cobalt.redaction import redact
 from cobalt.verdict import Verdict, evaluation_verdict, pass_marks
 from cobalt_app import storable
 from cobalt_app.models import Evaluation, ItemResult, Label, Run
@@ -163,7 +162,7 @@ def clean_label(
         "reviewer": storable.clean_text(reviewer),
         "verdict": verdict,
         "score": score,
-        "note": storable.clean_text(redact(note)),
+        "note": storable.clean_message(note),
     }
 
 
@@ -172,7 +171,7 @@ def _clean_expected(value: Any) -> Any:
         storable.dumps_at(value, "expected_output")
     except storable.Unstorable as exc:
         raise LabelError(f"{exc} (a corrected expected output must be JSON)") from None
-    return redact(value)
+    return storable.redacted(value)
 
 
 def _changed(key: dict[str, str], why: str) -> str:

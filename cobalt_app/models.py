@@ -200,13 +200,16 @@ class ItemTrace(models.Model):
     """The steps (model calls, tool calls, other spans) an item's agent took, one JSON list
     in the results-file shape (see `trace_spans`), stored compressed by `blob_store`: written
     and read through `trace_store`. A table of its own: the pages that list items never read
-    it; only items that produced spans have a row."""
+    it; only items that produced spans, or whose trace was not captured, have a row."""
 
     item = models.OneToOneField(
         ItemResult, primary_key=True, on_delete=models.CASCADE, related_name="trace"
     )
     data = models.BinaryField()
     blobs = models.BinaryField(default=b"")  # the sha256 of each blob `data` refers to
+    missing = models.TextField(
+        blank=True, help_text="Why the trace was not captured (see `traces`); empty if it was."
+    )
 
     def __str__(self) -> str:
         return f"trace of item {self.item_id}"

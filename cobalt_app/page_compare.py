@@ -20,18 +20,19 @@ from django.db.models import Min
 
 from cobalt.significance import ALPHA
 from cobalt.verdict import evaluation_verdict, score_verdict
-from cobalt_app import score_tables, trace_spans, trace_store
+from cobalt_app import calibration, score_tables, trace_spans, trace_store
 from cobalt_app.conversation import is_transcript, render_transcript
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.page_items import Paging, pretty
+from cobalt_app.page_items import Paging
 from cobalt_app.page_selectors import pass_marks
+from cobalt_app.page_values import SHOWN_CHARS, pretty, shown
 from cobalt_app.score_tables import Pairing
 from cobalt_app.selectors import compare_runs
 
 CHANGES = ("regressed", "improved", "unchanged")
 PAIR_SORTS = ("delta", "-delta", "key")
 TRACE_STEP_CHARS = 500  # of each step's input and output in the diffed trace
-DIFF_LIMIT = 20_000  # characters of each output the diff reads (SequenceMatcher is quadratic)
+DIFF_LIMIT = SHOWN_CHARS  # of each output the diff reads (SequenceMatcher is quadratic)
 EPSILON = 1e-12
 STEP = re.compile(r"\s*\[[^\]]*\] \S+")
 
@@ -78,6 +79,7 @@ class Comparison:
     only_in_b: int
     table: PairTable
     alpha: float = ALPHA
+    judges: list[Any] = field(default_factory=list)  # calibration.JudgeComparison
 
     @property
     def same_experiment(self) -> bool:
@@ -148,6 +150,7 @@ def compare(
         only_in_b=len(diff["onlyInB"]),
         table=table,
         alpha=diff["alpha"],
+        judges=calibration.compare_calibration(a, b),
     )
 
 
@@ -388,13 +391,13 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
             {
                 "a": pair.get("a"),
                 "b": pair.get("b"),
-                "input": pretty((pair.get("a") or pair.get("b")).input),
-                "outputA": output_a,
-                "outputB": output_b,
+                "input": shown(pretty((pair.get("a") or pair.get("b")).input)),
+                "outputA": shown(output_a),
+                "outputB": shown(output_b),
                 "outputKind": "transcript" if transcript else "output",
                 "diff": word_diff(output_a, output_b) if len(pair) == 2 else [],
-                "traceA": trace_a,
-                "traceB": trace_b,
+                "traceA": shown(trace_a),
+                "traceB": shown(trace_b),
                 "traceDiff": steps_diff(trace_a, trace_b) if trace_a and trace_b else [],
                 "verdicts": rows,
             }
@@ -415,7 +418,7 @@ def _text(value: Any) -> str:
 def _trace_text(item: ItemResult | None) -> str:
     """The item's trace as one line per step (kind, name, model, input, output, error: what
     the agent did, without the timings that differ on every run); "" when none was captured."""
-    steps = trace_store.of_item(item) if item is not None else []
+    steps = trace_store.of_item(item).steps if item is not None else []
     return trace_spans.render(steps, max_chars=TRACE_STEP_CHARS) if steps else ""
 
 

@@ -17,10 +17,11 @@ from typing import Any
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from cobalt.verdict import Verdict, evaluation_verdict, score_verdict
-from cobalt_app import score_tables, trace_spans, trace_store
+from cobalt_app import score_tables
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_selectors import pass_marks
+from cobalt_app.page_values import ordered_verdicts
 from cobalt_app.score_tables import failing_verdicts
 from cobalt_app.selectors import failed_items
 
@@ -392,32 +393,25 @@ def output_text(value: Any) -> str:
 
 
 def preview(text: str, limit: int = TEXT_PREVIEW) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = text or ""
+    # Spaces folded over the start only: a 5 MB output is not split for 160 characters.
+    folded = " ".join(text[: limit * 8].split())
+    if len(folded) <= limit and len(text) <= limit * 8:
+        return folded
+    return folded[: limit - 1] + "…"
 
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def pretty(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
-
-
 def item_detail(run: Run, item_id: int) -> ItemResult | None:
-    """One item of a run with its evaluations (ordered by the run's evaluator order)."""
+    """One item of a run with its evaluations (in the run's evaluator order); its trace is
+    read with it (`page_trace.item_trace` pages it)."""
     item = ItemResult.objects.filter(run=run, id=item_id).select_related("trace").first()
     if item is None:
         return None
-    order = {name: i for i, name in enumerate(run.evaluator_names)}
-    item.verdicts = sorted(
-        Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
-    )
-    steps = trace_store.of_item(item)
-    item.timeline = trace_spans.timeline(steps)
-    item.trace_summary = trace_spans.summary(steps) if steps else ""
+    item.verdicts = ordered_verdicts(run, item)
     marks = pass_marks(run)
     for verdict in item.verdicts:  # the colour of its score cell
         verdict.verdict = evaluation_verdict(
@@ -434,49 +428,6 @@ def item_neighbours(run: Run, item: ItemResult) -> tuple[int | None, int | None]
     before = items.filter(id__lt=item.id).order_by("-id").values_list("id", flat=True).first()
     after = items.filter(id__gt=item.id).order_by("id").values_list("id", flat=True).first()
     return before, after
-
-
-EXPECTED_FIELDS = ("expected_output", "expected")
-
-
-def expected_output(run: Run, item_input: Any) -> str:
-    """The item's expected output: the field its evaluators read, else `expected_output` or
-    `expected`; "" when it has none."""
-    if not isinstance(item_input, dict):
-        return ""
-    named = [e["field"] for e in run.config.get("evaluators", []) if e.get("field")]
-    for name in dict.fromkeys([*named, *EXPECTED_FIELDS]):
-        if item_input.get(name) is not None:
-            return pretty(item_input[name])
-    return ""
-
-
-def item_json(item: ItemResult) -> dict[str, Any]:
-    """The item as the panel's "Copy as JSON" gives it."""
-    return {
-        "run": item.run_id,
-        "key": item.item_key,
-        "index": item.item_index,
-        "repetition": item.run_index,
-        "status": item.status,
-        "input": item.input,
-        "output": item.output,
-        "error": item.error or None,
-        "metadata": item.metadata,
-        "latencyMs": item.latency_ms,
-        "tokens": item.tokens,
-        "cost": item.cost,
-        "evaluations": [
-            {
-                "evaluator": v.evaluator,
-                "score": v.score,
-                "status": v.status,
-                "reason": v.reason,
-                "error": v.error or None,
-            }
-            for v in item.verdicts
-        ],
-    }
 
 
 # Settings of how a run was executed, not of what ran: they do not make another version.

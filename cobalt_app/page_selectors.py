@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from cobalt import verdict
 from cobalt.verdict import score_verdict
+from cobalt_app import trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import experiment_runs
 
@@ -184,6 +185,7 @@ def live_summary(run: Run) -> dict[str, Any]:
         "errors": status_counts.get(ItemResult.Status.ERROR, 0),
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(e["errors"] for e in per_evaluator.values()),
+        "traceNotCaptured": trace_store.not_captured(run.id),
         "scores": per_evaluator,
     }
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from cobalt.errors import CobaltError
 from cobalt.run_settings import RUN_DEFAULTS
+from cobalt_app.storable import redacted
 
 DEFAULT_KEY_VARS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 KNOWN_PROVIDERS = tuple(DEFAULT_KEY_VARS)
@@ -278,23 +279,6 @@ def chat_params(provider: str, model: str | None, params: dict[str, Any]) -> dic
     return params
 
 
-SECRET_PATTERNS = (
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*.]{6,}"),
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}"),
-    re.compile(r"(?i)\b(api[_-]?key|token|secret)(\s*[=:]\s*)[^\s,;'\"]{6,}"),
-)
-
-
-def redact_secrets(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """`text` without the given secrets nor anything shaped like an API key or token."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    text = SECRET_PATTERNS[0].sub("***", text)
-    text = SECRET_PATTERNS[1].sub(lambda m: f"{m.group(1)} ***", text)
-    return SECRET_PATTERNS[2].sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
-
-
 def provider_message(exc: Exception) -> str:
     """The message a provider put in its error body (OpenAI or Anthropic shape), else ''."""
     body = getattr(exc, "body", None)
@@ -314,7 +298,7 @@ def describe_sdk_error(provider: str, exc: Exception, *, secrets: tuple[str, ...
     message = " ".join(provider_message(exc).split())
     if len(message) > 300:
         message = message[:297] + "..."
-    said = f": {redact_secrets(message, secrets).rstrip('.')}" if message else ""
+    said = f": {redacted(message, secrets=secrets).rstrip('.')}" if message else ""
     if status == 401:
         return (
             f"{provider}: the API key was refused (401){said}. Check {DEFAULT_KEY_VARS[provider]}."
@@ -324,4 +308,4 @@ def describe_sdk_error(provider: str, exc: Exception, *, secrets: tuple[str, ...
     if status is not None:
         return f"{provider}: HTTP {status} ({name}){said}."
     message = str(exc).splitlines()[0] if str(exc) else name
-    return f"{provider}: {name}: {redact_secrets(message, secrets)}"
+    return f"{provider}: {name}: {redacted(message, secrets=secrets)}"

@@ -21,7 +21,10 @@ base URL), plus the hosts of `[replay] hosts`. Other requests (the agent's tools
 pages) pass through untouched.
 
 Matching: method, URL (without credentials) and the canonical JSON of the body (keys sorted,
-the `[replay] ignore` fields and DEFAULT_IGNORED removed); headers never. The nth identical
+the `[replay] ignore` fields and DEFAULT_IGNORED removed); headers never. Both sides are
+redacted the same way first (`redacted_request`: `cobalt.redaction` with the process's secret
+environment values), so what is stored holds no secret and a recording made before a rule
+was added still matches. The nth identical
 request of an item gets the nth recorded reply. A request under `traces.untraced()` (the
 judges, the simulated user of a conversation: the judge cache serves them) is never recorded
 nor replayed, like the judges' calls made after the scope ends.
@@ -32,8 +35,9 @@ connection error) and the agent's own `except Exception` let it through; the ite
 `error` whose message starts with `no recorded response`, even if the agent swallowed it.
 
 Stored (see `recording_store`): per exchange, the request's method, URL and body, and the
-response's status, a few harmless headers and body (decoded text). Request headers are never
-stored, so neither are API keys nor `Authorization`.
+response's status, a few harmless headers and body (decoded text), all redacted. Request
+headers are never stored, so neither are API keys nor `Authorization`; a replayed reply
+reads `***` where the provider's had a secret.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import wrapt
 
+from cobalt.redaction import is_secret_query
 from cobalt_app import runaway
+from cobalt_app.storable import redacted
 
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
 MODES = (RECORD, REPLAY, NEW_ONLY)
@@ -82,7 +88,6 @@ MODEL_PATHS = (
     "/images/generations",
     "/images/edits",
 )
-SECRET_QUERY = {"key", "api_key", "api-key", "apikey", "token", "access_token", "sig", "code"}
 KEPT_RESPONSE_HEADERS = ("content-type", "request-id", "x-request-id", "retry-after")
 KEPT_RESPONSE_PREFIXES = ("openai-", "anthropic-", "x-ratelimit-")
 TRANSIENT = 429  # and 5xx: a provider's passing trouble, not the agent's behaviour
@@ -186,13 +191,19 @@ def settings_for(config: Any, run_config: dict[str, Any], run_id: str) -> Replay
 
 
 def clean_url(url: str) -> str:
-    """The URL without user info and without secret-looking query parameters, query sorted."""
+    """The URL without user info and without secret-named query parameters, query sorted,
+    the rest redacted (a secret environment value in its path)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    query = sorted((k, v) for k, v in parse_qsl(parts.query) if k.lower() not in SECRET_QUERY)
-    return urlunsplit((parts.scheme, host, parts.path, urlencode(query), ""))
+    query = sorted((k, v) for k, v in parse_qsl(parts.query) if not is_secret_query(k))
+    return redacted(urlunsplit((parts.scheme, host, parts.path, urlencode(query), "")))
+
+
+def redacted_request(method: str, url: str, body: Any) -> tuple[str, str, Any]:
+    """A request as stored and matched: URL cleaned, body redacted (see the docstring)."""
+    return method.upper(), clean_url(url), redacted(body)
 
 
 def is_model_call(url: str, extra_hosts: tuple[str, ...] = ()) -> bool:
@@ -300,7 +311,8 @@ class Tape:
         self.by_key: dict[str, list[dict[str, Any]]] = {}
         for exchange in recorded:
             request = exchange["request"]
-            key = match_key(request["method"], request["url"], request["body"], settings.ignore)
+            method, url, body = redacted_request(request["method"], request["url"], request["body"])
+            key = match_key(method, url, body, settings.ignore)
             self.by_key.setdefault(key, []).append(exchange)
         self.served: collections.Counter[str] = collections.Counter()
         self.made: list[dict[str, Any]] = []
@@ -314,9 +326,8 @@ class Tape:
 
         if not is_model_call(url, self.settings.hosts) or not is_instrumentation_enabled():
             return None  # not a provider, or a judge's/simulated user's call (untraced)
-        body = parse_body(raw)
-        url = clean_url(url)
-        return Call(method.upper(), url, body, match_key(method, url, body, self.settings.ignore))
+        method, url, body = redacted_request(method, url, parse_body(raw))
+        return Call(method, url, body, match_key(method, url, body, self.settings.ignore))
 
     def answer(self, call: Call) -> dict[str, Any] | None:
         """The recorded reply to serve, None to go live (record, or new-only on a miss);
@@ -349,7 +360,7 @@ class Tape:
 
 def stored_response(status: int, headers: Any, body: bytes) -> dict[str, Any]:
     kept = {
-        name.lower(): value
+        name.lower(): redacted(value)
         for name, value in headers.items()
         if name.lower() in KEPT_RESPONSE_HEADERS or name.lower().startswith(KEPT_RESPONSE_PREFIXES)
     }
@@ -357,7 +368,7 @@ def stored_response(status: int, headers: Any, body: bytes) -> dict[str, Any]:
     encoding = str(headers.get("content-encoding") or "identity").lower()
     if encoding == "identity":  # as asked for: readable text, unless it is not text
         with contextlib.suppress(UnicodeDecodeError):
-            response["body"] = body.decode("utf-8")
+            response["body"] = redacted(body.decode("utf-8"))  # a JSON text stays JSON
             return response
     else:  # a server that compressed anyway: the bytes as sent, decoded again on replay
         kept["content-encoding"] = encoding

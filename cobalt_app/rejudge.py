@@ -4,7 +4,10 @@ A re-judge is a new run linked to the original (`Run.parent`). Its items are cop
 original's, outputs included. The evaluators (all, or the one named) come from the
 experiment file as it is now — say, after a judge prompt changed. The other evaluators'
 verdicts are copied (marked cached, costing nothing). Items that errored or timed out have
-no output to score and are copied as they were. Embedded mode scores in this process; team
+no output to score and are copied as they were. With `labelled=True` (`--labelled`) only the
+items people labelled for the re-judged evaluators are scored again; the others keep every
+verdict, copied: the quick step of the alignment loop (edit the prompt, re-judge the labelled
+items, see the agreement move, `cobalt calibrate`). Embedded mode scores in this process; team
 mode enqueues it, like any team run: the same lanes, whose step re-scores instead of executing.
 """
 
@@ -20,9 +23,9 @@ from django.db import transaction
 from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
-from cobalt_app import aio, engine, preflight, services
+from cobalt_app import aio, calibration, engine, preflight, services
 from cobalt_app.engine import Reporter
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Label, Run, RunTag
 from cobalt_app.runs import claims, embedded, lifecycle
 
 COPY_BATCH = 2000
@@ -80,20 +83,27 @@ def rejudge_create(
     mode: str = Run.Mode.EMBEDDED,
     project_dir: Path | None = None,
     extra_config: dict[str, Any] | None = None,
+    judge_config: dict[str, Any] | None = None,
+    labelled: bool = False,
 ) -> Run:
-    """The new run: items and outputs copied, the other evaluators' verdicts copied."""
+    """The new run: items and outputs copied, the other evaluators' verdicts copied (and,
+    with `labelled`, every verdict of the items nobody labelled for `selected`). The
+    re-judged evaluators get new judge keys (`judge_config`: the project's `[judge]`)."""
     described = {e.name: e.describe() for e in experiment.evaluators}
     evaluators = [
         described[e["name"]] if e["name"] in selected else e
         for e in parent.config.get("evaluators", [])
     ]
     evaluators += [described[n] for n in selected if n not in {e["name"] for e in evaluators}]
+    fresh = calibration.judge_keys([described[n] for n in selected], judge_config)
     config = {
         **parent.config,
         **(extra_config or {}),
+        "judgeKeys": {**(parent.config.get("judgeKeys") or {}), **fresh},
         "evaluators": services._json_safe(evaluators),
-        "rejudge": {"of": parent.id, "evaluators": selected},
+        "rejudge": {"of": parent.id, "evaluators": selected, "labelled": labelled},
     }
+    only = labelled_keys(parent, selected) if labelled else None
     with transaction.atomic():
         run = Run.objects.create(
             name=parent.name,
@@ -110,7 +120,7 @@ def rejudge_create(
         batch: list[ItemResult] = []
         originals = ItemResult.objects.filter(run=parent).order_by("id")
         for item in originals.iterator(chunk_size=COPY_BATCH):
-            scored = item.status == ItemResult.Status.OK
+            scored = item.status == ItemResult.Status.OK and (only is None or item.item_key in only)
             finished += not scored
             batch.append(_copy(item, run, scored))
             if len(batch) >= COPY_BATCH:
@@ -120,6 +130,22 @@ def rejudge_create(
         Run.objects.filter(id=run.id).update(finished_items=finished)
     run.finished_items = finished
     return run
+
+
+def labelled_keys(parent: Run, selected: list[str]) -> set[str]:
+    """The item keys of `parent` with a label for one of `selected`; none is an error."""
+    keys = set(
+        Label.objects.filter(experiment=parent.name, evaluator__in=selected).values_list(
+            "item_key", flat=True
+        )
+    )
+    if not keys:
+        raise RejudgeError(
+            f"no labels of {', '.join(map(repr, selected))} on experiment {parent.name!r} yet: "
+            f"label items on the review page (cobalt dashboard, then run {parent.id} → Review) "
+            "or import them with `cobalt labels import FILE`"
+        )
+    return keys
 
 
 def _copy(item: ItemResult, run: Run, scored: bool) -> ItemResult:
@@ -147,25 +173,24 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         return
     created = ItemResult.objects.bulk_create(batch)
     new_ids = {(i.item_index, i.run_index): i.id for i in created}
-    kept = (
-        Evaluation.objects.filter(
-            run=parent,
-            item__status=ItemResult.Status.OK,
-            item__item_index__gte=created[0].item_index,
-            item__item_index__lte=created[-1].item_index,
-        )
-        .exclude(evaluator__in=selected)
-        .values_list(
-            "item__item_index",
-            "item__run_index",
-            "evaluator",
-            "score",
-            "reason",
-            "status",
-            "error",
-            "chain_of_thought",
-        )
+    kept = Evaluation.objects.filter(
+        run=parent,
+        item__status=ItemResult.Status.OK,
+        item__item_index__gte=created[0].item_index,
+        item__item_index__lte=created[-1].item_index,
+    ).values_list(
+        "item__item_index",
+        "item__run_index",
+        "evaluator",
+        "score",
+        "reason",
+        "status",
+        "error",
+        "chain_of_thought",
     )
+    rescored = {
+        (i.item_index, i.run_index) for i in created if i.status == ItemResult.Status.PENDING
+    }
     copies = [
         Evaluation(
             item_id=new_ids[(index, repetition)],
@@ -180,17 +205,18 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         )
         for index, repetition, evaluator, score, reason, status, error, thought in kept
         if (index, repetition) in new_ids
+        and not (evaluator in selected and (index, repetition) in rescored)
     ]
     Evaluation.objects.bulk_create(copies, batch_size=1000, ignore_conflicts=True)
     traces = ItemTrace.objects.filter(
         item__run=parent,
         item__item_index__gte=created[0].item_index,
         item__item_index__lte=created[-1].item_index,
-    ).values_list("item__item_index", "item__run_index", "data", "blobs")
+    ).values_list("item__item_index", "item__run_index", "data", "blobs", "missing")
     ItemTrace.objects.bulk_create(  # stored as they are: the blobs they refer to are too
         [
-            ItemTrace(item_id=new_ids[(index, repetition)], data=data, blobs=blobs)
-            for index, repetition, data, blobs in traces
+            ItemTrace(item_id=new_ids[(index, repetition)], data=data, blobs=blobs, missing=why)
+            for index, repetition, data, blobs, why in traces
             if (index, repetition) in new_ids
         ],
         batch_size=500,
@@ -224,11 +250,19 @@ def rejudge(
     reporter: Reporter | None = None,
     no_cache: bool = False,
     on_notice: Callable[[str], None] | None = None,
+    labelled: bool = False,
 ) -> Run:
     """Create the re-judge run and score it: in this process, or on the workers."""
     parent, experiment, selected = prepare(config, run_id, evaluator)
     if not config.team_mode:
-        run = rejudge_create(parent, experiment, selected, project_dir=config.project_dir)
+        run = rejudge_create(
+            parent,
+            experiment,
+            selected,
+            project_dir=config.project_dir,
+            judge_config=config.get("judge"),
+            labelled=labelled,
+        )
         return execute_embedded(run, experiment, config, reporter=reporter, no_cache=no_cache)
     from cobalt_app import team, team_wait
 
@@ -240,6 +274,8 @@ def rejudge(
         mode=Run.Mode.TEAM,
         project_dir=config.project_dir,
         extra_config=team.team_settings(no_cache),
+        judge_config=config.get("judge"),
+        labelled=labelled,
     )
     ids = claims.item_ids(run.id, claims.UNFINISHED)
     team.enqueue(run.id, ids)

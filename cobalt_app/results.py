@@ -7,7 +7,9 @@ per item, `status`, `verdict`, `error` and `runIndex`; each evaluation has its `
 "verdict": "error", "error"}`. Each evaluator's summary `passRate` counts its own pass mark,
 kept beside it as `passMark`.
 People's labels (`cobalt_app.labels`) come beside the scores: each item's `labels`, and the
-run's label counts as `labels` in the header, as they are when the document is written.
+run's label counts as `labels` in the header, as they are when the document is written; each
+judge's agreement with them, certificate and corrected pass rate as `calibration`
+(`cobalt_app.calibration`), by evaluator.
 Summaries are computed once, at finalisation, and stored on the run so lists never aggregate
 raw rows. The file is written from chunked reads, a few hundred items in memory at a time.
 """
@@ -27,7 +29,7 @@ from django.utils import timezone
 
 from cobalt import results_file, stats, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import labels, recordings, storable, trace_store
+from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
 
@@ -110,6 +112,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "errors": status_counts.get(ItemResult.Status.ERROR, 0),
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
+        "traceNotCaptured": trace_store.not_captured(run.id),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
@@ -183,6 +186,14 @@ def run_finalise(run_id: str, *, status: str | None = None) -> Run:
     return run
 
 
+def trace_gaps(run: Run) -> list[dict[str, Any]]:
+    """Why the run's items' traces were not captured (see `trace_store.not_captured`): from
+    its summary once finished, read while it runs."""
+    if run.is_finished and "traceNotCaptured" in (run.summary or {}):
+        return run.summary["traceNotCaptured"]
+    return trace_store.not_captured(run.id)
+
+
 def run_header(run: Run) -> dict[str, Any]:
     config = run.config or {}
     settings = RunSettings.from_run_config(config)
@@ -196,6 +207,7 @@ def run_header(run: Run) -> dict[str, Any]:
         "gitCommit": run.git_commit or None,
         "parentRunId": run.parent_id,
         "replay": recordings.label(config.get("replay")),
+        "traceNotCaptured": trace_gaps(run),
         "config": {
             "runs": settings.runs,
             "concurrency": config.get("concurrency"),
@@ -260,7 +272,7 @@ def evaluation_entry(
 
 
 def row_entry(
-    row: tuple, evaluations: dict[str, Any], trace: list[dict[str, Any]] | None = None
+    row: tuple, evaluations: dict[str, Any], trace: trace_store.Trace | None = None
 ) -> dict[str, Any]:
     """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
     `verdict` from its evaluations' (`verdict.item_verdict`)."""
@@ -282,7 +294,8 @@ def row_entry(
         "tokens": tokens,
         "cost": cost,
         "evaluations": evaluations,
-        "trace": trace or [],
+        "trace": trace.steps if trace else [],
+        "traceNotCaptured": trace.missing or None if trace else None,
     }
 
 
@@ -354,7 +367,7 @@ def _entries(
         )
         for item_id, evaluator, *rest in cursor.fetchall():
             by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
-    traces = trace_store.read(ids)
+    traces = trace_store.read_traces(ids)
     for row in rows:
         entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
         entry["labels"] = labelled.get(row[0], [])
@@ -405,7 +418,11 @@ def labelled_header(run: Run) -> tuple[dict[str, Any], dict[int, list[dict[str, 
     """The results document's header with the run's label counts (`labels`), and its labels
     by item id: the labels are read once for both."""
     rows = labels.run_labels(run)
-    header = {**run_header(run), "labels": labels.label_summary(run, rows=rows)}
+    header = {
+        **run_header(run),
+        "labels": labels.label_summary(run, rows=rows),
+        "calibration": calibration.calibration_json(run),
+    }
     return header, labels.labels_by_item(run, rows=rows)
 
 

@@ -71,7 +71,7 @@ def run_create(
             file=file,
             mode=mode,
             tags=all_tags,
-            config=_json_safe(config),
+            config=storable.redacted(_json_safe(config)),
             total_items=sum(repeats),
             git_commit=git_commit(project_dir),
         )
@@ -298,7 +298,11 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             with connection.cursor() as cursor:
                 cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
         trace_store.write(
-            [(o.id, o.stored_trace, o.trace) for o in outcomes if o.stored_trace is not None]
+            [
+                (o.id, o.stored_trace or "[]", o.trace, o.trace_missing)
+                for o in outcomes
+                if o.stored_trace is not None or o.trace_missing
+            ]
         )
         if recorded:
             # Raw: the ORM compiles this UPDATE anew each time, a worker's hottest query.

@@ -16,8 +16,12 @@ other outcomes of that batch:
   as 0, the item an error naming the field.
 * text fields (the error, its traceback, an evaluator's reason) with lone surrogates or NUL
   characters are stored with those characters escaped: they are messages, not data; errors
-  and tracebacks also pass `redaction.redact` (an SDK error quoting a key or a URL with its
-  password).
+  and tracebacks also pass `redacted` (an SDK error quoting a key or a URL with its
+  password, an exception message holding a secret environment variable's value).
+* secrets are hidden (`redacted`: `cobalt.redaction` with the process's secret environment
+  values) in the output and metadata as stored, the run's configuration, evaluations'
+  reasons and errors, and the trace steps (`trace_spans`); the dataset item is the user's
+  data and is stored as given.
 
 * an item's trace (its steps) is stored as JSON too, salvaged the same way; it never makes
   the item an error.
@@ -30,10 +34,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
-from cobalt.redaction import redact
+from cobalt.redaction import environment_secrets, may_hold, redact
 
 MAX_DEPTH = 200  # json.dumps would hit Python's recursion limit a little deeper
 MAX_TOKENS = 2**31 - 1  # the largest count the database column holds
@@ -186,10 +191,29 @@ def clean_text(text: str) -> str:
     return text
 
 
+def process_secrets() -> tuple[str, ...]:
+    """The values of this process's secret-looking environment variables, read again only
+    when the environment changed (asked for every stored item)."""
+    environ = getattr(os.environ, "_data", None)  # CPython's own: compared in C, quickly
+    snapshot = tuple(environ.items()) if isinstance(environ, dict) else None
+    if snapshot is None or snapshot != _environment[0]:
+        _environment[:] = [snapshot, environment_secrets(os.environ)]
+    return _environment[1]
+
+
+_environment: list[Any] = [None, ()]  # the environment last read, its secret values
+
+
+def redacted(value: Any, key: str = "", *, secrets: tuple[str, ...] = ()) -> Any:
+    """`value` as Cobalt stores, logs or sends it: `cobalt.redaction.redact` with the
+    process's secret environment values (and `secrets`, e.g. the key a call used)."""
+    return redact(value, key, secrets=(*secrets, *process_secrets()))
+
+
 def clean_message(text: Any) -> str:
     """An error message or traceback as stored: credentials (a URL's password, a key quoted
-    by an SDK's error) hidden, then `clean_text`."""
-    return clean_text(redact(str(text))) if text else ""
+    by an SDK's error, a secret environment value) hidden, then `clean_text`."""
+    return clean_text(redacted(str(text))) if text else ""
 
 
 def count(value: Any, path: str, *, whole: bool) -> tuple[Any, str | None]:
@@ -232,7 +256,9 @@ def prepare(outcome: Any) -> Any:
 
 def clean_evaluation(evaluation: Any) -> None:
     """An evaluation's texts made storable (its score was checked by `evaluate()`)."""
-    evaluation.reason = clean_text(str(evaluation.reason or ""))
+    evaluation.reason = clean_message(evaluation.reason)
+    if getattr(evaluation, "chain_of_thought", ""):
+        evaluation.chain_of_thought = clean_message(evaluation.chain_of_thought)
     evaluation.error = clean_message(evaluation.error)
     evaluation.tokens = count(evaluation.tokens, "tokens", whole=True)[0]
     evaluation.cost = count(evaluation.cost, "cost", whole=False)[0]
@@ -240,7 +266,15 @@ def clean_evaluation(evaluation: Any) -> None:
 
 def _field(value: Any, path: str, problems: list[str]) -> str:
     try:
-        return dumps_at(value, path)
+        text = dumps_at(value, path)
     except Unstorable as exc:
         problems.append(str(exc))
-        return json.dumps(salvage(value), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(salvage(value), ensure_ascii=False, allow_nan=False)
+    return redacted_json(text)
+
+
+def redacted_json(text: str) -> str:
+    """A JSON text with its secrets hidden; parsed only when it may hold one."""
+    if not may_hold(text, process_secrets()):
+        return text
+    return json.dumps(redacted(json.loads(text)), ensure_ascii=False, allow_nan=False)

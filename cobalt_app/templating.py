@@ -65,6 +65,12 @@ def render(template: str, context: dict[str, Any]) -> str:
     return ANY_PLACEHOLDER.sub(replace, template)
 
 
+def placeholder_names(template: str) -> set[str]:
+    """The names the template's well-formed placeholders start with (`trace` for
+    `{{trace}}`)."""
+    return {_steps(match.group(1))[0] for match in PLACEHOLDER.finditer(template)}
+
+
 def _steps(path: str) -> list[str | int]:
     """`items[0].name` → ["items", 0, "name"]; a path of other characters splits on dots."""
     if not PATH.fullmatch(path):

@@ -7,23 +7,22 @@ Attributes are read in the vocabularies the instrumentations use: OpenInference
 (`openinference.span.kind`, `llm.*`, `input.value`), the OpenTelemetry GenAI conventions
 (`gen_ai.*`, PydanticAI) and Cobalt's own (`cobalt.kind`, `cobalt.input`, `cobalt.output`).
 
-Inputs and outputs are cut to `max_chars` and secrets are taken out before anything is kept:
-values under secret-looking keys, `Authorization`/`Bearer` credentials, API-key shapes and the
-values of secret environment variables.
+Inputs, outputs and errors are cut to `max_chars` and secrets are taken out before anything
+is kept (`cobalt.redaction`, with the process's secret environment values): tool arguments
+and attributes under secret-looking names, credentials in URLs, key shapes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cobalt.redaction import may_hold, redact, redact_text
 from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app.pricing import estimate_cost
-from cobalt_app.storable import clean_text
+from cobalt_app.storable import clean_text, process_secrets
 
 KINDS = ("llm", "tool", "agent", "retrieval", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
@@ -44,69 +43,6 @@ GENAI_OPERATIONS = {
     "invoke_agent": "agent",
     "create_agent": "agent",
 }
-SECRET_KEY = re.compile(
-    r"^(authorization|proxy-authorization|x-api-key|api[_-]?key|.*secret.*|.*password.*|"
-    r"access[_-]?token|refresh[_-]?token|bearer|cookie|set-cookie)$",
-    re.IGNORECASE,
-)
-SECRET_TEXT = re.compile(
-    r"(?i)(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"  # an Authorization header's value
-    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_-]{8,}"  # OpenAI/Anthropic-style keys (sk-..., sk-ant-...)
-    r"|\bAIza[0-9A-Za-z_-]{20,}"  # Google API keys
-)
-SECRET_ENV = re.compile(r"(api_?key|secret|token|password)", re.IGNORECASE)
-REDACTED = "***"
-
-
-def secret_values() -> list[str]:
-    """Values of secret-looking environment variables (long enough not to be words), read
-    again only when the environment changed (asked for every item of a traced run)."""
-    environ = getattr(os.environ, "_data", None)  # CPython's own: compared in C, quickly
-    snapshot = tuple(environ.items()) if isinstance(environ, dict) else None
-    if snapshot is None or snapshot != _secrets[0]:
-        values = {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}
-        _secrets[:] = [snapshot, sorted(values, key=len)[::-1]]
-    return _secrets[1]
-
-
-_secrets: list[Any] = [None, []]  # the environment last read, its secret values
-# Case-folded pieces every match of SECRET_TEXT contains: text without any cannot match.
-SECRET_TEXT_HINTS = ("bearer", "basic", "sk-", "pk-", "rk-", "aiza")
-
-
-def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    lowered = text.casefold()
-    if not any(hint in lowered for hint in SECRET_TEXT_HINTS):
-        return text
-    return SECRET_TEXT.sub(REDACTED, text)
-
-
-# Case-folded pieces of every key SECRET_KEY matches.
-SECRET_KEY_HINTS = ("authorization", "api", "secret", "password", "token", "bearer", "cookie")
-
-
-def _may_hold(text: str) -> bool:
-    """Whether a JSON text may hold a value under a secret-looking key: only then is it parsed
-    to take them out (its credentials in text are taken out either way)."""
-    folded = text.casefold()
-    return any(hint in folded for hint in SECRET_KEY_HINTS)
-
-
-def redact_value(value: Any, secrets: Sequence[str] = ()) -> Any:
-    """A JSON value with secret-looking keys' values and credentials in text replaced."""
-    if isinstance(value, dict):
-        return {
-            k: REDACTED if SECRET_KEY.match(str(k)) and v else redact_value(v, secrets)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact_value(v, secrets) for v in value]
-    if isinstance(value, str):
-        return redact_text(value, secrets)
-    return value
 
 
 def shown(value: Any, max_chars: int, secrets: Sequence[str] = ()) -> str | None:
@@ -115,18 +51,19 @@ def shown(value: Any, max_chars: int, secrets: Sequence[str] = ()) -> str | None
         return None
     if isinstance(value, str):
         try:
-            parsed = json.loads(value) if value[:1] in ("{", "[") and _may_hold(value) else None
+            json_like = value[:1] in ("{", "[") and may_hold(value, secrets)
+            parsed = json.loads(value) if json_like else None
         except ValueError:
             parsed = None
         text = (
-            json.dumps(redact_value(parsed, secrets), ensure_ascii=False)
+            json.dumps(redact(parsed, secrets=secrets), ensure_ascii=False)
             if parsed is not None
             else redact_text(value, secrets)
         )
     else:
         try:
-            text = json.dumps(redact_value(value, secrets), ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
+            text = json.dumps(redact(value, secrets=secrets), ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
             text = redact_text(repr(value), secrets)
     text = clean_text(text)
     if len(text) > max_chars:
@@ -201,7 +138,7 @@ def step_of(
     if kind == "llm" and tool_output is None:
         tool_output = _first(a, "gen_ai.output.messages", "gen_ai.completion")
     step = {
-        "name": clean_text(str(name)),
+        "name": clean_text(redact_text(str(name), secrets)),
         "kind": kind,
         "parent": None,
         "startMs": round((span.start_time - origin_ns) / 1e6, 3),
@@ -232,7 +169,7 @@ def steps_of(
     spans = sorted(spans, key=lambda s: (s.start_time, s.end_time or 0))
     if not spans:
         return []
-    secrets = secret_values()
+    secrets = process_secrets()
     index_of = {s.context.span_id: i for i, s in enumerate(spans)}
     attributes = [dict(span.attributes or {}) for span in spans]
     steps = [
@@ -311,7 +248,7 @@ def _with_inferred_tools(
             end = steps[answered[0]]["startMs"] if answered else None
             extra.append(
                 {
-                    "name": clean_text(name),
+                    "name": clean_text(redact_text(name, secrets)),
                     "kind": "tool",
                     "parent": caller["parent"],
                     "startMs": round(start, 3),
@@ -436,16 +373,19 @@ def render(steps: Sequence[dict[str, Any]], *, max_chars: int = 200) -> str:
     return "\n".join(lines)
 
 
-def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of the item panel's waterfall: each step with its depth and its bar's offset and
-    width in thousandths of the trace's span (an SVG draws them; no script needed)."""
+def timeline(
+    steps: Sequence[dict[str, Any]], start: int = 0, stop: int | None = None
+) -> list[dict[str, Any]]:
+    """Rows of the item panel's waterfall: each step of `steps[start:stop]` with its number
+    (from 1), its depth and its bar's offset and width in thousandths of the whole trace's
+    span (an SVG draws them; no script needed)."""
     if not steps:
         return []
     ends = [s["startMs"] + (s.get("durationMs") or 0) for s in steps]
     origin = min(s["startMs"] for s in steps)
     total = max(max(ends) - origin, 0.001)
     rows = []
-    for step in steps:
+    for number, step in enumerate(steps[start:stop], start + 1):
         depth, parent = 0, step.get("parent")
         while parent is not None and depth < 20 and 0 <= parent < len(steps):
             depth, parent = depth + 1, steps[parent].get("parent")
@@ -455,6 +395,7 @@ def timeline(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(
             {
                 **step,
+                "number": number,
                 "depth": depth,
                 "indent": "\u00a0\u00a0" * depth,
                 "offset": min(offset, 998),

@@ -1,15 +1,17 @@
-"""Where traces live: an `ItemTrace` row per item that produced steps, its steps stored by
-`blob_store` (compressed; what items share, like the system prompt in every model call's
-input, stored once). `write` is the one write, from `services.record_item_outcomes`; `read`
-(or `of_item`, for an item read with its trace) the one read, for the results file, the
-pages, the API and the evaluators of a re-judge."""
+"""Where traces live: an `ItemTrace` row per item that produced steps or whose trace was not
+captured (`missing` says why, see `traces`), its steps stored by `blob_store` (compressed;
+what items share, like the system prompt in every model call's input, stored once). `write` is
+the one write, from `services.record_item_outcomes`; `read` (or `of_item`, for an item read
+with its trace) the one read, for the results file, the pages, the API and the evaluators of a
+re-judge; `not_captured` what a run says of its items' traces."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
+from django.db.models import Count
 
 from cobalt_app import blob_store
 from cobalt_app.models import ItemResult, ItemTrace
@@ -17,43 +19,75 @@ from cobalt_app.models import ItemResult, ItemTrace
 ROWS_PER_STATEMENT = 300  # 900 parameters: under SQLite's oldest limit (999)
 
 
-def write(traces: Sequence[tuple[int, str, Any]]) -> None:
-    """Store (or replace) items' traces, (item id, the steps' JSON text, the steps) each, in
-    the caller's transaction."""
+class Trace(NamedTuple):
+    """An item's stored trace: its steps, and why it was not captured ("" when it was)."""
+
+    steps: list[dict[str, Any]]
+    missing: str = ""
+
+
+def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
+    """Store (or replace) items' traces, (item id, the steps' JSON text, the steps, why the
+    trace was not captured) each, in the caller's transaction."""
     if not traces:
         return
     blobs: dict[str, bytes] = {}
-    stored = blob_store.pack([(steps, text) for _, text, steps in traces], blobs)
+    stored = blob_store.pack([(steps, text) for _, text, steps, _ in traces], blobs)
     blob_store.save_blobs(blobs)
-    rows = [(item_id, *row) for (item_id, _, _), row in zip(traces, stored, strict=True)]
+    rows = [
+        (item_id, *row, missing)
+        for (item_id, _, _, missing), row in zip(traces, stored, strict=True)
+    ]
     # Raw, many rows a statement: SQLite's `executemany` gives the GIL up at every row, each
     # time waiting for it while the event loop is busy (see `bulk_sql`).
     with connection.cursor() as cursor:
         for start in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[start : start + ROWS_PER_STATEMENT]
             cursor.execute(
-                "INSERT INTO cobalt_app_itemtrace (item_id, data, blobs) VALUES "
-                + ", ".join(["(%s, %s, %s)"] * len(chunk))
+                "INSERT INTO cobalt_app_itemtrace (item_id, data, blobs, missing) VALUES "
+                + ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
                 + " ON CONFLICT (item_id) DO UPDATE SET data = excluded.data, "
-                "blobs = excluded.blobs",
+                "blobs = excluded.blobs, missing = excluded.missing",
                 [value for row in chunk for value in row],
             )
 
 
 def read(item_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
     """The steps of these items' traces, by item id (an item without one is left out)."""
+    return {item_id: trace.steps for item_id, trace in read_traces(item_ids).items()}
+
+
+def read_traces(item_ids: Iterable[int]) -> dict[int, Trace]:
+    """These items' traces with why each was not captured, by item id (an item without one
+    is left out)."""
     rows = ItemTrace.objects.filter(item_id__in=list(item_ids))
-    return _decoded(list(rows.values_list("item_id", "data", "blobs")))
+    return _decoded(list(rows.values_list("item_id", "data", "blobs", "missing")))
 
 
-def of_item(item: ItemResult) -> list[dict[str, Any]]:
-    """The steps of an item read with `select_related("trace")` ([] when it has none)."""
+def of_item(item: ItemResult) -> Trace:
+    """The trace of an item read with `select_related("trace")` (no step when it has none)."""
     stored = getattr(item, "trace", None)
     if stored is None:
-        return []
-    return _decoded([(item.id, stored.data, stored.blobs)])[item.id]
+        return Trace([])
+    return _decoded([(item.id, stored.data, stored.blobs, stored.missing)])[item.id]
 
 
-def _decoded(rows: list[tuple[int, bytes, str]]) -> dict[int, list[dict[str, Any]]]:
-    values = blob_store.read((data, refs) for _, data, refs in rows)
-    return {item_id: steps for (item_id, _, _), steps in zip(rows, values, strict=True)}
+def not_captured(run_id: str) -> list[dict[str, Any]]:
+    """Why the run's items' traces were not captured, each reason with how many items, the
+    most frequent first (empty when every trace was)."""
+    rows = (
+        ItemTrace.objects.filter(item__run_id=run_id)
+        .exclude(missing="")
+        .values_list("missing")
+        .annotate(items=Count("pk"))
+    )
+    found = sorted(rows, key=lambda row: (-row[1], row[0]))
+    return [{"why": why, "items": items} for why, items in found]
+
+
+def _decoded(rows: list[tuple[int, bytes, str, str]]) -> dict[int, Trace]:
+    values = blob_store.read((data, refs) for _, data, refs, _ in rows)
+    return {
+        item_id: Trace(steps, missing)
+        for (item_id, _, _, missing), steps in zip(rows, values, strict=True)
+    }

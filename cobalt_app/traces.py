@@ -14,6 +14,14 @@ through OpenInference's processor), the user's own tracer and `cobalt.span`. If 
 an SDK tracer provider, Cobalt adds its processor to it (their exporters keep receiving their
 spans); if not, Cobalt installs a provider with no exporter at all. Spans are only collected in
 memory and stored with the item: Cobalt sends nothing anywhere.
+
+Never a silent pass: an empty trace is a fact only when the agent could have been seen. A
+library the process imported whose instrumentation refuses it (its `instrumentation_dependencies()`
+are not met by the installed version, which OpenTelemetry's `instrument()` would only log) or
+raises while instrumenting is recorded for the process (`refusals()`); every item that ends while
+one is recorded, or runs with `trace.enabled = false`, or whose spans could not be read, is
+"not captured" with why (`Captured.missing`). That is per process, not per call: with the library
+left uninstrumented nothing tells whether an item called it.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 import wrapt
 from opentelemetry import trace
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
@@ -133,6 +142,7 @@ _provider: TracerProvider | None = None
 _users = 0
 _instrumented: list[Any] = []
 _done: set[str] = set()  # libraries instrumented (or left to the user) while enabled
+_refused: dict[str, str] = {}  # library -> why it is not traced (while enabled)
 _hooked: set[str] = set()  # libraries with an import hook
 
 
@@ -235,13 +245,58 @@ def _instrument_library(module: Any, tracer_provider: TracerProvider) -> None:
         instrumentor = getattr(importlib.import_module(module_name), class_name)()
         if instrumentor.is_instrumented_by_opentelemetry:
             return  # the user did it: theirs stays
+        refused = unsupported(instrumentor)
+        if refused:
+            _refuse(library, refused)
+            return
         options: dict[str, Any] = {"tracer_provider": tracer_provider}
         if library == "agents":
             options["exclusive_processor"] = False  # the SDK's own processors stay too
         instrumentor.instrument(**options)
         _instrumented.append(instrumentor)
     except Exception as exc:  # noqa: BLE001 - tracing must never break the agent
-        logger.warning("could not instrument %s, its calls are not traced: %s", library, exc)
+        _refuse(library, f"instrumenting {library} failed: {type(exc).__name__}: {exc}")
+
+
+def unsupported(instrumentor: Any) -> str:
+    """Why an instrumentor would instrument nothing ("" when it would): the installed version
+    of what it instruments is outside its `instrumentation_dependencies()` (its `instrument()`
+    then only logs and returns)."""
+    conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
+    if conflict is None:
+        return ""
+    found = conflict.found or "no installed version"
+    return f"{found} is outside what its instrumentation traces ({conflict.required})"
+
+
+def _refuse(library: str, why: str) -> None:
+    _refused[library] = why
+    logger.warning("%s calls are not traced: %s", library, why)
+
+
+def refusals() -> dict[str, str]:
+    """The libraries this process imported and could not instrument, with why (while a run
+    executes: recorded when each is instrumented)."""
+    with _lock:
+        return dict(_refused)
+
+
+def refusals_ahead() -> list[str]:
+    """Why the libraries already imported would not be traced, found before any is
+    instrumented (for the run's header; an item's own record is `Captured.missing`)."""
+    found = []
+    for library, (module_name, class_name) in INSTRUMENTATIONS.items():
+        module = sys.modules.get(library)
+        if module is None or not hasattr(module, LIBRARIES[library]):
+            continue
+        try:
+            instrumentor = getattr(importlib.import_module(module_name), class_name)()
+            why = unsupported(instrumentor)
+        except Exception as exc:  # noqa: BLE001 - said, never raised: it is a warning
+            why = f"its instrumentation cannot be loaded: {type(exc).__name__}: {exc}"
+        if why:
+            found.append(why)
+    return found
 
 
 _pydantic_default: list[Any] = []
@@ -262,6 +317,7 @@ def _instrument_pydantic_ai(tracer_provider: TracerProvider) -> None:
 
 def _uninstrument() -> None:
     _done.clear()
+    _refused.clear()
     while _instrumented:
         _instrumented.pop().uninstrument()
     if _pydantic_default:
@@ -287,13 +343,46 @@ def capture_item(settings: TraceSettings) -> Iterator[Collector | None]:
         PROCESSOR.release(collector)
 
 
-def steps(collector: Collector | None, settings: TraceSettings) -> list[dict[str, Any]]:
-    """The collected spans as stored steps (see `trace_spans`)."""
-    if collector is None or not collector.spans:
-        return []
-    return trace_spans.steps_of(
-        list(collector.spans), collector.origin_ns, max_chars=settings.max_chars
-    )
+OFF = "tracing is off (`trace.enabled = false`)"
+UNSEEN = "evaluators that read the trace give errors"
+
+
+def header(config: Any) -> str | None:
+    """The run header's line about the agent's trace, when it will not be (wholly) captured:
+    tracing off, or a library already imported that its instrumentation refuses."""
+    if not TraceSettings.from_config(config).enabled:
+        return f"not captured: {OFF}; {UNSEEN}"
+    refused = refusals_ahead()
+    if refused:
+        return f"not captured: {'; '.join(refused)}; {UNSEEN}"
+    return None
+
+
+@dataclass(frozen=True)
+class Captured:
+    """An item's trace: its stored steps, and why it was not (wholly) captured ("" if it was)."""
+
+    steps: list[dict[str, Any]]
+    missing: str = ""
+
+
+def captured(collector: Collector | None, settings: TraceSettings) -> Captured:
+    """The collected spans as stored steps (see `trace_spans`), and what kept any from being
+    captured: tracing off, a library of this process refused (see the module docstring), or
+    an error while reading the spans (the agent's result still stands)."""
+    if collector is None:
+        return Captured([], OFF if not settings.enabled else "")
+    missing = "; ".join(refusals().values())
+    if not collector.spans:
+        return Captured([], missing)
+    try:
+        steps = trace_spans.steps_of(
+            list(collector.spans), collector.origin_ns, max_chars=settings.max_chars
+        )
+    except Exception as exc:  # noqa: BLE001 - the item's outcome must not be lost to it
+        logger.exception("reading an item's spans failed")
+        return Captured([], f"reading its spans failed: {type(exc).__name__}: {exc}")
+    return Captured(steps, missing)
 
 
 def untraced() -> contextlib.AbstractContextManager[None]:

@@ -11,6 +11,11 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.run_detail, name="run"),
     path("runs/<str:run_id>/status/", views.run_status, name="run-status"),
     path("runs/<str:run_id>/items/<int:item_id>/", views.item_panel, name="item"),
+    path(
+        "runs/<str:run_id>/items/<int:item_id>/download/<str:part>",
+        views.item_download,
+        name="item-download",
+    ),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="export"),
     path("runs/<str:run_id>/review/", views_review.review, name="review"),
     path("runs/<str:run_id>/review/label/", views_review.review_label, name="review-label"),

@@ -27,11 +27,25 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from cobalt.config import active_config
 from cobalt.dashboard import project_fingerprint
+from cobalt.errors import CobaltError
 from cobalt.run_settings import RunSettings
-from cobalt_app import exports, labels, page_compare, page_items, page_selectors, selectors
+from cobalt_app import (
+    calibration,
+    exports,
+    judge_loop,
+    labels,
+    page_compare,
+    page_items,
+    page_selectors,
+    page_trace,
+    page_values,
+    selectors,
+)
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
+from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
 
 RUNS_PER_PAGE = 25
@@ -133,6 +147,12 @@ class ItemFilterForm(forms.Form):
         return "all" if narrowed or self.data.get("sort") else "failures"
 
 
+class PageForm(forms.Form):
+    """`?page=` of the item page's trace."""
+
+    page = forms.IntegerField(required=False, min_value=1, max_value=10**9)
+
+
 class CompareForm(forms.Form):
     a = forms.CharField(max_length=32, label="Run A (baseline)")
     b = forms.CharField(max_length=32, label="Run B (candidate)")
@@ -143,6 +163,7 @@ class CompareForm(forms.Form):
     )
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
     page = forms.IntegerField(required=False, min_value=1)
+    pairwise = forms.CharField(required=False, max_length=100)
 
 
 class TrendForm(forms.Form):
@@ -229,6 +250,11 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if target not in ("items", "item-results"):
         overview = page_selectors.run_overview(run)
         context |= {"overview": overview, "charts": overview.chart_data}
+        if run.is_finished:  # each judge's certificate and corrected pass rate, beside its row
+            found = calibration.run_calibration(run)
+            for entry in overview.evaluators:
+                entry["calibration"] = found.get(entry["name"])
+            context["judges"] = list(found.values())
     if target in ("live", "overview"):
         response = render(request, f"cobalt/run_detail.html#{target}", context)
         if run.is_finished:
@@ -294,25 +320,48 @@ def _unfiltered(filters: dict[str, Any]) -> bool:
 @page
 def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
     run = get_run_or_404(run_id)
-    item = page_items.item_detail(run, item_id)
+    form = PageForm(request.GET)
+    trace_page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
+    only_trace = request.htmx and request.htmx.target == "item-trace"  # a page of steps
+    if only_trace:
+        item = page_trace.trace_only(run, item_id)
+    else:
+        item = page_items.item_detail(run, item_id)
     if item is None:
         raise Http404(f"run {run.id} has no item {item_id}")
+    if only_trace:
+        context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
+        return partial_or_page(request, "cobalt/item.html", context, "trace")
+    values = page_values.item_values(run, item)
     previous_id, next_id = page_items.item_neighbours(run, item)
     context = {
         "run": run,
         "item": item,
         "previous_id": previous_id,
         "next_id": next_id,
-        "input": page_items.pretty(item.input),
-        "output": "" if item.output is None else page_items.pretty(item.output),
-        "expected": page_items.expected_output(run, item.input),
-        "metadata": page_items.pretty(item.metadata) if item.metadata else "",
+        "trace": page_trace.item_trace(item, trace_page),
+        "values": values,
         "conversation": page_items.conversation_turns(item.output, item.metadata),
-        "item_json": page_items.item_json(item),
+        # The whole item to copy, unless the page shows only part of it (then it downloads).
+        "item_json": None if values.cut else page_values.item_json(item),
         # Over a run's page (an htmx swap into #panel), not a page of its own.
         "floating": bool(request.htmx and not request.htmx.history_restore_request),
     }
     return partial_or_page(request, "cobalt/item.html", context, "panel")
+
+
+@require_GET
+def item_download(request: HttpRequest, run_id: str, item_id: int, part: str) -> HttpResponse:
+    """The whole of an item's value a page shows only the start of, as a file (never HTML)."""
+    run = get_run_or_404(run_id)
+    download = page_values.item_download(run, item_id, part)
+    if download is None:
+        raise Http404(f"run {run.id} has no {part} for item {item_id}")
+    response = HttpResponse(download.body, content_type=download.content_type)
+    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
 
 
 @require_GET
@@ -368,10 +417,25 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
                 "changes": page_compare.CHANGES,
                 "charts": comparison.chart_data,
                 "side": page_compare.side_by_side(a, b, key) if key else None,
+                **_pairwise_context(a, b, data["pairwise"]),
             }
             if request.htmx and request.htmx.target == "pairs":
                 return partial_or_page(request, "cobalt/compare.html", context, "pairs")
     return render(request, "cobalt/compare.html", context)
+
+
+def _pairwise_context(a: Run, b: Run, judge: str) -> dict[str, Any]:
+    """The runs' pairwise judges, and the win rate of B when one was asked for (each pair's
+    answers are cached: asking again costs nothing)."""
+    context: dict[str, Any] = {"pairwise_judges": pairwise_judges(a, b), "pairwise_judge": judge}
+    if judge:
+        try:
+            context["pairwise"] = pairwise_compare(
+                a, b, judge, active_config(), max_pairs=REQUEST_PAIRS
+            )
+        except CobaltError as exc:
+            context["pairwise_error"] = str(exc)
+    return context
 
 
 @page
@@ -391,7 +455,11 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
         chart = trend.chart_data
         chart["urls"] = [run_url(run.id) for run in trend.runs]
-        context |= {"trend": trend, "charts": chart}
+        context |= {
+            "trend": trend,
+            "charts": chart,
+            "judge_versions": judge_loop.judge_versions(experiment),
+        }
     return partial_or_page(request, "cobalt/trends.html", context, "trend")
 
 

@@ -33,7 +33,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, push_url
 
 from cobalt.config import active_config
-from cobalt_app import label_datasets, labels, page_items
+from cobalt_app import label_datasets, labels, page_items, page_values
 from cobalt_app.labels import LabelConflict, LabelError
 from cobalt_app.models import Run
 from cobalt_app.page_selectors import pass_marks
@@ -343,9 +343,7 @@ def review_context(
         "item": item,
         "judge": _judge(run, item, evaluator),
         "others_scores": [v for v in item.verdicts if v.evaluator != evaluator],
-        "input": page_items.pretty(item.input),
-        "output": "" if item.output is None else page_items.pretty(item.output),
-        "expected": page_items.expected_output(run, item.input),
+        "shown": page_values.item_values(run, item),
         "mine": mine,
         "mine_stale": [r for r in rows if r.label.reviewer == reviewer and r.stale],
         "others": [r for r in rows if r.label.reviewer != reviewer],

@@ -24,6 +24,7 @@ import httpx
 from cobalt.config import Config
 from cobalt.redaction import redact
 from cobalt.version import __version__
+from cobalt_app import storable
 from cobalt_app.ratelimit import retry_after
 from cobalt_app.results import iso
 
@@ -142,7 +143,7 @@ async def deliver(hook: Mapping[str, Any], event: str, payload: Mapping[str, Any
     if problem:
         logger.error("webhook %s (%s) not sent: %s", shown, event, problem)
         return False
-    body = json.dumps(payload, ensure_ascii=False, default=str).encode()
+    body = json.dumps(storable.redacted(payload), ensure_ascii=False, default=str).encode()
     headers = {
         "Content-Type": "application/json",
         "User-Agent": f"cobalt/{__version__}",

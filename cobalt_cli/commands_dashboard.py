@@ -63,7 +63,7 @@ def serve(
     from cobalt_cli.console import fail
     from cobalt_cli.project import setup
 
-    config = setup()
+    config = setup(database_from_env=True)
     configured_host, configured_port = configured_address(config)
     host = (host or configured_host).strip()
     if port is None:
@@ -199,7 +199,9 @@ def log_request_errors() -> None:
 
     logger = logging.getLogger("django.request")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        from cobalt_app.log_redaction import redacting
+
+        handler = redacting(logging.StreamHandler())
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.ERROR)

@@ -31,7 +31,7 @@ def _team_setup():
     from cobalt_cli.console import fail
     from cobalt_cli.project import setup
 
-    config = setup(migrate=False)
+    config = setup(migrate=False, database_from_env=True)
     if not config.team_mode:
         raise fail(
             "this command needs team mode: set COBALT_BROKER_URL=redis://… and "
@@ -66,10 +66,15 @@ def worker(
     from rich.markup import escape
 
     config = _team_setup()
-    from celery.signals import worker_shutdown, worker_shutting_down
+    from celery.signals import (
+        after_setup_logger,
+        after_setup_task_logger,
+        worker_shutdown,
+        worker_shutting_down,
+    )
 
     from cobalt.redaction import redact
-    from cobalt_app import team, worker_runtime
+    from cobalt_app import log_redaction, team, worker_runtime
     from cobalt_cli.console import fail, out
     from cobalt_project.celery import app as celery_app
 
@@ -92,6 +97,8 @@ def worker(
     runtime = worker_runtime.configure(config, concurrency=concurrency, queues=names)
     worker_shutting_down.connect(lambda **_: worker_runtime.begin_shutdown(), weak=False)
     worker_shutdown.connect(lambda **_: worker_runtime.shutdown(), weak=False)
+    after_setup_logger.connect(log_redaction.redact_handlers, weak=False)
+    after_setup_task_logger.connect(log_redaction.redact_handlers, weak=False)
     out().print(
         f" cobalt worker [bold]{escape(runtime.name)}[/]: {concurrency} threads, "
         f"queues {escape(', '.join(names))}, project {escape(str(config.project_dir))}"
@@ -279,6 +286,12 @@ def rejudge(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")] = False,
+    labelled: Annotated[
+        bool,
+        typer.Option(
+            "--labelled", help="Only the items people labelled (the others keep their verdicts)."
+        ),
+    ] = False,
 ) -> None:
     """Score a run's stored outputs again as a new run (after editing a judge prompt, say)."""
     from cobalt_cli.console import err, out
@@ -300,6 +313,7 @@ def rejudge(
             reporter=reporter,
             no_cache=no_cache,
             on_notice=notice,
+            labelled=labelled,
         )
     except team_wait.Detached as exc:
         reporter.stop_progress()

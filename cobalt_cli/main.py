@@ -395,12 +395,20 @@ def compare(
     alpha: Annotated[
         float, typer.Option(help="Significance level of the paired tests (verdicts).")
     ] = 0.05,
+    pairwise: Annotated[
+        str | None,
+        typer.Option(
+            "--pairwise",
+            metavar="JUDGE",
+            help="Also ask this pairwise judge which output is better: B's win rate.",
+        ),
+    ] = None,
 ) -> None:
     """Compare two runs: per-evaluator deltas and the items that changed most (by item key)."""
     from rich.markup import escape
     from rich.table import Table
 
-    setup()
+    config = setup()
     from cobalt.significance import check_alpha
     from cobalt_app.selectors import compare_runs, run_get
     from cobalt_cli.commands_stats import print_significance
@@ -446,6 +454,8 @@ def compare(
             out().print(
                 f"\n {label}: {escape(', '.join(keys[:10]))}" + (" …" if len(keys) > 10 else "")
             )
+    if pairwise:
+        commands_calibrate.pairwise_in_compare(a, b, pairwise, config)
     out().print()
 
 
@@ -463,7 +473,7 @@ def _delta(value: float | None) -> str:
 @commands.command()
 def migrate() -> None:
     """Create or update the database tables (automatic for the embedded SQLite database)."""
-    setup(migrate=False)
+    setup(migrate=False, database_from_env=True)
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=1)
@@ -473,6 +483,7 @@ def migrate() -> None:
 # (One import per module; keep this block sorted.)
 from cobalt_cli import (  # noqa: E402
     commands_api,
+    commands_calibrate,
     commands_ci,
     commands_clean,
     commands_dashboard,
@@ -485,6 +496,7 @@ from cobalt_cli import (  # noqa: E402
 
 for _module in (
     commands_api,
+    commands_calibrate,
     commands_ci,
     commands_clean,
     commands_dashboard,

@@ -12,9 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cobalt import verdict
+from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
 from cobalt.version import __version__
-from cobalt_app import recordings
+from cobalt_app import recordings, traces
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_cli.console import cli_console
 
@@ -71,6 +72,8 @@ class ConsoleReporter:
         )
         if replay := recordings.header(config.get("replay")):
             body += f"\nModel calls: {replay}"
+        if trace := traces.header(active_config()):
+            body += f"\n[yellow]⚠ Trace: {escape(trace)}[/]"
         self.console.print()
         self.console.print(f" [bold]{escape(run.name)}[/]  [dim]run {run.id}[/]")
         self.console.print(Panel(body, box=ROUNDED, expand=False, padding=(0, 1)), soft_wrap=False)
@@ -202,7 +205,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
         )
     if summary.get("scores"):
         console.print(table, soft_wrap=False)
-    for line in repetition_lines(summary):
+    for line in [*repetition_lines(summary), *calibration_lines(run)]:
         console.print(f"  {escape(line)}")
     status = summary.get("itemStatus", {})
     console.print()
@@ -246,11 +249,25 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
 
 def dashboard_hint(run) -> str:
     """Where the run is shown: `cobalt serve`, then its page on the configured address."""
-    from cobalt.config import active_config
     from cobalt.dashboard import configured_address
 
     host, port = configured_address(active_config())
     return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
+
+
+def calibration_lines(run) -> list[str]:
+    """Each judge's pass rate (raw, and corrected for its errors) and its certificate."""
+    from cobalt_app.calibration import run_calibration
+
+    lines = []
+    scores = (run.summary or {}).get("scores") or {}
+    for name, found in run_calibration(run).items():
+        rate = (scores.get(name) or {}).get("passRate")
+        raw = "—" if rate is None else f"{rate:.1%}"
+        corrected = f", {found.corrected_text}" if found.corrected_text else ""
+        lines.append(f"{name}: pass rate {raw} raw{corrected}")
+        lines.append(f"  judge calibration: {found.line(corrected=False)}")
+    return lines
 
 
 def repetition_lines(summary: dict[str, Any]) -> list[str]:
@@ -302,6 +319,12 @@ def warnings(run) -> list[str]:
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
         lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")
+    for gap in summary.get("traceNotCaptured") or []:
+        lines.append(
+            f"the trace of {plural(gap['items'], 'item')} was not captured: {gap['why']}; "
+            "evaluators that read the trace gave errors, and the agent's tokens and cost "
+            "count only what was seen"
+        )
     if summary.get("evaluationErrors"):
         evaluator, error = evaluation_errors(run).first()
         lines.append(

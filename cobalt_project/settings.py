@@ -224,7 +224,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "cobalt_app.log_redaction.RedactingFilter"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}
+    },
     "loggers": {
         "cobalt": {"handlers": ["stderr"], "level": env("COBALT_LOG_LEVEL", default="WARNING")},
     },

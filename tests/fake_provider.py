@@ -18,6 +18,13 @@ Reply text (chat and messages) is chosen from the text of all messages (plus ``s
   a scripted simulated user, whose own earlier messages are the ``assistant`` ones;
 * ``[[reply:TEXT]]`` anywhere -> exactly ``TEXT`` (up to the next ``]]``);
 * last user message starting with ``ECHO:`` -> the rest of that message, stripped;
+* ``[[prefer:longer]]`` / ``[[prefer:first]]`` anywhere -> a pairwise judge's
+  ``{"winner": "A"|"B", ...}``: the longer of the ``<output_a>``/``<output_b>`` sections (A on
+  equal length), or always the first shown (a position-biased judge);
+* ``[[pass_if_longer:N]]`` anywhere -> score 1.0 when the last user message is longer than N
+  characters, else 0.0 (a verbosity-biased judge);
+* ``[[alternate]]`` anywhere -> score 1.0 the first time a prompt is seen, 0.0 the second, and
+  so on per distinct prompt (an inconsistent judge; counts clear on ``reset()``);
 * ``[[score:0.73]]`` anywhere -> ``{"score": 0.73, "reason": "fake judge: scripted score"}``;
 * otherwise -> ``{"score": 1.0, "reason": "fake judge: default"}``.
 
@@ -94,6 +101,9 @@ _TURNS_MARKER = "[[turns:"
 _REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
 _TOOL_RE = re.compile(r"\[\[tool:(\{.*?\})\]\]", re.DOTALL)
 _TOOLS_RE = re.compile(r"\[\[tools:(\d+)\]\]")
+_PREFER_RE = re.compile(r"\[\[prefer:(longer|first)\]\]")
+_LONGER_RE = re.compile(r"\[\[pass_if_longer:(\d+)\]\]")
+_SECTION_RE = re.compile(r"<output_([ab])>\n(.*?)\n</output_\1>", re.DOTALL)
 _SCORE_RE = re.compile(r"\[\[score:\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*\]\]")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
@@ -167,9 +177,21 @@ def choose_reply(body: dict[str, Any]) -> str:
     last = last_user_text(body).lstrip()
     if last.startswith("ECHO:"):
         return last[len("ECHO:") :].strip()
+    if match := _PREFER_RE.search(text):
+        return json.dumps({"winner": _preferred(match.group(1), last), "reason": "fake pairwise"})
+    if match := _LONGER_RE.search(text):
+        score = 1.0 if len(last) > int(match.group(1)) else 0.0
+        return json.dumps({"score": score, "reason": "fake judge: longer passes"})
     if match := _SCORE_RE.search(text):
         return json.dumps({"score": float(match.group(1)), "reason": "fake judge: scripted score"})
     return json.dumps(DEFAULT_JUDGE_REPLY)
+
+
+def _preferred(rule: str, text: str) -> str:
+    if rule == "first":
+        return "A"
+    sections = dict(_SECTION_RE.findall(text))
+    return "B" if len(sections.get("b", "")) > len(sections.get("a", "")) else "A"
 
 
 def _turn_script(text: str) -> list[Any] | None:
@@ -311,6 +333,7 @@ class FakeProvider:
         self._failures: collections.deque[ScriptedFailure] = collections.deque()
         self._invalid_json = 0
         self._rules: list[tuple[tuple[str, ...], str]] = []
+        self._seen: collections.Counter[str] = collections.Counter()  # `[[alternate]]`
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -397,6 +420,7 @@ class FakeProvider:
             self._failures.clear()
             self._invalid_json = 0
             self._rules.clear()
+            self._seen.clear()
 
     # ---- records
 
@@ -478,6 +502,16 @@ class FakeProvider:
             rules = list(self._rules)
         return next((reply for needles, reply in rules if all(n in text for n in needles)), None)
 
+    def _alternate_reply(self, body: dict[str, Any]) -> str | None:
+        text = prompt_text(body)
+        if "[[alternate]]" not in text:
+            return None
+        with self._lock:
+            self._seen[text] += 1
+            visit = self._seen[text]
+        score = 1.0 if visit % 2 else 0.0
+        return json.dumps({"score": score, "reason": f"fake judge: visit {visit}"})
+
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids):08d}"
 
@@ -505,7 +539,7 @@ class FakeProvider:
         elif self._pop_invalid_json():
             text = INVALID_JSON_REPLY
         else:
-            text = self._rule_reply(body) or choose_reply(body)
+            text = self._rule_reply(body) or self._alternate_reply(body) or choose_reply(body)
         if path == CHAT_PATH:
             reply = Reply(200, self._chat_completion(body, text))
             return self._chat_stream(body, reply.body) if body.get("stream") else reply

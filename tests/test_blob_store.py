@@ -338,7 +338,7 @@ def test_the_pages_results_file_and_failed_items_show_the_same_trace(tmp_path):
 
     (side,) = page_compare.side_by_side(before, after, "a")
     expected = trace_spans.render(traced["a"], max_chars=page_compare.TRACE_STEP_CHARS)
-    assert side["traceA"] == side["traceB"] == expected
+    assert side["traceA"].text == side["traceB"].text == expected
 
 
 # ------------------------------------------------------------------ migration, both databases
@@ -376,7 +376,7 @@ out = {
     "blobs": Blob.objects.count(),
     "pruned": blob_store.prune_orphans(),
 }
-trace_store.write([(ids[0], json.dumps(traces[1], ensure_ascii=False), traces[1])])
+trace_store.write([(ids[0], json.dumps(traces[1], ensure_ascii=False), traces[1], "")])
 out["rewritten"] = trace_store.read([ids[0]])[ids[0]]
 
 executor = MigrationExecutor(connection)

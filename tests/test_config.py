@@ -4,6 +4,7 @@ import pytest
 
 from cobalt import define_config, load_config
 from cobalt.config import ConfigError, parse_ttl
+from cobalt.redaction import redact
 
 
 def test_it_uses_defaults_without_a_config_file(tmp_path):
@@ -164,7 +165,7 @@ def test_redaction_hides_keys_and_database_passwords(tmp_path):
     (tmp_path / "cobalt.toml").write_text(
         'database_url = "postgres://bob:hunter2@db/cobalt"\n[judge]\napi_key = "sk-live-123"\n'
     )
-    shown = str(load_config(tmp_path).redacted())
+    shown = str(redact(load_config(tmp_path).data))
     assert "sk-live-123" not in shown
     assert "hunter2" not in shown
     assert "bob" in shown

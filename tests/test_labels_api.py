@@ -292,6 +292,8 @@ def test_results_read_the_labels_once_per_run_not_per_item(django_assert_num_que
         entries = list(results.iter_item_entries(run))
     assert [e["key"] for e in entries if e["labels"]] == ["k001", "k017"]
     assert entries[1]["labels"][0]["disagrees"] is True
-    with django_assert_num_queries(6):  # the header's counts share the same read
+    # The header's counts share the same read; its judges' calibration reads the labels, the
+    # experiment's runs, their labelled items and those items' evaluations once each.
+    with django_assert_num_queries(10):
         document = json.loads("".join(results.results_document(run)))
     assert document["labels"]["disagreements"] == 1

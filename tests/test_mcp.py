@@ -96,6 +96,8 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "cobalt_results",
             "cobalt_compare",
             "cobalt_labels",
+            "cobalt_judge_disagreements",
+            "cobalt_pairwise",
             "cobalt_generate",
         }
         assert tools["cobalt_compare"].input_schema["required"] == ["runA", "runB"]
@@ -136,7 +138,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
         )
         assert latest == {"count": 0, "results": []}
         config = json.loads((await session.read_resource("cobalt://config")).contents[0].text)
-        assert config["judge"]["apiKey"] == "[REDACTED]"
+        assert config["judge"]["apiKey"] == "***"
         assert config["judge"]["apiKeySource"] == "OPENAI_API_KEY"
         assert (config["testDir"], config["concurrency"], config["timeout"]) == (
             "experiments",
@@ -337,7 +339,7 @@ def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provid
         "provider": "openai",
         "model": "gpt-4o-mini",
         "baseUrl": None,
-        "apiKey": "[REDACTED]",
+        "apiKey": "***",
         "apiKeySource": "api_key in the configuration",
     }
     assert data["cache"] == {"enabled": True, "ttl": 7 * 24 * 3600 * 1000}
@@ -394,7 +396,7 @@ def test_file_arguments_outside_the_project_are_refused(
         assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
         # The server is still there and still works.
-        assert len((await session.list_tools()).tools) == 5
+        assert len((await session.list_tools()).tools) == 7
         example = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
         assert not example.is_error
         assert example.structured_content["runs"][0]["name"] == "example-qa"

@@ -210,8 +210,9 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         errors={},
     )
     # run, histogram, failed items count, failing verdicts count, their page, rows, scores,
-    # flaky marks (runs of the same version, their observations), previous run, labels
-    with django_assert_num_queries(11):
+    # flaky marks (runs of the same version, their observations), previous run, labels, the
+    # labels its judges' calibration reads (none: nothing more)
+    with django_assert_num_queries(12):
         page = client.get(f"/runs/{run.id}/").content.decode()
     # The page opens on the failures, worst first: the evaluation error, then the low score.
     assert row_keys(page) == ["k002", "k000"]
@@ -248,7 +249,8 @@ def test_a_running_run_polls_and_the_last_poll_stops_with_286(client, django_ass
     assert f'hx-get="/runs/{run.id}/"' in live and 'hx-trigger="every 2s"' in live
     assert "1 / 4 items" in page
     assert 'hx-trigger="cobalt-progress from:body"' in page
-    with django_assert_num_queries(4):  # run, item counts, evaluation aggregates, histogram
+    # run, item counts, evaluation aggregates, traces not captured, histogram
+    with django_assert_num_queries(5):
         poll = client.get(f"/runs/{run.id}/", **target("live"))
     assert poll.status_code == 200 and poll["HX-Trigger"] == "cobalt-progress"
     assert poll.content.decode().lstrip().startswith('<section id="live"')
@@ -482,8 +484,9 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
         errors={"k004": "RuntimeError: boom"},
     )
-    # run A, run B, recent runs, the score table of each (stored at finalisation), item ids
-    with django_assert_num_queries(6):
+    # run A, run B, recent runs, the score table of each (stored at finalisation), item ids,
+    # the labels each run's judges' calibration reads (none: nothing more)
+    with django_assert_num_queries(8):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
     assert pair_rows(page) == [
@@ -528,7 +531,7 @@ def test_compare_reads_score_tables_stored_at_finalisation_and_builds_missing_on
     before = pair_rows(client.get(f"/compare/?a={a.id}&b={b.id}").content.decode())
     assert before[0] == ("k002", "regressed") and before[-1] == ("k001", "improved")
     assert RunScoreTable.objects.filter(run_id=a.id).exists()
-    with django_assert_num_queries(6):  # no table to build any more
+    with django_assert_num_queries(8):  # no table to build any more (6, and 2 label reads)
         again = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert pair_rows(again) == before
     # A run still running is read fresh, never stored half-done.
@@ -696,7 +699,8 @@ def test_trends_plot_each_evaluator_over_runs_of_an_experiment(client, django_as
     second = make_run(keys=keys(2), tags=("nightly",), created_at=now - timedelta(days=1))
     make_run("other", keys=keys(1))
     untagged = make_run(keys=keys(2), scores={"k001": {"exact": 0.5}})
-    with django_assert_num_queries(3):  # experiment names, tag names, runs
+    # experiment names, tag names, runs, the judges with labels (none: no κ per judge version)
+    with django_assert_num_queries(4):
         page = client.get("/trends/?experiment=qa").content.decode()
     charts = json.loads(re.search(r'id="trend-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["runs"] == [first.id, second.id, untagged.id]

@@ -6,14 +6,20 @@ project's.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import httpx
+import psycopg
 import pytest
 
-from tests.conftest import Project, cli_env
+from tests.conftest import Project, cli_env, start_server
+from tests.team_harness import PG_ADMIN_URL
+from tests.test_mcp import mcp_session
 
 NO_PROJECT = "no Cobalt project here"
 
@@ -121,3 +127,77 @@ def test_running_an_experiment_file_with_python_from_elsewhere_uses_its_project(
     assert result.returncode == 0, result.stderr  # datasets/qa.jsonl found from the project
     assert runs_in(qa) == [("qa", "completed", 1)]
     assert list(elsewhere.iterdir()) == []
+
+
+# A folder where Cobalt ran is a project for every command; commands on the database the
+# environment names need no project folder at all.
+
+LONE = """
+from cobalt import Dataset, Evaluator, experiment
+
+@experiment("lone", Dataset(items=[{"id": "a", "input": "q", "expected": "yes"}]),
+            evaluators=[Evaluator(name="exact", type="exact-match", field="expected")])
+def run(ctx):
+    return "yes"
+"""
+
+
+@pytest.fixture
+def ran_here(cobalt_cli, tmp_path: Path) -> Path:
+    """A folder holding only an experiment file (no cobalt.toml), where `cobalt run` just ran."""
+    folder = tmp_path / "lone"
+    (folder / "experiments").mkdir(parents=True)
+    (folder / "experiments" / "lone.cobalt.py").write_text(LONE)
+    done = cobalt_cli(folder, "run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "`cobalt serve`" in done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == [".cobalt", "experiments"]
+    return folder
+
+
+def test_history_and_serve_work_where_cobalt_ran_without_a_config_file(cobalt_cli, ran_here):
+    history = cobalt_cli(ran_here, "history")
+    assert history.returncode == 0, history.stderr
+    assert "lone" in history.stdout and "completed" in history.stdout
+
+    server, url = start_server(Project(ran_here))
+    try:
+        page = httpx.get(f"{url}/", timeout=30)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert page.status_code == 200 and "lone" in page.text
+
+
+def test_mcp_serves_the_folder_where_cobalt_ran(ran_here):
+    async def main() -> list[str]:
+        async with mcp_session(ran_here, cli_env(), ran_here.parent / "mcp.log") as session:
+            tools = await session.list_tools()
+            return [tool.name for tool in tools.tools]
+
+    assert "cobalt_run" in anyio.run(main)
+
+
+def test_migrate_needs_no_project_folder_when_the_environment_names_the_database(
+    cobalt_cli, elsewhere
+):
+    name = f"cobalt_test_migrate_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    try:
+        deployment = {"COBALT_DATABASE_URL": url, "COBALT_SECRET_KEY": "k" * 50}
+        done = cobalt_cli(elsewhere, "migrate", env=deployment)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert list(elsewhere.iterdir()) == []  # nothing of a project appeared
+        with psycopg.connect(url) as db:
+            (applied,) = db.execute(
+                "select count(*) from django_migrations where app = 'cobalt_app'"
+            ).fetchone()
+        assert applied >= 10
+        refused = cobalt_cli(elsewhere, "history")  # not a database command: still refused
+        assert refused.returncode == 2 and NO_PROJECT in refused.stderr
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

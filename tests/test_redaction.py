@@ -11,7 +11,7 @@ import json
 import pytest
 
 from cobalt.config import active_config, load_config, set_active_config
-from cobalt.redaction import redact
+from cobalt.redaction import environment_secrets, redact
 from cobalt_app import launcher
 from cobalt_app.models import Run
 from tests.conftest import free_port as closed_port
@@ -109,9 +109,93 @@ def test_keys_that_name_secrets_are_hidden_and_variable_names_and_counts_are_not
     assert shown == {
         "judge": {"api_key": "***", "apiKey": "***", "api_key_env": "MY_KEY"},
         "env": {"OPENAI_API_KEY": "***", "X-Api-Key": "***", "password": "***"},
-        "auth": "***",
+        "auth": {"token": "***", "max_tokens": 5, "keyword": "***", "author": "***"},
         "empty_secret": "",
     }
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("item failed: key=abc123 at host", "item failed: key=*** at host"),
+        ("Google said: AIzaSyA1234567890abcdefghijklmnopq bad", "Google said: *** bad"),
+        ("sk-ant-api03-abcdefgh and pk-lf-12345678", "*** and ***"),
+        ("jwt eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl end", "jwt *** end"),
+        (
+            "GET https://h/v1?x-goog-api-key=k&auth=a&client_secret=c&signature=s&code=c&q=1",
+            "GET https://h/v1?x-goog-api-key=***&auth=***&client_secret=***&signature=***&code=***&q=1",
+        ),
+        ('{"api_token": "t0k", "max_tokens": 5}', '{"api_token": "***", "max_tokens": 5}'),
+        ("{'openai_api_key': 'abc'}", "{'openai_api_key': '***'}"),
+        (r'{"args": "{\"token\": \"t0k\"}"}', r'{"args": "{\"token\": \"***\"}"}'),
+        ("a basic arithmetic question", "a basic arithmetic question"),
+        (
+            "keyboard: qwerty, monkey=banana, tokens: 1234",
+            "keyboard: qwerty, monkey=banana, tokens: 1234",
+        ),
+        ("used 1200 total_tokens (max_tokens=4096)", "used 1200 total_tokens (max_tokens=4096)"),
+    ],
+)
+def test_shapes_and_named_values_in_text_are_hidden_and_words_and_counts_are_not(given, shown):
+    assert redact(given) == shown
+
+
+def test_only_strings_are_hidden_under_secret_names_so_usage_counts_stay_numbers():
+    usage = {
+        "token_usage": {"prompt_tokens": 12, "total_tokens": 20, "note": "n"},
+        "tokens": 20,
+        "max_tokens": 100,
+        "X-Goog-Api-Key": "g",
+        "headers": {"Cookie": "c", "Set-Cookie": "c", "Authorization": "a", "Signature": "s"},
+        "keyboard": "qwerty",
+        "monkey": "banana",
+    }
+    assert redact(usage) == {
+        "token_usage": {"prompt_tokens": 12, "total_tokens": 20, "note": "***"},
+        "tokens": 20,
+        "max_tokens": 100,
+        "X-Goog-Api-Key": "***",
+        "headers": {
+            "Cookie": "***",
+            "Set-Cookie": "***",
+            "Authorization": "***",
+            "Signature": "***",
+        },
+        "keyboard": "qwerty",
+        "monkey": "banana",
+    }
+
+
+def test_the_values_of_secret_environment_variables_are_read_from_the_environment_given():
+    environ = {
+        "OPENAI_API_KEY": "k-live-123456",
+        "MY_DB_PASSWORD": "hunter2hunter2",
+        "GITHUB_TOKEN": "gh-abcdefgh",
+        "SHORT_TOKEN": "1",
+        "HOME": "/home/someone-long",
+        "MAX_TOKENS": "40964096",
+        "TOKENIZERS_PARALLELISM": "false-ish-long",
+        "PWD": "/work/project",
+        "SSH_AUTH_SOCK": "/tmp/ssh-XYZ/agent.123",
+        "XAUTHORITY": "~/.Xauthority",
+    }
+    found = environment_secrets(environ)
+    assert found == ("hunter2hunter2", "k-live-123456", "gh-abcdefgh")
+    text = "connect with k-live-123456 as /home/someone-long, pw hunter2hunter2"
+    assert redact(text, secrets=found) == "connect with *** as /home/someone-long, pw ***"
+
+
+def test_a_json_text_stays_valid_json_when_secrets_inside_it_are_hidden():
+    body = json.dumps(
+        {
+            "reply": 'call with token=abc1\\" then https://h/?key=ab\\"c and sk-abcdefgh12',
+            "args": json.dumps({"api_key": "v1v1", "n": 1, "token": 'a\\"b'}),
+        }
+    )
+    hidden = redact(body)
+    assert "abc1" not in hidden and "sk-abcdefgh12" not in hidden and "v1v1" not in hidden
+    assert json.loads(hidden)["reply"].startswith("call with token=***")
+    assert json.loads(json.loads(hidden)["args"])["api_key"] == "***"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -529,3 +529,54 @@ def test_the_mcp_cobalt_run_records_and_replays(capitals: Project, provider: Fak
     assert sorted(output(i) for i in seen["replay"]["items"]) == sorted(
         output(i) for i in seen["record"]["items"]
     )
+
+
+SECRETIVE_AGENT = """
+import os
+
+from openai import OpenAI
+
+from cobalt import Dataset, experiment
+
+client = OpenAI()
+
+
+@experiment("secretive", Dataset(items=[{"id": "a", "city": "Paris"}, {"id": "b", "city": "Rome"}]))
+def run(ctx):
+    reply = client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{
+            "role": "user",
+            "content": f"use {os.environ['ACME_API_TOKEN']} and sk-body-0123456789 "
+            f"[[reply:{ctx.item['city']} sk-ant-reply-0123456789]]",
+        }],
+        extra_body={"api_key": "zqBodyFieldValue1"},
+        extra_query={"key": "zqQueryValue1"},
+    )
+    return reply.choices[0].message.content
+"""
+
+
+def test_secrets_in_bodies_are_recorded_redacted_and_the_run_still_replays(
+    project: Project, provider: FakeProvider
+):
+    project.write("experiments/secretive.cobalt.py", SECRETIVE_AGENT)
+    live = {**urls(provider), "ACME_API_TOKEN": "zqEnvironmentValue1"}
+    recorded = cobalt(project, live, "run", "--record")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    sent = provider.requests[0]["json"]["messages"][0]["content"]
+    assert "zqEnvironmentValue1" in sent  # the provider got the real request
+    first = latest_results(project, "secretive")
+    stored = json.dumps(recording_rows(project, "secretive"))
+    needles = ("zqEnvironmentValue1", "sk-body-", "sk-ant-reply-", "zqBodyFieldValue1", "zqQuery")
+    assert [n for n in needles if n in stored] == []
+    assert "use *** and *** [[reply:Paris ***]]" in stored and '"api_key": "***"' in stored
+
+    provider.stop()
+    replayed = cobalt(project, live, "run", "--replay", keys=False)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    second = latest_results(project, "secretive")
+    assert second["replay"] == "replayed"
+    shown = {k: (i["status"], output(i)) for k, i in by_key(second).items()}
+    assert shown == {("a", 0): ("ok", "Paris ***"), ("b", 0): ("ok", "Rome ***")}
+    assert shown == {k: (i["status"], output(i)) for k, i in by_key(first).items()}

@@ -29,9 +29,11 @@ HEADER_KEYS = [
     "gitCommit",
     "parentRunId",
     "replay",
+    "traceNotCaptured",
     "config",
     "summary",
     "labels",
+    "calibration",
     "items",
 ]
 # The items of `run` below, as the results file has always written them.
@@ -53,6 +55,7 @@ GOLDEN_ITEMS = [
             "judge": {"score": 1.0, "verdict": "pass", "reason": "judge says k000 <b>ok</b>"},
         },
         "trace": [STEP],
+        "traceNotCaptured": None,
         "labels": [],
     },
     {
@@ -72,6 +75,7 @@ GOLDEN_ITEMS = [
             "judge": {"score": None, "verdict": "error", "error": "judge replied prose for k001"},
         },
         "trace": [],
+        "traceNotCaptured": None,
         "labels": [],
     },
     {
@@ -88,6 +92,7 @@ GOLDEN_ITEMS = [
         "cost": 0.0,
         "evaluations": {},
         "trace": [],
+        "traceNotCaptured": None,
         "labels": [],
     },
 ]

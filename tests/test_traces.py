@@ -14,7 +14,7 @@ import pytest
 
 import cobalt
 from cobalt import Dataset, Evaluator
-from cobalt_app import results
+from cobalt_app import results, traces
 from cobalt_app.models import Evaluation, ItemResult, ItemTrace
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.selectors import item_trace
@@ -278,7 +278,9 @@ def test_no_trace_is_kept_when_capture_is_off(project, fake_provider):
 
     (run,) = execute(project, define("off", cities(2), runner))
     assert ItemResult.objects.filter(run=run, status="ok").count() == 2
-    assert not ItemTrace.objects.filter(item__run=run).exists()
+    # No step kept: each item's row only says why (see tests/test_trace_not_captured.py).
+    stored = ItemTrace.objects.filter(item__run=run)
+    assert list(stored.values_list("missing", flat=True)) == [traces.OFF, traces.OFF]
     assert all(e["trace"] == [] for e in results.run_results(run)["items"])
 
 

@@ -205,7 +205,7 @@ def test_webhook_urls_and_secrets_are_redacted_wherever_the_config_is_shown(tmp_
         '[[webhooks]]\nurl = "https://user:pw@hooks.slack.com/services/T0/B0/XYZ"\n'
         f'secret = "{SECRET}"\n'
     )
-    (hook,) = load_config(tmp_path).redacted()["webhooks"]
+    (hook,) = redact(load_config(tmp_path).data)["webhooks"]
     assert hook == {"url": "https://hooks.slack.com/…", "secret": "***"}
 
 

@@ -191,6 +191,11 @@ class ProgressSerializer(serializers.Serializer):
     finishedAt = serializers.DateTimeField(allow_null=True)
 
 
+class TraceGapSerializer(serializers.Serializer):
+    why = serializers.CharField()
+    items = serializers.IntegerField()
+
+
 class RunDetailSerializer(serializers.Serializer):
     """The header of the run's results file, plus progress and the failure reason."""
 
@@ -208,8 +213,18 @@ class RunDetailSerializer(serializers.Serializer):
         help_text="The agent's model calls were recorded, replayed (--replay), or live (null).",
     )
     config = RunConfigSerializer()
+    traceNotCaptured = TraceGapSerializer(
+        many=True,
+        help_text="Why some items' traces were not captured, with how many items each (empty "
+        "when every trace was): their evaluators that read the trace gave errors.",
+    )
     summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
     labels = LabelSummarySerializer(help_text="People's labels of the run's items, now.")
+    calibration = serializers.JSONField(
+        help_text="Per judge: agreement with people's labels (n, confusion matrix, Cohen's κ "
+        "and 95% interval, TPR/TNR with Wilson lower bounds), its certificate, and the pass "
+        "rate corrected for its errors (`correctedPassRate`)."
+    )
     progress = ProgressSerializer()
     failure = serializers.CharField(allow_blank=True)
 
@@ -271,6 +286,12 @@ class ItemSerializer(serializers.Serializer):
     cost = serializers.FloatField()
     evaluations = serializers.DictField(child=EvaluationSerializer())
     trace = TraceStepSerializer(many=True)
+    traceNotCaptured = serializers.CharField(
+        allow_null=True,
+        help_text="Why the trace was not captured (tracing off, an SDK its instrumentation "
+        "does not support, an error while capturing); null when it was. Evaluators that read "
+        "the trace then give an error, never a score.",
+    )
     labels = LabelSerializer(many=True, help_text="People's labels of the item, now.")
 
 

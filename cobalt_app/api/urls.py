@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from cobalt_app.api import views
+from cobalt_app.api import views, views_judges
 
 urlpatterns = [
     path("runs/", views.RunListView.as_view(), name="api-run-list"),
@@ -21,6 +21,12 @@ urlpatterns = [
         name="api-item-add-to-dataset",
     ),
     path("compare/", views.CompareView.as_view(), name="api-compare"),
+    path("compare/pairwise/", views_judges.PairwiseCompareView.as_view(), name="api-pairwise"),
+    path(
+        "judges/<str:judge>/calibration/",
+        views_judges.JudgeCalibrationView.as_view(),
+        name="api-judge-calibration",
+    ),
     path("trends/", views.TrendsView.as_view(), name="api-trends"),
     path("experiments/", views.ExperimentsView.as_view(), name="api-experiments"),
     path("config/", views.ConfigView.as_view(), name="api-config"),

@@ -21,7 +21,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from cobalt.config import active_config
 from cobalt.errors import CobaltError
-from cobalt_app import label_datasets, labels, launcher
+from cobalt.redaction import redact
+from cobalt_app import calibration, label_datasets, labels, launcher
 from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
@@ -225,6 +226,7 @@ def run_detail(run: Run) -> dict[str, Any]:
         },
         "failure": run.failure,
         "labels": labels.label_summary(run),
+        "calibration": calibration.calibration_json(run),
     }
 
 
@@ -385,7 +387,7 @@ class ConfigView(CobaltAPIView):
             "configFile": str(config.path) if config.path else None,
             "sources": list(config.sources),
             "teamMode": config.team_mode,
-            "config": config.redacted(),
+            "config": redact(config.data),
         }
         return Response(serializers.ConfigSerializer(body).data)
 

@@ -75,6 +75,14 @@ class EvalTarget:
     latency_ms: float | None = None
     cost: float = 0.0
     trace: list[dict[str, Any]] = field(default_factory=list)  # steps (see `trace_spans`)
+    trace_missing: str = ""  # why the trace was not captured ("" when it was; see `traces`)
+
+    def read_trace(self) -> list[dict[str, Any]]:
+        """The trace's steps, for an evaluator that reads them: an evaluation error when it was
+        not captured (an agent Cobalt could not see must never pass a check of its steps)."""
+        if self.trace_missing:
+            raise EvaluationError(f"the trace was not captured: {self.trace_missing}")
+        return self.trace
 
 
 Implementation = Callable[[Evaluator, EvalTarget, Any], Awaitable[EvalOutcome]]

@@ -32,7 +32,7 @@ from cobalt_app.evaluators.base import (
 )
 from cobalt_app.evaluators.usage import Usage
 from cobalt_app.providers import ProviderError
-from cobalt_app.templating import TemplateError, render, template_context
+from cobalt_app.templating import TemplateError, placeholder_names, render, template_context
 
 SYSTEM_PROMPT = (
     "You are an impartial evaluator of an AI agent's output. Judge only what you are asked. "
@@ -274,6 +274,8 @@ def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[P
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     extra = await context_variables(evaluator, target)
     context = template_context(target.item, target.output, target.metadata, extra)
+    if target.trace_missing and "trace" in placeholder_names(evaluator.prompt or ""):
+        target.read_trace()  # the judge would read an incomplete trace as the agent's
     context["trace"] = trace_spans.render(target.trace) or "(no steps were captured)"
     try:
         prompt = render(evaluator.prompt or "", context)

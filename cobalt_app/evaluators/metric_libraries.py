@@ -90,9 +90,9 @@ def mapping_of(evaluator: Evaluator, fields: Iterable[str], library: str) -> dic
 def read_source(target: EvalTarget, source: str) -> Any:
     """The value a mapping source names (see the module docstring); KeyError when absent."""
     if source == "trace.tool_calls":
-        return trace_spans.tool_calls(target.trace)
+        return trace_spans.tool_calls(target.read_trace())
     if source == "trace.retrieved":
-        return retrieved_documents(target.trace)
+        return retrieved_documents(target.read_trace())
     if source == "output" and not isinstance(target.output, str):
         return output_text(target.output)
     lookup = {

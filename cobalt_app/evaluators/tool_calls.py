@@ -221,8 +221,9 @@ def reported_calls(target: EvalTarget) -> list[Call]:
     """The calls in `metadata["tool_calls"]`, else the tool steps of the trace."""
     if "tool_calls" in target.metadata:
         return normalise_calls(target.metadata["tool_calls"], 'metadata["tool_calls"]')
-    if target.trace:
-        return normalise_calls(trace_spans.tool_calls(target.trace), "the trace's tool calls")
+    steps = target.read_trace()
+    if steps:
+        return normalise_calls(trace_spans.tool_calls(steps), "the trace's tool calls")
     raise EvaluationError(
         "no tool calls to read: the trace holds no step (is `trace.enabled` off, or does the "
         "agent call its model without an instrumented SDK?) and the runner reported none: "

@@ -7,7 +7,8 @@
   times in a row (default 2), else 1;
 * `tool-used` / `tool-not-used` — `tool=` (a name or a list of names) was, or was not, called.
 
-An item with no captured step is an evaluation error (there is nothing to check), never a 0.
+An item with no captured step, or whose trace was not captured (see `traces`), is an
+evaluation error (there is nothing to check), never a score.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ NO_TRACE = (
 
 
 def steps_of(target: EvalTarget) -> list[dict[str, Any]]:
-    if not target.trace:
+    steps = target.read_trace()
+    if not steps:
         raise EvaluationError(NO_TRACE)
-    return target.trace
+    return steps
 
 
 def whole_option(evaluator: Evaluator, name: str) -> int | None:

@@ -19,7 +19,7 @@ from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import aio, results, services, webhooks
+from cobalt_app import aio, calibration, results, services, storable, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
 
@@ -54,10 +54,17 @@ def create(
     tags: list[str] | None = None,
     file: str = "",
 ) -> Run:
-    """A new run with its item rows, all pending; `extra` joins its settings (team: queue)."""
+    """A new run with its item rows, all pending; `extra` joins its settings (team: queue).
+    The judges' keys (`calibration.judge_keys`) are stored with it: only here are the
+    project's `[judge]` defaults, which pick a judge's model, known."""
+    described = [e.describe() for e in experiment.evaluators]
+    keys = {
+        "judgeKeys": calibration.judge_keys(described, config.get("judge")),
+        "calibration": RunSettings.from_config(config).calibration.as_dict(),
+    }
     return services.run_create(
         experiment=experiment,
-        settings={**run_settings(experiment, config, overrides), **(extra or {})},
+        settings={**run_settings(experiment, config, overrides), **keys, **(extra or {})},
         file=file,
         tags=tags or [],
         mode=mode,
@@ -139,7 +146,7 @@ def finalise(
         if run is None or (run.is_finished and run.summary):
             return None
         if failure:
-            Run.objects.filter(id=run_id).update(failure=failure)
+            Run.objects.filter(id=run_id).update(failure=storable.clean_message(failure))
         results.run_finalise(run_id, status=status)
         run = _results_written(run_id, config)
     _send_webhooks(config, run)

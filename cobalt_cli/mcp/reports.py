@@ -97,10 +97,12 @@ def error_tracebacks(run: Any) -> dict[int, str]:
 
 
 def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
+    from cobalt_app.calibration import calibration_json
     from cobalt_app.results import run_header
 
     return {
         **run_header(run),
+        "calibration": calibration_json(run),
         "resultsFile": project.relative(run.results_path),
         "budgetTokens": tokens,
     }
@@ -269,6 +271,10 @@ def describe_run(
         f"{header['name']} — run {header['id']} ({header.get('status')}, {total} items"
         f"{duration_text(summary.get('totalDurationMs'))}): {score_line(summary)}."
     ]
+    for name, found in (header.get("calibration") or {}).items():
+        rate = ((summary.get("scores") or {}).get(name) or {}).get("passRate")
+        raw = "no" if rate is None else f"{rate:.1%}"
+        lines.append(f"Judge {name} ({raw} raw pass rate): {found['line']}.")
     not_run = sum((summary.get("itemStatus") or {}).get(status, 0) for status in NOT_RUN)
     if not failing:
         passed = "No item that ran failed" if not_run else "All items passed"

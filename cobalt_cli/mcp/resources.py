@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from cobalt.redaction import MASK, redact
 from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reports import run_overview
 
@@ -17,7 +18,7 @@ def config_resource(project: Project) -> dict[str, Any]:
     from cobalt_app.providers import DEFAULT_KEY_VARS
 
     config = project.config()
-    data = config.redacted()
+    data = redact(config.data)
     judge = data.get("judge") or {}
     provider = judge.get("provider") or RUN_DEFAULTS.judge.provider
     variable = DEFAULT_KEY_VARS.get(provider, "")
@@ -38,8 +39,8 @@ def config_resource(project: Project) -> dict[str, Any]:
         "judge": {
             "provider": provider,
             "model": judge.get("model"),
-            "baseUrl": judge.get("base_url"),  # redacted with the rest by config.redacted()
-            "apiKey": "[REDACTED]" if key_source else None,
+            "baseUrl": judge.get("base_url"),  # redacted with the rest by `redact`
+            "apiKey": MASK if key_source else None,
             "apiKeySource": key_source,
         },
         "cache": {

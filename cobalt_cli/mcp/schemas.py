@@ -51,6 +51,12 @@ class RunDocument(Open):
     status: str
     file: str | None = None
     summary: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = Field(
+        None,
+        description="Per judge: agreement with people's labels (κ, TPR/TNR lower bounds), "
+        "its certificate (`summary`: calibrated, or the labels still needed) and the pass "
+        "rate corrected for its errors.",
+    )
     resultsFile: str | None = Field(None, description="Every item, in the project folder.")
     budgetTokens: int
     items: list[dict[str, Any]] = Field(
@@ -135,6 +141,38 @@ class LabelsOutput(Open):
         "judgeScore, judgeVerdict, disagrees."
     )
     page: ChangesPage
+
+
+class DisagreementsOutput(Open):
+    """`cobalt_judge_disagreements`: the agreement and a page of disagreements."""
+
+    judge: str
+    run: str
+    experiment: str
+    labels: int
+    agreement: dict[str, Any]
+    disagreements: list[dict[str, Any]] = Field(
+        description="In item order: input, output, judgeScore, judgeVerdict, judgeReason, "
+        "label, reviewer, note."
+    )
+    page: ChangesPage
+
+
+class PairwiseOutput(Open):
+    """`cobalt_pairwise`: run B's win rate over run A, ties half."""
+
+    judge: str
+    runA: str
+    runB: str
+    n: int
+    wins: int
+    tied: int
+    losses: int
+    winRate: float | None
+    low: float | None
+    high: float | None
+    errors: int
+    items: list[dict[str, Any]]
 
 
 class GenerateOutput(Open):

@@ -258,7 +258,9 @@ def serve() -> None:
 def serve_workspace(root: Path, projects: dict[str, Path]) -> None:
     """Workspace mode: each project is served by its own `cobalt mcp` (see `workspace`)."""
     wire = claim_stdout()
-    handler = logging.StreamHandler(sys.stderr)
+    from cobalt_app.log_redaction import redacting
+
+    handler = redacting(logging.StreamHandler(sys.stderr))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     cobalt_log = logging.getLogger("cobalt")
     cobalt_log.addHandler(handler)

@@ -15,6 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from cobalt_cli.mcp.authoring import cobalt_generate_tool
+from cobalt_cli.mcp.calibration import DISAGREEMENTS_SHOWN, judge_disagreements_tool, pairwise_tool
 from cobalt_cli.mcp.errors import database, tool_errors
 from cobalt_cli.mcp.labels import LABELS_SHOWN, cobalt_labels_tool
 from cobalt_cli.mcp.project import Project
@@ -23,8 +24,10 @@ from cobalt_cli.mcp.reports import ItemFilter, StatusName
 from cobalt_cli.mcp.running import cobalt_run_tool
 from cobalt_cli.mcp.schemas import (
     CompareOutput,
+    DisagreementsOutput,
     GenerateOutput,
     LabelsOutput,
+    PairwiseOutput,
     ResultsOutput,
     RunOutput,
 )
@@ -78,6 +81,8 @@ def tools(target: Project | Workspace) -> list[Tool]:
         results_tool(target),
         compare_tool(target),
         labels_tool(target),
+        disagreements_tool(target),
+        pairwise_compare_tool(target),
         generate_tool(target),
     ]
 
@@ -353,4 +358,61 @@ def generate_tool(target: Project | Workspace) -> Tool:
         "experiment file (default experiments/<agent>.cobalt.py) that imports the "
         "agent. Verifies the file imports. Refuses to overwrite an existing file unless "
         "overwrite is true.",
+    )
+
+
+def disagreements_tool(target: Project | Workspace) -> Tool:
+    async def cobalt_judge_disagreements(
+        ctx: Context,
+        judge: Annotated[str, Field(description="The judge (evaluator) name.")],
+        runId: Annotated[
+            str | None,
+            Field(description="A run id (or prefix). Default: the latest run with the judge."),
+        ] = None,
+        offset: Annotated[int, Field(ge=0, description="Skip this many disagreements.")] = 0,
+        limit: Annotated[
+            int, Field(ge=1, le=500, description="Disagreements to return (fewer if too long).")
+        ] = DISAGREEMENTS_SHOWN,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, DisagreementsOutput]:
+        arguments = {"judge": judge, "runId": runId, "offset": offset, "limit": limit}
+
+        def read(here: Project) -> CallToolResult:
+            return judge_disagreements_tool(
+                here, judge=judge, run_id=runId, offset=offset, limit=limit
+            )
+
+        return await answer(target, ctx, project, "cobalt_judge_disagreements", arguments, read)
+
+    return declare(
+        cobalt_judge_disagreements,
+        READS,
+        "Where a judge and the human reviewers disagree: each item's input, output, the "
+        "judge's score and reason, the reviewer's label and note; with the agreement "
+        "(Cohen's κ and its interval, TPR/TNR lower bounds). Edit the judge prompt, re-judge "
+        "the labelled items, call again to see κ move.",
+    )
+
+
+def pairwise_compare_tool(target: Project | Workspace) -> Tool:
+    async def cobalt_pairwise(
+        ctx: Context,
+        runA: Annotated[str, Field(description="Baseline run id.")],
+        runB: Annotated[str, Field(description="Candidate run id.")],
+        judge: Annotated[str, Field(description='A pairwise judge (type="pairwise").')],
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, PairwiseOutput]:
+        arguments = {"runA": runA, "runB": runB, "judge": judge}
+
+        def read(here: Project) -> CallToolResult:
+            return pairwise_tool(here, run_a=runA, run_b=runB, judge=judge)
+
+        return await answer(target, ctx, project, "cobalt_pairwise", arguments, read)
+
+    return declare(
+        cobalt_pairwise,
+        WRITES,
+        "Ask a pairwise judge which output is better for each item both runs scored, in "
+        "both orders (a tie when they disagree): run B's win rate over run A, ties half, "
+        "with a 95% interval. Calls the judge's model (cached).",
     )

@@ -28,7 +28,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult
 
-from cobalt.config import CONFIG_FILENAMES
+from cobalt.config import CONFIG_FILENAMES, RAN_HERE
 
 log = logging.getLogger("cobalt.mcp")
 
@@ -37,11 +37,17 @@ MAX_DEPTH = 6
 
 
 def find_projects(root: Path) -> dict[str, Path]:
-    """Project folders below `root` (relative name → folder); not below another project."""
+    """Project folders below `root` (relative name → folder); not below another project.
+    A project holds a configuration file, or `.cobalt/` (Cobalt ran there)."""
     found: dict[str, Path] = {}
 
+    def is_project(folder: Path) -> bool:
+        return (folder / RAN_HERE).is_dir() or any(
+            (folder / name).is_file() for name in CONFIG_FILENAMES
+        )
+
     def walk(folder: Path, depth: int) -> None:
-        if folder != root and any((folder / name).is_file() for name in CONFIG_FILENAMES):
+        if folder != root and is_project(folder):
             found[folder.relative_to(root).as_posix()] = folder
             return
         if depth >= MAX_DEPTH:
