@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
-from tests.team_harness import Team
+from cobalt_app import team_broker, team_lanes
+from tests.team_harness import REDIS_URL, Team
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -92,3 +95,31 @@ def test_concurrency_holds_on_a_loaded_machine_with_items_longer_than_the_visibi
         assert "raised unexpected" not in worker.err()
     assert most_at_once(team.folder / "spans.log") == (12, 3)
     assert_each_item_ran_once(team, 12)
+
+
+def test_a_runs_slots_go_to_one_lane_each_and_a_lane_that_lost_its_slot_learns_it(monkeypatch):
+    client = redis.Redis.from_url(REDIS_URL)
+    monkeypatch.setattr(team_broker, "_redis", client)
+    monkeypatch.setenv("COBALT_LEASE_GRACE", "30")
+    run_id = f"slots-{time.monotonic_ns()}"
+    here, there = team_lanes.Slots("worker-a"), team_lanes.Slots("worker-b")
+    first, second = here.take(run_id, 2), there.take(run_id, 2)
+    assert first is not None and second is not None and first.key != second.key
+    assert there.take(run_id, 2) is None  # a third lane of a run with concurrency 2
+    assert team_lanes.lanes_held(run_id, 2) == 2
+    assert 29_000 < client.pttl(first.key) <= 30_000
+
+    client.delete(first.key)  # expired while nobody wanted it: renewing takes it back
+    assert here.renew() == [] and client.get(first.key) == first.token.encode()
+    client.set(first.key, "another lane")  # expired, and another lane took it
+    assert here.renew() == [first]
+    here.release(first)  # the lane stops; the other lane's slot stays its own
+    assert client.get(first.key) == b"another lane"
+
+    there.release(second)
+    assert team_lanes.lanes_held(run_id, 2) == 1
+    third = there.take(run_id, 2)
+    assert third is not None and third.key == second.key
+    there.release(third)
+    client.delete(first.key)
+    assert team_lanes.lanes_held(run_id, 2) == 0
