@@ -3,7 +3,9 @@
 - `start_run()` creates the run and its item rows (`runs.lifecycle.create`, as the embedded
   mode does), then enqueues it; `team_wait.wait()` follows it where it was started.
 - A run is dispatched as lanes: at most `concurrency` messages, each naming a first few
-  items. A worker runs the lane of `runs.lane` — the embedded mode's loop too: claim with one
+  items. A lane executes only while it holds one of the run's `concurrency` slots
+  (`team_lanes`), so a message delivered twice or sent again by the sweeper adds no lane.
+  A worker runs the lane of `runs.lane` — the embedded mode's loop too: claim with one
   conditional UPDATE (pending → running, with a lease), execute, record only the claim still
   current, claim the run's next pending items — for a bounded time, then enqueues the lane's
   continuation. The last item finalises the run, found by counting in the database (no chords).
@@ -46,6 +48,7 @@ from cobalt_app.team_broker import (
     queue_size,
     redis_client,
 )
+from cobalt_app.team_lanes import lanes_held
 
 logger = logging.getLogger("cobalt.team")
 
@@ -127,17 +130,21 @@ def team_settings(no_cache: bool) -> dict[str, Any]:
 def enqueue(run_id: str, ids: list[int]) -> None:
     """Dispatch the run's pending items as lanes (call outside any open transaction).
 
-    At most `concurrency` messages (the run's setting), each with a first few item ids; a
-    worker that is done with them goes on claiming the run's next pending items itself, a
-    few at a time, until none is left. So the run's concurrency holds across all workers,
-    and a big run costs a handful of messages instead of one per item.
+    At most `concurrency` messages (the run's setting), less the lanes executing already,
+    each with a first few item ids; a worker that is done with them goes on claiming the
+    run's next pending items itself, a few at a time, until none is left. So a big run costs
+    a handful of messages instead of one per item; its concurrency holds across all workers
+    because a lane executes only while it holds one of the run's slots (`team_lanes`).
     """
     if not ids:
         return
     info = run_info(run_id)
+    lanes = info.concurrency - lanes_held(run_id, info.concurrency)
+    if lanes < 1:
+        return  # the executing lanes claim these items next
     size = chunk_size(len(ids), info.queue, info.concurrency)
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
-    transaction.on_commit(lambda: _send_lanes(run_id, chunks[: info.concurrency], size, info.queue))
+    transaction.on_commit(lambda: _send_lanes(run_id, chunks[:lanes], size, info.queue))
 
 
 def _send_lanes(run_id: str, chunks: list[list[int]], then: int, queue: str) -> None:
@@ -354,9 +361,11 @@ def _sweep_runs(report: SweepReport, config: Config | None) -> None:
             continue
         if counts.get(ItemResult.Status.RUNNING) or not counts.get(ItemResult.Status.PENDING):
             continue
-        # Pending work, nobody on it, its queue empty, nothing dispatched or claimed for a
-        # whole grace period: the messages left with a worker that died holding them.
+        # Pending work, no lane executing, its queue empty, nothing dispatched or claimed for
+        # a whole grace period: the messages left with a worker that died holding them.
         info = run_info(run_id)
+        if lanes_held(run_id, info.concurrency):
+            continue
         if info.queue not in queue_sizes:
             queue_sizes[info.queue] = queue_size(info.queue)
         if queue_sizes[info.queue]:

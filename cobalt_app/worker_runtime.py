@@ -7,7 +7,9 @@ runner and judge runs (so a module-level `AsyncOpenAI()` client keeps working), 
 thread that renews the leases of held items, announces the worker in Redis and sweeps.
 
 A Celery message is one lane of a run (`runs.lane.run_lane`, the embedded mode's loop too),
-for at most a third of the broker's visibility timeout; then its continuation is enqueued.
+executing while it holds one of the run's slots (`team_lanes`: never more lanes than the
+run's `concurrency`), for at most a third of the broker's visibility timeout; then its
+continuation is enqueued.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -28,7 +31,7 @@ from typing import Any, TypeVar
 from cobalt.config import Config, active_config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
-from cobalt_app import aio, discovery, engine, recordings, team, team_broker, traces
+from cobalt_app import aio, discovery, engine, recordings, team, team_broker, team_lanes, traces
 from cobalt_app.engine import EvalEnv
 from cobalt_app.runs import claims, lifecycle
 from cobalt_app.runs.lane import Held, LaneHost, RunStatuses, Step, failing_step, run_lane, step_for
@@ -57,6 +60,7 @@ class Runtime:
         self.runners = aio.Threads("cobalt-run", concurrency)
         self.recorder = Recorder(config=config, announce=team_broker.announce_progress)
         self.held: dict[int, Held] = {}
+        self.slots = team_lanes.Slots(self.name)
         self.lock = threading.Lock()
         self.files: dict[Path, tuple[int, discovery.LoadedFile]] = {}
         self.import_lock = threading.Lock()
@@ -141,45 +145,65 @@ class Runtime:
     # -- the lanes
 
     def lane(self, run_id: str, item_ids: list[int], then: int) -> str:
-        """Task body: a lane of the run (see `team.enqueue`), bounded in time: the message
-        must be acknowledged before the broker's visibility timeout gives it to another
-        worker as well (which would add a lane to the run); its continuation goes on, here or
-        elsewhere, from the run's next items."""
+        """Task body: a lane of the run (see `team.enqueue`), if one of the run's slots is
+        free (else `concurrency` lanes execute already: this message was delivered twice, or
+        sent again by the sweeper), bounded in time: the message must be acknowledged before
+        the broker's visibility timeout gives it to another worker as well; its continuation
+        goes on, here or elsewhere, from the run's next items."""
         self.ensure_started()
-        step = self._step(run_id)  # imports happen here, on this thread, never on the loop
-        end = self.on_loop(
-            run_lane(
-                run_id,
-                step,
-                self.host,
-                size=lambda: then,
-                first=item_ids,
-                deadline=time.monotonic() + lane_budget(),
-            )
-        ).result()
+        info = team.cached_run_info(run_id) or self.call_db(team.run_info, run_id)
+        slot = self.slots.take(run_id, info.concurrency)
+        if slot is None:
+            return "the run's lanes are all executing"
+        try:
+            step = self._step(info)  # imports happen here, on this thread, never on the loop
+            end = self.on_loop(
+                run_lane(
+                    run_id,
+                    step,
+                    self._lane_host(slot),
+                    size=lambda: then,
+                    first=item_ids,
+                    deadline=time.monotonic() + lane_budget(),
+                )
+            ).result()
+        finally:
+            self.slots.release(slot)  # before the continuation: it takes a free slot
         self.processed += end.recorded
         if end.more:
             self.call_db(team.enqueue_lane, run_id, then)
         return f"{end.executed} items"
 
-    def _step(self, run_id: str) -> Step:
+    def _lane_host(self, slot: team_lanes.Slot) -> LaneHost:
+        """The worker's host, for a lane holding `slot`: it stops when it loses the slot."""
+        return dataclasses.replace(
+            self.host,
+            stopping=lambda: slot.lost or self.stopping.is_set(),
+            hold=functools.partial(self._hold, slot=slot),
+            release=functools.partial(self._unhold, slot=slot),
+        )
+
+    def _step(self, info: team.RunInfo) -> Step:
         """The run's per-item step, or an error for each item saying why this worker cannot
         load the run's experiment."""
-        info = team.cached_run_info(run_id) or self.call_db(team.run_info, run_id)
         try:
             experiment = self.experiment(info)
         except CobaltError as exc:  # the worker's one catch: each item fails saying why
             return failing_step(str(exc))
         return step_for(experiment, info.config, self.env_for(info), self.runners)
 
-    def _hold(self, entries: list[Held]) -> None:
+    def _hold(self, entries: list[Held], slot: team_lanes.Slot | None = None) -> None:
         with self.lock:
             self.held.update((entry.claim.item_id, entry) for entry in entries)
+            if slot is not None:
+                slot.items.update(entry.claim.item_id for entry in entries)
 
-    def _unhold(self, entries: list[Held]) -> None:
+    def _unhold(self, entries: list[Held], slot: team_lanes.Slot | None = None) -> None:
         with self.lock:
             for entry in entries:
                 self.held.pop(entry.claim.item_id, None)
+                if slot is not None:
+                    slot.items.discard(entry.claim.item_id)
 
     # -- warm shutdown
 
@@ -260,15 +284,15 @@ class Runtime:
         """
         self._stop_if_orphaned()
         self._exit_if_loop_stopped()
+        for slot in self.slots.renew():  # before the leases: a dead lane's slot expires first
+            self._lost(slot)
         with self.lock:
             held = dict(self.held)
         if held:
             still = aio.guarded(claims.leases_renew, self.name, list(held))
             for item_id, entry in held.items():
                 if item_id not in still:
-                    entry.dropped = True
-                    if entry.task is not None:
-                        self.loop.call_soon_threadsafe(entry.task.cancel)
+                    self._drop_entry(entry)
         team_broker.worker_beat(
             self.name, self.describe(len(held)), ttl=team_broker.beat_interval() * 3 + 1
         )
@@ -276,6 +300,26 @@ class Runtime:
             report = aio.guarded(team.sweep, self.config)
             if report.requeued or report.abandoned or report.redispatched:
                 logger.warning("sweeper: %s", report)
+
+    def _drop_entry(self, entry: Held) -> None:
+        entry.dropped = True
+        if entry.task is not None:
+            self.loop.call_soon_threadsafe(entry.task.cancel)
+
+    def _lost(self, slot: team_lanes.Slot) -> None:
+        """Another lane took this lane's slot (this worker was silent for a whole grace
+        period): the lane stops, its items dropped. Their leases ran out with the slot (the
+        heartbeat renews both), so the sweeper gives them to the lanes executing now."""
+        slot.lost = True
+        with self.lock:
+            entries = [self.held[i] for i in slot.items if i in self.held]
+        for entry in entries:
+            self._drop_entry(entry)
+        logger.warning(
+            "a lane of run %s lost its slot to another lane: it stops, dropping %d items",
+            slot.run_id,
+            len(entries),
+        )
 
     def _stop_if_orphaned(self) -> None:
         """A process of `cobalt worker --processes N` whose supervisor was killed stops too

@@ -50,7 +50,7 @@ from cobalt import Dataset, Evaluator, experiment
 client = AsyncOpenAI()  # module level: must keep working across tasks on a worker
 HERE = Path(__file__).resolve().parent.parent
 LOG = HERE / "executions.log"
-SPANS = HERE / "spans.log"  # start and end time of every execution
+SPANS = HERE / "spans.log"  # start and end of every execution (failed or cancelled too)
 FLAG = HERE / "fail-odd-items"
 
 
@@ -75,18 +75,20 @@ async def run(ctx):
     started = time.time()
     with LOG.open("a") as fh:
         fh.write(f"{ctx.item['id']} {os.getpid()}\\n")
-    if ctx.index % 2 and FLAG.exists():
-        raise RuntimeError("flaky agent")
-    await asyncio.sleep(__DELAY__)
-    if not __CALL_AGENT__:
+    try:
+        if ctx.index % 2 and FLAG.exists():
+            raise RuntimeError("flaky agent")
+        await asyncio.sleep(__DELAY__)
+        if not __CALL_AGENT__:
+            return f"the answer to {ctx.item['question']}"
+        reply = await client.chat.completions.create(
+            model="agent-model",
+            messages=[{"role": "user", "content": f"ECHO: the answer to {ctx.item['question']}"}],
+        )
+        return reply.choices[0].message.content
+    finally:
         with SPANS.open("a") as fh:
             fh.write(f"{started} {time.time()}\\n")
-        return f"the answer to {ctx.item['question']}"
-    reply = await client.chat.completions.create(
-        model="agent-model",
-        messages=[{"role": "user", "content": f"ECHO: the answer to {ctx.item['question']}"}],
-    )
-    return reply.choices[0].message.content
 """
 
 

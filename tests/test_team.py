@@ -256,53 +256,6 @@ def test_two_workers_share_one_run(team: Team):
     assert min(n for _, n in per_worker) >= 2
 
 
-def test_the_experiments_concurrency_holds_across_workers(team: Team):
-    team.write_experiment(items=12, delay=0.4, concurrency=2, call_agent=False)
-    workers = [team.start_worker(), team.start_worker()]  # 8 threads in all, 2 asked for
-    result = team.cli("run")
-    assert result.returncode == 0, result.stderr
-    for worker in workers:
-        assert "raised unexpected" not in worker.err()  # no lane failed along the way
-    spans = [
-        tuple(map(float, line.split()))
-        for line in (team.folder / "spans.log").read_text().splitlines()
-    ]
-    assert len(spans) == 12
-    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
-    running, most = 0, 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    assert most == 2
-
-
-def most_at_once(spans_log: Path) -> tuple[int, int]:
-    """(executions, the most that ran at the same time) from the experiment's spans.log."""
-    spans = [tuple(map(float, line.split())) for line in spans_log.read_text().splitlines()]
-    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
-    running, most = 0, 0
-    for _, change in events:
-        running += change
-        most = max(most, running)
-    return len(spans), most
-
-
-@pytest.mark.timeout(240)
-def test_a_run_longer_than_the_visibility_timeout_keeps_its_concurrency(team: Team):
-    # Redis gives an unacknowledged message to a worker again after the visibility timeout
-    # (checked every 10 s): a lane that held its message for the whole run would gain a twin.
-    team.write_experiment(items=36, delay=1.0, concurrency=2, call_agent=False)
-    short = {"COBALT_VISIBILITY_TIMEOUT": "3"}
-    workers = [team.start_worker(env=short), team.start_worker(env=short)]
-    result = team.cli("run", timeout=180)
-    assert result.returncode == 0, result.stderr
-    for worker in workers:
-        assert "raised unexpected" not in worker.err()
-    executions, most = most_at_once(team.folder / "spans.log")
-    assert executions == 36 and most == 2
-    assert len(set(team.executions())) == len(team.executions()) == 36  # each item once
-
-
 def test_one_worker_command_can_run_several_processes(team: Team):
     team.write_experiment(items=12, delay=0.2)
     supervisor = team.start_worker_processes(2, concurrency=4)
