@@ -132,7 +132,7 @@ async def async_call(coro: Coroutine[Any, Any, T], *, timeout: float, grace: flo
     guard = ItemGuard()
     token = _guard.set(guard)
     try:
-        task = asyncio.ensure_future(coro)  # copies the context: the guard goes with it
+        task = asyncio.ensure_future(_carried(coro))  # copies the context: the guard goes too
     finally:
         _guard.reset(token)
     loop = asyncio.get_running_loop()
@@ -149,7 +149,27 @@ async def async_call(coro: Coroutine[Any, Any, T], *, timeout: float, grace: flo
         guard.stopped = "the item was cancelled"
         task.cancel()
         raise
-    return task.result()
+    try:
+        return task.result()
+    except _Escaped as escaped:
+        raise escaped.raised from None
+
+
+class _Escaped(Exception):  # noqa: N818 - carries, it is not an error of its own
+    """`SystemExit` or `KeyboardInterrupt` raised by the runner's own code: from a task,
+    asyncio lets them out of the event loop (the whole run would end), so they travel as an
+    ordinary exception and are raised again where the runner was awaited."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(repr(raised))
+        self.raised = raised
+
+
+async def _carried(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from None
 
 
 async def _task_stopped(task: asyncio.Task, grace: float) -> bool:

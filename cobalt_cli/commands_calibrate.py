@@ -2,7 +2,8 @@
 where it does not, and how far its verdicts move under bias probes; and the pairwise part of
 `cobalt compare A B --pairwise JUDGE` (its win rate).
 
-The reads live in `cobalt_app.judge_loop`, `cobalt_app.probes` and
+The printing lives in `cobalt_cli.calibrate_printing` (Rich is imported only when a command
+prints); the reads in `cobalt_app.judge_loop`, `cobalt_app.probes` and
 `cobalt_app.pairwise_compare`; these commands parse, call them and print.
 """
 
@@ -12,8 +13,6 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from cobalt_cli.console import EXIT_FAILED, out
 from cobalt_cli.project import setup
@@ -39,6 +38,7 @@ def calibrate(
     config = setup()
     from cobalt_app import judge_loop
     from cobalt_app import probes as probing
+    from cobalt_cli.calibrate_printing import print_agreement, print_disagreements, print_probes
 
     if probes:
         report = probing.run_probes(config, judge, run_id)
@@ -55,93 +55,10 @@ def calibrate(
     print_disagreements(out(), report)
 
 
-def print_agreement(console: Console, report: dict[str, Any]) -> None:
-    """The header, the confusion matrix and the calibration line (κ, bounds, certificate)."""
-    confusion = report["agreement"]["confusion"]
-    pooled = report["runsPooled"]
-    console.print(
-        f"\n Judge [bold]{escape(report['judge'])}[/] on run [bold]{report['run']}[/]"
-        f" ({escape(report['experiment'])}): {report['labels']} current labels on this run;"
-        f" agreement over {pooled} run{'s' * (pooled != 1)} with judge version "
-        f"{report['judgeKey']}"
-    )
-    console.print(
-        f"   judge pass / reviewer pass {confusion['tp']}, judge fail / reviewer pass "
-        f"{confusion['fn']}, judge pass / reviewer fail {confusion['fp']}, both fail "
-        f"{confusion['tn']}"
-    )
-    console.print(f"   {escape(report['calibration']['line'])}")
-
-
-def print_disagreements(console: Console, report: dict[str, Any]) -> None:
-    rows = report["disagreements"]
-    console.print(f"\n [bold]Disagreements[/] ({len(rows)})")
-    for row in rows:
-        score = "—" if row["judgeScore"] is None else f"{row['judgeScore']:.2f}"
-        console.print(
-            f"\n   item {row['item']} [dim]{escape(str(row['itemKey']))}[/]: judge "
-            f"{escape(row['judgeVerdict'])} ({score}), {escape(row['reviewer'])} said "
-            f"[bold]{escape(row['label'])}[/]"
-        )
-        for name in ("input", "output", "judgeReason", "note"):
-            value = row[name]
-            if value not in (None, ""):
-                text = value if isinstance(value, str) else json.dumps(value, default=str)
-                console.print(f"     {name}: {escape(text)}", soft_wrap=True)
-    if rows:
-        console.print(
-            f"\n Edit the judge's prompt, then `cobalt rejudge {report['run']} --evaluator "
-            f"{escape(report['judge'])} --labelled` and calibrate the new run.\n"
-        )
-
-
-def print_probes(console: Console, report: dict[str, Any]) -> None:
-    console.print(
-        f"\n Bias probes of [bold]{escape(report['judge'])}[/] ({escape(report['type'])}) on "
-        f"{report['items']} labelled items of run [bold]{report['run']}[/]"
-    )
-    for probe in report["probes"]:
-        rate = "—" if probe["flipRate"] is None else f"{probe['flipRate']:.0%}"
-        direction = (
-            f": {probe['toPass']} toward pass, {probe['toFail']} toward fail"
-            if probe["toPass"] is not None
-            else ""
-        )
-        console.print(
-            f"   {probe['probe']:<17} {probe['moved']} on {probe['flips']}/{probe['n']} ({rate})"
-            + direction
-            + (f"; {probe['errors']} not judged" if probe["errors"] else "")
-            + f"  [dim]({escape(probe['about'])})[/]"
-        )
-        for message in probe["errorMessages"]:
-            console.print(f"     [red]error:[/] {escape(message)}")
-    console.print()
-
-
-def print_pairwise(console: Console, result: dict[str, Any]) -> None:
-    """The pairwise judge's win rate of B over A (ties half), with the errors named."""
-    console.print(
-        f"\n Pairwise judge [bold]{escape(result['judge'])}[/]: B vs A on {result['n']} items "
-        f"(both orders asked)"
-    )
-    if result["winRate"] is not None:
-        console.print(
-            f"   B wins {result['wins']}, ties {result['tied']} ({result['orderDisagreements']} "
-            f"where the orders disagreed), A wins {result['losses']}"
-        )
-        console.print(
-            f"   win rate of B {result['winRate']:.2f} (95% {result['low']:.2f} to "
-            f"{result['high']:.2f}; {result['ties']}, {result['method']})"
-        )
-    if result["errors"]:
-        console.print(f"   [red]{result['errors']} pairs could not be judged:[/]")
-        for message in result["errorMessages"]:
-            console.print(f"     {escape(message)}")
-
-
 def pairwise_in_compare(a: Any, b: Any, judge: str, config: Any) -> None:
     """`cobalt compare --pairwise`: print the win rate; exit 1 when no pair could be judged."""
     from cobalt_app.pairwise_compare import pairwise_compare
+    from cobalt_cli.calibrate_printing import print_pairwise
 
     result = pairwise_compare(a, b, judge, config, find_in_file=True)
     print_pairwise(out(), result)

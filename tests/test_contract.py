@@ -202,7 +202,7 @@ def test_a_timeout_error_raised_by_the_agent_is_an_error_with_its_traceback(proj
     assert items["own"]["status"] == "error"
     assert items["own"]["error"] == "TimeoutError: the upstream API gave up"
     assert items["slow"]["status"] == "timeout"
-    assert items["slow"]["error"] == "timed out after 0.5s (the runner was cancelled)"
+    assert items["slow"]["error"] == "timed out after 0.5s (its code was stopped)"
     junit = (project.path / "junit.xml").read_text()
     assert "Traceback (most recent call last)" in junit
     assert 'raise TimeoutError("the upstream API gave up")' in junit
