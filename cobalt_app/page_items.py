@@ -87,11 +87,6 @@ class Paging:
     def has_next(self) -> bool:
         return self.number < self.pages
 
-
-@dataclass
-class ItemsPage(Paging):
-    rows: list[ItemRow] = field(default_factory=list)
-
     @property
     def start(self) -> int:
         return (self.number - 1) * self.per_page + 1 if self.total else 0
@@ -99,6 +94,11 @@ class ItemsPage(Paging):
     @property
     def end(self) -> int:
         return min(self.total, self.number * self.per_page)
+
+
+@dataclass
+class ItemsPage(Paging):
+    rows: list[ItemRow] = field(default_factory=list)
 
     @property
     def summary(self) -> str:

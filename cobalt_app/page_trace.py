@@ -56,14 +56,6 @@ class TracePage(Paging):
     missing: str = ""  # why the trace was not captured ("" when it was)
     groups: list[StepGroup] = field(default_factory=list)
 
-    @property
-    def start(self) -> int:
-        return (self.number - 1) * self.per_page + 1 if self.total else 0
-
-    @property
-    def end(self) -> int:
-        return min(self.total, self.number * self.per_page)
-
 
 def item_trace(item: ItemResult, page: int = 1) -> TracePage:
     """Page `page` of the trace of an item read with `select_related("trace")`."""

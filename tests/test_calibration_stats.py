@@ -138,3 +138,20 @@ def test_reviewer_agreement_is_cohens_kappa_for_two_and_krippendorffs_alpha_for_
     assert three.method == "krippendorff_alpha" and three.value == pytest.approx(1.0)
     alone = reviewer_agreement({"ann": dict(enumerate(first))})  # type: ignore[arg-type]
     assert alone.value is None and "one reviewer" in alone.state
+
+
+def test_the_wilson_interval_is_scipys_without_importing_it():
+    from scipy import stats
+
+    for successes, total, confidence in [
+        (0, 10, 0.95),
+        (62, 80, 0.95),
+        (45, 300, 0.95),
+        (7, 20, 0.9),
+    ]:
+        expected = stats.binomtest(successes, total).proportion_ci(
+            confidence_level=confidence, method="wilson"
+        )
+        low, high = wilson(successes, total, confidence)
+        assert low == pytest.approx(expected.low, abs=1e-12)
+        assert high == pytest.approx(expected.high, abs=1e-12)

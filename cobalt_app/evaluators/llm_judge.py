@@ -177,6 +177,29 @@ def judge_settings(evaluator: Evaluator, judge: dict[str, Any]) -> dict[str, Any
     }
 
 
+async def chat_once(
+    env: Any, target: dict[str, Any], usage: Usage, message: str, params: dict, purpose: str
+) -> str:
+    """One call of a judge model (`judge_target`), its tokens counted on `usage`; a provider's
+    failure is the evaluation's error. The judges call it twice at most: again with the strict
+    format instruction when the first reply cannot be read."""
+    try:
+        reply = await env.hub.chat(
+            provider=target["provider"],
+            model=target["model"],
+            system=SYSTEM_PROMPT,
+            user=message,
+            base_url=target["base_url"],
+            api_key_env=target["api_key_env"],
+            params=dict(params),
+            purpose=purpose,
+        )
+    except ProviderError as exc:
+        raise usage.error(str(exc)) from exc
+    usage.add(target["model"], reply.input_tokens, reply.output_tokens)
+    return reply.text
+
+
 async def ask_judge(
     evaluator: Evaluator, prompt: str, env: Any, *, params: dict[str, Any] | None = None
 ) -> EvalOutcome:
@@ -189,29 +212,17 @@ async def ask_judge(
 
     async def judged(usage: Usage) -> dict[str, Any]:
         replies: list[str] = []
-        for attempt in range(2):
-            message = user if attempt == 0 else f"{user}\n\n{strict_instruction}"
-            try:
-                reply = await env.hub.chat(
-                    provider=target["provider"],
-                    model=target["model"],
-                    system=SYSTEM_PROMPT,
-                    user=message,
-                    base_url=target["base_url"],
-                    api_key_env=target["api_key_env"],
-                    params=dict(params),
-                    purpose=f"the llm-judge {evaluator.name!r}",
-                )
-            except ProviderError as exc:
-                raise usage.error(str(exc)) from exc
-            usage.add(target["model"], reply.input_tokens, reply.output_tokens)
-            replies.append(reply.text)
-            parsed = parse_judgement(reply.text, scoring)
+        for message in (user, f"{user}\n\n{strict_instruction}"):
+            text = await chat_once(
+                env, target, usage, message, params, f"the llm-judge {evaluator.name!r}"
+            )
+            replies.append(text)
+            parsed = parse_judgement(text, scoring)
             if parsed is not None:
                 score, reason = parsed
                 judgement: dict[str, Any] = {"score": score, "reason": reason}
                 if evaluator.options.get("chain_of_thought"):
-                    thought = reasoning_of(reply.text)
+                    thought = reasoning_of(text)
                     if thought:
                         judgement["chainOfThought"] = thought
                 return judgement
@@ -220,16 +231,21 @@ async def ask_judge(
         expected = '{"pass": true|false, ...}' if scoring == "boolean" else '{"score": 0..1, ...}'
         raise usage.error(f"the judge did not answer JSON {expected} twice; last reply: {shown!r}")
 
-    request = {
-        "kind": "llm-judge",
+    request = judge_request("llm-judge", target, params, user)
+    return await cached_judgement(evaluator, env, request, judged)
+
+
+def judge_request(kind: str, target: dict[str, Any], params: dict, prompt: str) -> dict:
+    """What a judge's answer is cached under: every input of its call but the key."""
+    return {
+        "kind": kind,
         "provider": target["provider"],
         "model": target["model"],
         "base_url": target["base_url"],
         "params": params,
         "system": SYSTEM_PROMPT,
-        "prompt": user,
+        "prompt": prompt,
     }
-    return await cached_judgement(evaluator, env, request, judged)
 
 
 async def cached_judgement(

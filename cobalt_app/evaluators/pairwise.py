@@ -27,13 +27,13 @@ from cobalt_app.evaluators.base import (
     register,
 )
 from cobalt_app.evaluators.llm_judge import (
-    SYSTEM_PROMPT,
+    chat_once,
     judge_provider,
+    judge_request,
     judge_target,
     judgement_data,
 )
 from cobalt_app.evaluators.usage import Usage
-from cobalt_app.providers import ProviderError
 from cobalt_app.templating import TemplateError, render, template_context
 
 DEFAULT_PROMPT = "Which of the two outputs answers this input better?\n\nInput:\n{{input}}"
@@ -105,42 +105,22 @@ async def _ask(
 
     async def judged() -> dict[str, Any]:
         last = ""
-        for attempt in range(2):
-            message = user if attempt == 0 else f"{user}\n\n{PAIR_STRICT}"
-            try:
-                reply = await env.hub.chat(
-                    provider=target["provider"],
-                    model=target["model"],
-                    system=SYSTEM_PROMPT,
-                    user=message,
-                    base_url=target["base_url"],
-                    api_key_env=target["api_key_env"],
-                    params=dict(params),
-                    purpose=f"the pairwise judge {evaluator.name!r}",
-                )
-            except ProviderError as exc:
-                raise usage.error(str(exc)) from exc
-            usage.add(target["model"], reply.input_tokens, reply.output_tokens)
-            data = judgement_data(reply.text)
+        for message in (user, f"{user}\n\n{PAIR_STRICT}"):
+            text = await chat_once(
+                env, target, usage, message, params, f"the pairwise judge {evaluator.name!r}"
+            )
+            data = judgement_data(text)
             winner = parse_winner(data)
             if winner is not None:
                 return {"winner": winner, "reason": str((data or {}).get("reason") or "")}
-            last = reply.text.strip().replace("\n", " ")
+            last = text.strip().replace("\n", " ")
         shown = last if len(last) <= 200 else last[:197] + "..."
         raise usage.error(
             f'the pairwise judge {evaluator.name!r} did not answer JSON {{"winner": "A"|"B"|'
             f'"tie", ...}} twice; last reply: {shown!r}'
         )
 
-    request = {
-        "kind": "pairwise",
-        "provider": target["provider"],
-        "model": target["model"],
-        "base_url": target["base_url"],
-        "params": params,
-        "system": SYSTEM_PROMPT,
-        "prompt": user,
-    }
+    request = judge_request("pairwise", target, params, user)
     answer, cached = await cached_call(
         env, request, judged, provider=target["provider"], model=target["model"]
     )
