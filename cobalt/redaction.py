@@ -94,6 +94,10 @@ QUOTED_VALUE = re.compile(r"(\\?[\"'])([A-Za-z][\w.-]*)\1(\s*:\s*)(\\?[\"'])([^\
 # holds another (`sign` holds `sig`) is left out: one scan of the text per piece.
 _PIECES = [*(w[:4] for w in SECRET_WORDS), "://", "k-", "aiza", "eyj", "bearer", "basic"]
 HINTS = tuple(sorted({p for p in _PIECES if not any(o != p and o in p for o in _PIECES)}))
+# Every stored text is scanned for them (a trace holds dozens per item): one regular
+# expression is quicker on a short text, one substring search per piece on a long one.
+HINT_PATTERN = re.compile("|".join(map(re.escape, HINTS)))
+SHORT_TEXT = 160
 
 HOOK_KEYS = ("url", "webhooks")  # a webhook address: given alone, or in the configuration
 
@@ -148,7 +152,11 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
 def may_hold(text: str, secrets: Iterable[str] = ()) -> bool:
     """Whether a text may hold something to hide: without, it is kept as it is (most are)."""
     folded = text.casefold()
-    return any(hint in folded for hint in HINTS) or any(s and s in text for s in secrets)
+    if len(folded) < SHORT_TEXT:
+        hinted = HINT_PATTERN.search(folded) is not None
+    else:
+        hinted = any(hint in folded for hint in HINTS)
+    return hinted or any(s and s in text for s in secrets)
 
 
 def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:

@@ -195,8 +195,8 @@ def process_secrets() -> tuple[str, ...]:
     """The values of this process's secret-looking environment variables, read again only
     when the environment changed (asked for every stored item)."""
     environ = getattr(os.environ, "_data", None)  # CPython's own: compared in C, quickly
-    snapshot = tuple(environ.items()) if isinstance(environ, dict) else None
-    if snapshot is None or snapshot != _environment[0]:
+    if not isinstance(environ, dict) or environ != _environment[0]:
+        snapshot = dict(environ) if isinstance(environ, dict) else None
         _environment[:] = [snapshot, environment_secrets(os.environ)]
     return _environment[1]
 

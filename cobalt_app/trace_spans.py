@@ -50,16 +50,18 @@ def shown(value: Any, max_chars: int, secrets: Sequence[str] = ()) -> str | None
     if value is None:
         return None
     if isinstance(value, str):
-        try:
-            json_like = value[:1] in ("{", "[") and may_hold(value, secrets)
-            parsed = json.loads(value) if json_like else None
-        except ValueError:
-            parsed = None
-        text = (
-            json.dumps(redact(parsed, secrets=secrets), ensure_ascii=False)
-            if parsed is not None
-            else redact_text(value, secrets)
-        )
+        if not may_hold(value, secrets):  # most texts: scanned once, kept as they are
+            text = value
+        else:
+            try:
+                parsed = json.loads(value) if value[:1] in ("{", "[") else None
+            except ValueError:
+                parsed = None
+            text = (
+                json.dumps(redact(parsed, secrets=secrets), ensure_ascii=False)
+                if parsed is not None
+                else redact_text(value, secrets)
+            )
     else:
         try:
             text = json.dumps(redact(value, secrets=secrets), ensure_ascii=False, default=str)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -105,3 +106,52 @@ def test_the_admin_still_lists_every_model_though_commands_do_not_register_them(
         assert f"/admin/{'auth' if model == 'user' else 'cobalt_app'}/{model}/" in page.text
     assert admin_client.get("/admin/cobalt_app/run/").status_code == 200
     assert len(admin.site._registry) >= 6
+
+
+SCHEMA = """
+import json, re, sqlite3, sys
+from cobalt_cli.project import setup
+if sys.argv[1] == "migrate":
+    setup(migrate=False)
+    from django.core.management import call_command
+    call_command("migrate", interactive=False, verbosity=0)
+else:
+    setup()
+db = sqlite3.connect(".cobalt/history.db")
+tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+schema = {}
+for table in tables:
+    columns = sorted(map(list, db.execute(f"SELECT name, type, [notnull], dflt_value, pk FROM pragma_table_info('{table}')")))
+    indexes = sorted([name, unique, [c[0] for c in db.execute(f"SELECT name FROM pragma_index_info('{name}') ORDER BY seqno")]]
+        for name, unique in db.execute(f"SELECT name, [unique] FROM pragma_index_list('{table}')"))
+    keys = sorted(map(list, db.execute(f"SELECT [table], [from], [to], on_delete FROM pragma_foreign_key_list('{table}')")))
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE name = ?", [table]).fetchone()[0]
+    checks = sorted(re.findall(r"CHECK \\(((?:[^()]|\\([^()]*\\))*)\\)", sql))
+    schema[table] = [columns, indexes, keys, checks]
+rows = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("django_migrations", "auth_permission", "django_content_type")}
+print(json.dumps([schema, rows]))
+"""
+
+
+def test_a_new_database_gets_the_schema_its_migrations_build(tmp_path):
+    # A new embedded database is created from the models at once (cobalt_project.bootstrap):
+    # the same tables, columns, indexes, keys, checks and recorded migrations as `migrate`.
+    built = {}
+    for way in ("create", "migrate"):
+        folder = tmp_path / way
+        folder.mkdir()
+        (folder / "cobalt.toml").write_text("")
+        done = subprocess.run(
+            [sys.executable, "-c", SCHEMA, way],
+            cwd=folder,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        built[way] = json.loads(done.stdout)
+    (created, created_rows), (migrated, migrated_rows) = built["create"], built["migrate"]
+    assert "cobalt_app_itemresult" in created
+    assert sorted(created) == sorted(migrated)
+    assert {t: s for t, s in created.items() if s != migrated[t]} == {}
+    assert created_rows == migrated_rows
