@@ -31,9 +31,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 MIN_AGREEMENT_LABELS = 10  # below this, no κ or rate is shown: a handful says nothing
 DEFAULT_MIN_LABELS = 30  # per class, for a certificate
@@ -139,6 +140,8 @@ def _rate(successes: int, total: int, enough: bool) -> Rate:
 def kappa_interval(tp: int, fn: int, fp: int, tn: int) -> tuple[float, float, float] | None:
     """Cohen's κ of a 2×2 table and its 95% interval (Fleiss, Cohen & Everitt 1969 variance);
     None when κ is undefined (chance agreement is 1)."""
+    import numpy as np  # here: `cobalt run` reads calibration, rarely computes one
+
     n = tp + fn + fp + tn
     if n == 0:
         return None
@@ -316,6 +319,8 @@ class CorrectedRate:
 def rogan_gladen(p: Any, tpr: Any, tnr: Any) -> Any:
     """(p + TNR − 1)/(TPR + TNR − 1), clipped to [0, 1]; NaN where the judge is no better than
     chance (TPR + TNR ≤ 1). Works on numbers and numpy arrays."""
+    import numpy as np
+
     p, tpr, tnr = np.asarray(p, float), np.asarray(tpr, float), np.asarray(tnr, float)
     denominator = tpr + tnr - 1
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -334,6 +339,8 @@ def corrected_pass_rate(
 ) -> CorrectedRate:
     """The true pass rate of a run whose judge passed `passes` of `n` items, corrected for the
     judge's TPR and TNR measured in `result` (see the module docstring for the interval)."""
+    import numpy as np
+
     raw = passes / n if n else 0.0
     if n == 0:
         return CorrectedRate(raw, None, None, None, "no judged items")
@@ -400,6 +407,8 @@ def corrected_delta(
     """The change of the corrected pass rate from run A to run B, each `(passes, n)`. With
     `shared` (the same judge key: the same labels), one draw of the judge's rates corrects
     both runs, so its error cancels where it should; otherwise each is drawn on its own."""
+    import numpy as np
+
     (passes_a, n_a), (passes_b, n_b) = a, b
     raw = (passes_b / n_b if n_b else 0.0) - (passes_a / n_a if n_a else 0.0)
     both = (calibration_a, calibration_b)

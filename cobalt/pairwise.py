@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 BOOTSTRAP_DRAWS = 4000
 TIES = "ties count as half a win"
 METHOD = "95% percentile bootstrap over items (seeded)"
@@ -77,6 +75,8 @@ class WinRate:
 
 def win_rate(outcomes: Sequence[str], *, order_disagreements: int = 0, seed: int = 0) -> WinRate:
     """The win rate of `outcomes` ("win", "tie", "loss"), ties half, with a bootstrap interval."""
+    import numpy as np  # here: every `cobalt run` loads the pairwise evaluator, few use it
+
     counts = {name: sum(1 for o in outcomes if o == name) for name in OUTCOME_SCORE}
     if not outcomes:
         return WinRate(0, 0, 0, None, None, None, order_disagreements)
