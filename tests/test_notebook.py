@@ -50,6 +50,13 @@ def test_a_notebook_runs_an_experiment_and_shows_its_report(project: Project):
             'again = await experiment("awaited-run", dataset, agent, evaluators=[exact])\n'
             "print(again.status, len(again.items), [f['key'] for f in again.failures()])"
         ),
+        nbformat.v4.new_code_cell(  # a runaway sync agent: stopped at its timeout
+            "from cobalt import Dataset\n"
+            "def spin(ctx):\n    while True:\n        pass\n"
+            'two = Dataset(items=[{"id": "a"}, {"id": "b"}])\n'
+            'stopped = experiment("runaway", two, spin, timeout=1)\n'
+            "print([item['error'] for item in stopped.items])"
+        ),
     ]
     client = NotebookClient(
         notebook,
@@ -73,7 +80,13 @@ def test_a_notebook_runs_an_experiment_and_shows_its_report(project: Project):
     )
     printed = "".join(o.get("text", "") for o in awaited_cell.outputs if o.output_type == "stream")
     assert printed.strip() == "completed 12 ['q0', 'q4', 'q7', 'q8']"
-    assert runs_in_history(project) == [("notebook-run", "completed"), ("awaited-run", "completed")]
+    printed = "".join(o.get("text", "") for o in notebook.cells[3].outputs if "text" in o)
+    assert printed.count("timed out after 1s (its code was stopped)") == 2, printed
+    assert [name for name, _ in runs_in_history(project)] == [
+        "notebook-run",
+        "awaited-run",
+        "runaway",
+    ]
 
 
 def test_experiment_inside_asyncio_run_returns_its_report(project: Project):

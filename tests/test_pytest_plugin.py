@@ -91,6 +91,33 @@ def test_each_item_is_a_test_that_fails_with_its_key_and_reason(project: Project
     assert history(project) == [("qa-agent", 4)]  # one run, in the history
 
 
+RUNAWAY = """
+import time
+from cobalt import Dataset, experiment
+
+calls = []
+
+
+@experiment("runaway", Dataset(items=[{"id": "spins"}, {"id": "quick"}]), timeout=1)
+def run(ctx):
+    if ctx.item["id"] == "quick":
+        return "done"
+    while True:  # an agent loop that never ends: stopped at its next instruction
+        calls.append(time.monotonic())
+"""
+
+
+def test_an_item_past_its_timeout_is_stopped_and_fails_its_test(project: Project):
+    project.write("experiments/runaway.cobalt.py", RUNAWAY)
+    result = pytest_in(project, "-v", "experiments")
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "experiments/runaway.cobalt.py::runaway[quick] PASSED" in out
+    assert "experiments/runaway.cobalt.py::runaway[spins] FAILED" in out
+    assert "timed out after 1s (its code was stopped)" in out
+    assert "did not stop" not in out  # the thread was interrupted, not abandoned
+
+
 def test_k_runs_only_the_selected_items_and_lf_reruns_the_failures(project: Project):
     project.write("experiments/qa.cobalt.py", QA)
     selected = pytest_in(project, "-v", "-k", "france or peru")
