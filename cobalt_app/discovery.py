@@ -17,6 +17,7 @@ from pathlib import Path
 from cobalt.config import Config
 from cobalt.errors import CobaltError, NotFoundError
 from cobalt.experiments import Experiment, collecting
+from cobalt_app.storable import redacted
 from cobalt_app.tracebacks import user_traceback
 
 
@@ -188,8 +189,10 @@ def load_file(path: Path, project_dir: Path) -> LoadedFile:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             sys.modules.pop(name, None)
-            loaded.error = f"{type(exc).__name__}: {exc}{shadowed_folder_hint(exc, project_dir)}"
-            loaded.traceback = user_traceback(exc)
+            # Printed, logged by CI and answered by the API and MCP: no secret in either.
+            error = f"{type(exc).__name__}: {exc}{shadowed_folder_hint(exc, project_dir)}"
+            loaded.error = redacted(error)
+            loaded.traceback = redacted(user_traceback(exc))
             return loaded
     for experiment in found:
         experiment.file = str(path)

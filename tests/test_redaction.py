@@ -290,3 +290,17 @@ def test_the_debug_error_page_shows_settings_without_url_passwords(settings):
 
     assert "redis://:***@redis.internal:6379/0" in page
     assert SECRETS[0] not in page
+
+
+def test_an_experiment_file_that_fails_to_import_is_reported_without_its_secrets(tmp_path):
+    from cobalt_app.discovery import load_file
+
+    path = tmp_path / "bad.cobalt.py"
+    path.write_text(
+        'KEY = "sk-proj-abcdefghijklmnop1234"\n'
+        'raise RuntimeError(f"login failed with {KEY}; token=supersecretvalue123")\n'
+    )
+    loaded = load_file(path, tmp_path)
+    assert loaded.error == "RuntimeError: login failed with ***; token=***"
+    assert 'raise RuntimeError(f"login failed with {KEY}; token=***")' in loaded.traceback
+    assert "supersecret" not in loaded.traceback and "sk-proj" not in loaded.traceback
