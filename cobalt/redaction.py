@@ -87,8 +87,12 @@ SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer\s+|basic\s+(?=[A-Za-z_\-.=+/~]*\d
 # pair cannot swallow the next (`failed: key=abc`).
 NAME_SEPARATOR = re.compile(r"\b([A-Za-z][\w-]*)(\s*[=:]\s*)")
 NAMED_VALUE = re.compile(r"(?!\{|\*\*\*)[^\s,;'\"&\\]{3,}")
-# `"name": "value"` in a JSON text or a repr (escaped quotes too: JSON inside a JSON string).
-QUOTED_VALUE = re.compile(r"(\\?[\"'])([A-Za-z][\w.-]*)\1(\s*:\s*)(\\?[\"'])([^\"'\\\n]+)\4")
+# `"name": "value"` in a JSON text or a repr, the value's own escapes included (`"a\"b"`)...
+QUOTED_VALUE = re.compile(r"""(["'])([A-Za-z][\w.-]*)\1(\s*:\s*)(["'])((?:(?!\4)[^\\\n]|\\.)+)\4""")
+# ... and in JSON inside a JSON string (`\"name\": \"value\"`), whose escaped quote is `\\\"`.
+ESCAPED_QUOTED_VALUE = re.compile(
+    r'(\\")([A-Za-z][\w.-]*)\\"(\s*:\s*)(\\")((?:\\\\\\"|\\\\\\\\|\\\\[^\\"\n]|[^"\\\n])+?)\\"'
+)
 # Case-folded pieces one of which every text with something to hide holds: the others are
 # returned as they are without running the patterns (most of a trace's texts). A piece that
 # holds another (`sign` holds `sig`) is left out: one scan of the text per piece.
@@ -146,6 +150,7 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     text = KEY_SHAPED.sub(MASK, text)
     text = SCHEME_CREDENTIAL.sub(lambda m: f"{m.group(1).rstrip()} {MASK}", text)
     text = QUOTED_VALUE.sub(_hide_quoted_value, text)
+    text = ESCAPED_QUOTED_VALUE.sub(_hide_quoted_value, text)
     return _hide_named_values(text)
 
 

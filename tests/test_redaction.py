@@ -304,3 +304,22 @@ def test_an_experiment_file_that_fails_to_import_is_reported_without_its_secrets
     assert loaded.error == "RuntimeError: login failed with ***; token=***"
     assert 'raise RuntimeError(f"login failed with {KEY}; token=***")' in loaded.traceback
     assert "supersecret" not in loaded.traceback and "sk-proj" not in loaded.traceback
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"api_key": 'abc"defghij'},  # a quote inside the secret
+        {"password": "p4ss\\word99"},  # a backslash
+        {"body": json.dumps({"api_key": 'abcd"efghij', "n": "x"})},  # JSON inside JSON
+        {"body": json.dumps({"token": "ab\\cd\nef", "n": "x"})},
+    ],
+)
+def test_a_named_secret_with_escapes_in_a_json_text_is_hidden_whole(value):
+    from cobalt.redaction import redact_text
+
+    text = json.dumps(value)
+    hidden = redact_text(text)
+    assert json.loads(hidden)  # still JSON
+    for fragment in ("defghij", "word99", "cd", "ef"):
+        assert fragment not in hidden.replace('"n"', ""), hidden
