@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests import cli_zygote
 from tests.fake_provider import FakeProvider
 
 if TYPE_CHECKING:  # imported where used: tests.team_harness imports this module
@@ -228,15 +229,7 @@ def cobalt_cli(fake_provider_server: FakeProvider):
             "ANTHROPIC_API_KEY": "sk-ant-test-SECRET-0002",
         }
         base.update(env or {})
-        return subprocess.run(
-            [sys.executable, "-m", "cobalt_cli", *args],
-            cwd=folder,
-            env=cli_env(base),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=input,
-        )
+        return cli_zygote.run(list(args), folder, cli_env(base), input=input, timeout=timeout)
 
     return run
 
