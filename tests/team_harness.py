@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 import redis
 
+from tests import cli_zygote
 from tests.conftest import REPO, TEST_REDIS_DB, cli_env, free_port  # noqa: F401 (re-exported)
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -404,14 +405,7 @@ class Team:
         return [w for w in found if w.get("queues") == [self.queue]]
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cobalt_cli", *args],
-            cwd=self.folder,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return cli_zygote.run(list(args), self.folder, self.env, timeout=timeout)
 
     def cli_background(self, *args: str) -> Process:
         return self.spawn([sys.executable, "-m", "cobalt_cli", *args])

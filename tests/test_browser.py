@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import cli_zygote
 from tests.conftest import (
     REPO,
     Project,
@@ -125,14 +126,7 @@ class Site:
 
 
 def cobalt_run(project: Project, *args: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "run", *args],
-        cwd=project.path,
-        env=cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli_zygote.run(["run", *args], project.path, cli_env(env))
     assert done.returncode == 0, done.stdout + done.stderr
     return re.search(r"Run ID: (\w+)", done.stdout).group(1)
 
