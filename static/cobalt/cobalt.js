@@ -69,6 +69,27 @@
         },
       };
     },
+    pareto: function (d) {
+      // A sweep's variants: quality against cost; the Pareto-optimal ones drawn larger.
+      return {
+        type: "scatter",
+        data: {
+          datasets: [
+            { label: "Pareto-optimal", data: d.front, backgroundColor: colour(2), pointRadius: 8, pointStyle: "star" },
+            { label: "dominated", data: d.others, backgroundColor: colour(0, 0.5), pointRadius: 5 },
+          ],
+        },
+        options: {
+          scales: {
+            x: { title: { display: true, text: d.xLabel } },
+            y: { min: 0, max: 1, title: { display: true, text: "mean score" } },
+          },
+          plugins: {
+            tooltip: { callbacks: { label: function (item) { var p = item.raw; return p.label + ": " + p.y.toFixed(3) + " @ " + p.x + " (p50 " + p.latency + " ms)"; } } },
+          },
+        },
+      };
+    },
   };
 
   function draw(root) {
