@@ -100,7 +100,7 @@ def pareto_front(points: Mapping[str, tuple[float, float, float]]) -> set[str]:
     return front
 
 
-def _paired(a: VariantData, b: VariantData, alpha: float) -> dict[str, Any]:
+def paired(a: VariantData, b: VariantData, alpha: float) -> dict[str, Any]:
     """B against A on the keys both scored (A the baseline: delta = B − A)."""
     if len(a.keys) == len(b.keys) and np.array_equal(a.keys, b.keys):
         qa, qb = a.quality, b.quality
@@ -161,7 +161,7 @@ def analyse(
         if best is None or row["label"] == best:
             row["vsBest"] = None
             continue
-        row["vsBest"] = _paired(by_label[best], by_label[row["label"]], alpha)
+        row["vsBest"] = paired(by_label[best], by_label[row["label"]], alpha)
         tests.append(row)
     adjusted = holm([r["vsBest"]["pValue"] for r in tests])
     for row, p_holm in zip(tests, adjusted, strict=True):

@@ -23,10 +23,11 @@ from django.db.models import Max
 from django.utils import timezone
 
 from cobalt import sweep_stats, verdict
-from cobalt.config import Config
+from cobalt.config import Config, ConfigError
 from cobalt.errors import NotFoundError
 from cobalt.experiments import Experiment
-from cobalt.variants import default_label
+from cobalt.gates import Check, check_sweep
+from cobalt.variants import Variant, default_label, parse_selection, select
 from cobalt_app import score_tables
 from cobalt_app.models import ItemResult, Run, Sweep
 from cobalt_app.services import variant_stored
@@ -257,3 +258,51 @@ def _cell(
     errored = status != ItemResult.Status.OK
     final = verdict.item_verdict(verdicts, errored=errored)
     return {"variant": label, "status": status, "verdict": str(final), "scores": scores}
+
+
+# --- the CI gate (`[ci.sweep]`) ---------------------------------------------------------------
+
+
+def find_variant(sweep: Sweep, spec: str) -> str:
+    """The label of the one variant `spec` names: its label, or `key=value[,key=value]`."""
+    declared = [Variant(v["values"], v["label"]) for v in sweep.variants]
+    if any(v.label == spec for v in declared):
+        return spec
+    try:
+        found = select(declared, parse_selection([spec.replace(" ", ",")]))
+    except ValueError as exc:
+        raise ConfigError(f"[ci.sweep] {exc}") from None
+    if len(found) != 1:
+        labels = ", ".join(v.label for v in declared)
+        raise ConfigError(
+            f"[ci.sweep] {spec!r} names {len(found)} variants of sweep {sweep.name!r}; name one "
+            f"of: {labels}"
+        )
+    return found[0].label
+
+
+def gate_checks(sweep_ids: Iterable[str], config: Config) -> list[Check]:
+    """`cobalt run --ci` with `[ci.sweep]`: one check per sweep of this invocation."""
+    gate = (config.get("ci") or {}).get("sweep")
+    if not gate:
+        return []
+    checks = []
+    for sweep_id in dict.fromkeys(sweep_ids):
+        sweep = Sweep.objects.get(id=sweep_id)
+        result = summary(sweep)
+        chosen = (
+            find_variant(sweep, gate["variant"]) if gate.get("variant") else sweep.default_label
+        )
+        if chosen not in result["ranking"]:
+            raise ConfigError(f"[ci.sweep] the variant {chosen!r} did not run in sweep {sweep.id}")
+        paired: dict[str, Any] = {}
+        if gate["require"] == "candidate-beats-default":
+            candidate = find_variant(sweep, gate["candidate"])
+            runs = variant_runs(sweep)
+            paired = sweep_stats.paired(
+                variant_data(chosen, runs[chosen]),
+                variant_data(candidate, runs[candidate]),
+                float(gate.get("alpha", sweep_stats.ALPHA)),
+            )
+        checks.append(check_sweep(gate, result, chosen, paired))
+    return checks
