@@ -75,14 +75,14 @@
         type: "scatter",
         data: {
           datasets: [
-            { label: "Pareto-optimal", data: d.front, backgroundColor: colour(2), pointRadius: 8, pointStyle: "star" },
-            { label: "dominated", data: d.others, backgroundColor: colour(0, 0.5), pointRadius: 5 },
+            { label: "Pareto-optimal", data: d.front, backgroundColor: colour(2), borderColor: colour(2), pointRadius: 9, pointStyle: "rectRot", clip: false },
+            { label: "dominated", data: d.others, backgroundColor: colour(0, 0.5), borderColor: colour(0), pointRadius: 6, clip: false },
           ],
         },
         options: {
           scales: {
             x: { title: { display: true, text: d.xLabel } },
-            y: { min: 0, max: 1, title: { display: true, text: "mean score" } },
+            y: { min: -0.05, max: 1.05, title: { display: true, text: "mean score" } },
           },
           plugins: {
             tooltip: { callbacks: { label: function (item) { var p = item.raw; return p.label + ": " + p.y.toFixed(3) + " @ " + p.x + " (p50 " + p.latency + " ms)"; } } },
