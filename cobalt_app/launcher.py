@@ -240,7 +240,7 @@ def resume_sweep(
     sweep = sweeps.sweep_get(sweep_id)
     if not sweep.file:
         raise ResumeError(f"sweep {sweep.id} has no experiment file recorded; it cannot resume")
-    experiments, errors, files = load_experiments(config, [sweep.file])
+    experiments, errors, files = load_experiments(config, [str(config.project_dir / sweep.file)])
     result = LaunchResult(load_errors=errors, files=files)
     if errors:
         return result

@@ -63,6 +63,8 @@ def assign(experiments: list[Experiment], *, file_of: Any = None) -> list[str]:
 
 def sweep_get(sweep_id: str) -> Sweep:
     try:
+        if "\x00" in sweep_id or len(sweep_id) > 32:  # no database stores a NUL
+            raise Sweep.DoesNotExist
         return Sweep.objects.get(id=sweep_id)
     except Sweep.DoesNotExist:
         raise SweepNotFound(
@@ -221,7 +223,11 @@ def matrix_rows(
     tables = {label: score_tables.load(run) for label, run in runs.items()}
     if not tables:
         return [], [], 0
-    all_keys = np.unique(np.concatenate([t.keys for t in tables.values()]))
+    first = next(iter(tables.values())).keys
+    if all(len(t.keys) == len(first) and np.array_equal(t.keys, first) for t in tables.values()):
+        all_keys = first  # the usual case: every variant ran the same items (sorted already)
+    else:
+        all_keys = np.unique(np.concatenate([t.keys for t in tables.values()]))
     page = all_keys[offset : offset + limit]
     rows = [{"key": k.decode(), "cells": []} for k in page.tolist()]
     for label, table in tables.items():
@@ -244,20 +250,25 @@ def _cell(
     i: int,
     present: bool,
 ) -> dict[str, Any]:
+    """A cell: its verdict (the one rule, for its colour), status, scores, and its text."""
     if not present:
-        return {"variant": label, "status": "missing", "verdict": "none", "scores": {}}
+        return {"variant": label, "status": "missing", "verdict": "none", "scores": {},
+                "text": "not run"}  # fmt: skip
     status = score_tables.STATUSES[int(table.status[position])]
     scores = {}
     verdicts = []
     for name, column in columns.items():
         value = float(column[i])
-        if np.isnan(value):
+        if value != value:  # NaN: not scored
             continue
         scores[name] = value
         verdicts.append(verdict.score_verdict(value, marks.get(name)))
-    errored = status != ItemResult.Status.OK
-    final = verdict.item_verdict(verdicts, errored=errored)
-    return {"variant": label, "status": status, "verdict": str(final), "scores": scores}
+    final = verdict.item_verdict(verdicts, errored=status != ItemResult.Status.OK)
+    text = " · ".join(f"{name} {value:.2f}" for name, value in scores.items())
+    if status != ItemResult.Status.OK:
+        text = f"{status} {text}".strip()
+    return {"variant": label, "status": status, "verdict": str(final), "scores": scores,
+            "text": text}  # fmt: skip
 
 
 # --- the CI gate (`[ci.sweep]`) ---------------------------------------------------------------

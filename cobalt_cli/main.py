@@ -318,7 +318,7 @@ def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any
         experiments, config, reporter=reporter, no_cache=asked.no_cache, overrides=overrides
     )
     swept = list(dict.fromkeys(r.sweep_id for r in result.runs if r.sweep_id))
-    if swept and not asked.quiet:
+    if swept:  # the ranking is the summary of a sweep: printed even with --quiet
         commands_sweeps.print_sweeps(out(), swept)
     return result
 

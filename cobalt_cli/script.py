@@ -120,6 +120,11 @@ def _run(definition: Any, *, in_notebook: bool = False) -> Any:
         raise SystemExit(interrupts.exit_code(exc)) from None
     finally:
         restore_signals()
+    if run.sweep_id and not in_notebook:  # the ranking of the variants, as `cobalt run` prints
+        from cobalt_cli.commands_sweeps import print_sweeps
+        from cobalt_cli.console import out
+
+        print_sweeps(out(), [run.sweep_id])
     return ExperimentReport(results.run_results(run), results_path=run.results_path or None)
 
 

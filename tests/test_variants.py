@@ -293,3 +293,39 @@ def test_cobalt_run_ci_fails_and_the_page_ranks_in_chromium(project, fake_provid
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+GRID_FILE = """
+import cobalt
+from cobalt import Dataset, Evaluator
+
+cobalt.experiment(
+    "grid", Dataset(items=[{"id": f"g{i}", "n": i} for i in range(6)]),
+    lambda ctx: str(ctx.item["n"] * ctx.variant["k"]),
+    evaluators=[Evaluator(name="even", type="function",
+                          fn=lambda c: float(int(c.output) % 2 == 0))],
+    variants={"k": [1, 2, 3]},
+)
+"""
+
+
+def test_an_interrupted_sweep_resumes_only_its_unfinished_variants(project, transactional_db):
+    from cobalt_app import launcher
+    from cobalt_app.models import ItemResult
+
+    project.write("experiments/grid.cobalt.py", GRID_FILE)
+    config = load_config(project.path)
+    experiments, _, _ = launcher.load_experiments(config)
+    first, second, third = launcher.execute(experiments, config)
+    sweep = Sweep.objects.get()
+    Run.objects.filter(id=second.id).delete()  # never started
+    Run.objects.filter(id=third.id).update(status=Run.Status.CANCELLED)  # stopped half-way
+    ItemResult.objects.filter(run_id=third.id, item_index__gte=3).update(status="cancelled")
+    result = launcher.resume_sweep(config, sweep.id)
+    runs = sweeps.variant_runs(sweep)
+    assert [r.id for r in result.runs][0] == first.id and runs["k=3"].id == third.id
+    assert runs["k=2"].id != second.id and runs["k=2"].sweep_id == sweep.id
+    assert {r.status for r in runs.values()} == {"completed"}
+    again = sweeps.summary(Sweep.objects.get())
+    assert again["complete"] and [r["meanScore"] for r in again["variants"]][-1] < 1
+    assert Sweep.objects.count() == 1
