@@ -16,6 +16,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from cobalt import Dataset, Evaluator, load_config, sweep_stats, variants
+from cobalt.results_file import load_results
 from cobalt.sweep_stats import VariantData
 from cobalt_app import ci_verdict, sweeps
 from cobalt_app.models import Run, Sweep
@@ -162,6 +163,8 @@ def test_a_grid_runs_as_one_sweep_gated_in_ci_and_read_by_every_door(swept):
     assert result["ignoredKeys"] == ["model"] and "identical outputs" in result["verdict"]
     (written,) = (project.path / ".cobalt" / "results").glob("*_sweep_*.json")
     assert json.loads(written.read_text())["sweep"]["best"] == top["label"]
+    header = load_results(Run.objects.get(id=runs[0].id).results_path)
+    assert header["sweep"] == {"id": sweep.id, "variant": runs[0].variant}
     labels, rows, total = sweeps.matrix_rows(sweep, limit=5)
     assert total == 20 and len(rows) == 5 and len(labels) == 4
     assert {c["verdict"] for c in rows[0]["cells"]} == {"pass", "fail"}

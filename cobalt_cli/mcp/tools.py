@@ -30,6 +30,7 @@ from cobalt_cli.mcp.schemas import (
     PairwiseOutput,
     ResultsOutput,
     RunOutput,
+    SweepOutput,
 )
 from cobalt_cli.mcp.sweeps import cobalt_sweep_tool
 from cobalt_cli.mcp.workspace import Workspace
@@ -430,7 +431,7 @@ def sweep_tool(target: Project | Workspace) -> Tool:
             str | None, Field(description="Without sweepId: the latest sweep of this experiment.")
         ] = None,
         project: ProjectArgument = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, SweepOutput]:
         arguments = {"sweepId": sweepId, "experiment": experiment}
 
         def read(here: Project) -> CallToolResult:
