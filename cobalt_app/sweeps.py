@@ -58,7 +58,20 @@ def assign(experiments: list[Experiment], *, file_of: Any = None) -> list[str]:
         for member in members:
             member.sweep_id = sweep.id
         created.append(sweep.id)
+    if created:
+        prewarm_tests()
     return created
+
+
+def prewarm_tests() -> None:
+    """Import scipy.stats (the paired tests: ~1 s) in the background while the runs execute,
+    not after them (a plain `cobalt run` never imports it)."""
+    import threading
+
+    def load() -> None:
+        import scipy.stats  # noqa: F401
+
+    threading.Thread(target=load, name="cobalt-sweep-prewarm", daemon=True).start()
 
 
 def sweep_get(sweep_id: str) -> Sweep:

@@ -195,7 +195,10 @@ def the_page_api_and_mcp_tool_say_which_variant_is_best(project, sweep):
     html = page.content.decode()
     assert page.status_code == 200 and "Holm" in html and "★ Pareto" in html
     assert html.count('class="verdict-regressed"') == 2
-    data = APIClient(HTTP_HOST="127.0.0.1").get(f"/api/sweeps/{sweep.id}/?limit=3").json()
+    client = APIClient(HTTP_HOST="127.0.0.1")
+    run = client.get(f"/api/runs/{sweep.runs.first().id}/").json()
+    assert run["sweep"]["id"] == sweep.id and run["sweep"]["variant"]["label"]
+    data = client.get(f"/api/sweeps/{sweep.id}/?limit=3").json()
     assert data["best"] == "model=gpt-4o-mini prompt#1" and len(data["matrix"]["rows"]) == 3
     assert data["variants"][-1]["vsBest"]["significant"] is True
     csv = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/export.csv").content.decode()
