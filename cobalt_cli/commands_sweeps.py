@@ -56,13 +56,13 @@ def print_sweep(console: Console, result: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(box=None, padding=(0, 2), header_style="bold")
-    table.add_column("#", justify="right")
-    table.add_column("Variant", no_wrap=True)
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("Variant", overflow="fold", min_width=16)  # wraps before numbers are cut
     for column in ("Mean", "Pass (95% CI)", "p50/p95 ms", "Tokens", "Cost $", "Err"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("vs best (Holm p)", no_wrap=True)
-    table.add_column("Pareto", justify="center")
+    table.add_column("Pareto", justify="center", no_wrap=True)
     for row in result["variants"]:
         test = row.get("vsBest") or {}
         verdict = test.get("verdict", "best" if row["isBest"] else "")
