@@ -49,7 +49,9 @@ def chart_data(result: dict[str, Any]) -> dict[str, Any]:
 
 def sweep_context(sweep: Sweep, *, page: int, per_page: int) -> dict[str, Any]:
     result = sweeps.summary(sweep)
-    labels, rows, total = sweeps.matrix_rows(sweep, offset=(page - 1) * per_page, limit=per_page)
+    labels, rows, total = sweeps.matrix_rows(
+        sweep, offset=(page - 1) * per_page, limit=per_page, order=result["ranking"]
+    )  # best first
     matrix = MatrixPage(number=page, per_page=per_page, total=total, labels=labels, rows=rows)
     runs = {r["label"]: r["runId"] for r in result["variants"]}
     columns = [

@@ -228,11 +228,14 @@ def write_sweep_file(sweep: Sweep, result: dict[str, Any], results_dir: Path) ->
 
 
 def matrix_rows(
-    sweep: Sweep, *, offset: int = 0, limit: int = 50
+    sweep: Sweep, *, offset: int = 0, limit: int = 50, order: list[str] | None = None
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """One page of the items × variants matrix: (labels, rows, total keys). A row: the item
-    key and, per variant, its scores by evaluator, its status and its verdict (the one rule)."""
+    key and, per variant (in `order`, e.g. the ranking; else as declared), its scores by
+    evaluator, its status and its verdict (the one rule)."""
     runs = variant_runs(sweep)
+    if order:
+        runs = {label: runs[label] for label in order if label in runs}
     tables = {label: score_tables.load(run) for label, run in runs.items()}
     if not tables:
         return [], [], 0

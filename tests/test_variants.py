@@ -26,7 +26,12 @@ from tests.conftest import cli_env, start_server
 from tests.helpers import define, execute
 
 GOOD, BAD = "Answer yes. [[reply:yes]]", "Answer no. [[reply:no]]"
-ITEMS = [{"id": f"q{i:02d}", "input": f"question {i}", "expected_output": "yes"} for i in range(20)]
+# The small model gets every third question wrong (the fake provider's `[[model:...]]`).
+HARD = " [[model:gpt-4o-mini=no]]"
+ITEMS = [
+    {"id": f"q{i:02d}", "input": f"question {i}" + HARD * (i % 3 == 0), "expected_output": "yes"}
+    for i in range(20)
+]
 EXACT = Evaluator(name="exact", type="exact-match", field="expected_output")
 
 
@@ -155,12 +160,13 @@ def test_a_grid_runs_as_one_sweep_gated_in_ci_and_read_by_every_door(swept):
     }
     result = sweeps.summary(sweep)
     assert result["complete"] and result["default"] == "model=gpt-4o-mini prompt#1"
-    top, *rest = result["variants"]
-    assert top["label"].endswith("prompt#1") and top["meanScore"] == 1.0
-    worse = [r["label"] for r in rest if r["vsBest"]["verdict"] == sweep_stats.WORSE]
-    assert sorted(worse) == ["model=gpt-4o prompt#2", "model=gpt-4o-mini prompt#2"]
-    # The fake provider answers the same whatever the model: the runner "ignores" it.
-    assert result["ignoredKeys"] == ["model"] and "identical outputs" in result["verdict"]
+    top, default, *rest = result["variants"]
+    assert (top["label"], top["meanScore"]) == ("model=gpt-4o prompt#1", 1.0)
+    assert (default["label"], default["meanScore"]) == ("model=gpt-4o-mini prompt#1", 0.65)
+    # McNemar over 7 discordant items: p = 2 / 2**7, the smallest of three tests after Holm.
+    assert default["vsBest"]["pHolm"] == pytest.approx(2 / 2**7)
+    assert {r["vsBest"]["verdict"] for r in [default, *rest]} == {sweep_stats.WORSE}
+    assert result["ignoredKeys"] == [] and top["pareto"]
     (written,) = (project.path / ".cobalt" / "results").glob("*_sweep_*.json")
     assert json.loads(written.read_text())["sweep"]["best"] == top["label"]
     header = load_results(Run.objects.get(id=runs[0].id).results_path)
@@ -174,17 +180,15 @@ def test_a_grid_runs_as_one_sweep_gated_in_ci_and_read_by_every_door(swept):
 
 def the_ci_gate_fails_when_the_default_is_significantly_worse(project, runs):
     project.write(
-        "cobalt.toml",
-        'test_dir = "experiments"\n[ci.sweep]\nrequire = "not-worse-than-best"\n'
-        'variant = "model=gpt-4o-mini prompt#2"\n',
-    )
+        "cobalt.toml", 'test_dir = "experiments"\n[ci.sweep]\nrequire = "not-worse-than-best"\n'
+    )  # the default variant: the first declared
     outcome = ci_verdict.gate_runs(runs, load_config(project.path))
     (check,) = [c for c in outcome.global_checks if c.kind == "sweep"]
     assert not check.passed and outcome.exit_code == 1 and "worse than the best" in check.line()
     project.write(
         "cobalt.toml",
         'test_dir = "experiments"\n[ci.sweep]\nrequire = "candidate-beats-default"\n'
-        'variant = "model=gpt-4o prompt#2"\ncandidate = "model=gpt-4o-mini prompt#1"\n',
+        'candidate = "model=gpt-4o prompt#1"\n',
     )
     outcome = ci_verdict.gate_runs(runs, load_config(project.path))
     assert [c.passed for c in outcome.global_checks if c.kind == "sweep"] == [True]
@@ -194,17 +198,17 @@ def the_page_api_and_mcp_tool_say_which_variant_is_best(project, sweep):
     page = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/")
     html = page.content.decode()
     assert page.status_code == 200 and "Holm" in html and "★ Pareto" in html
-    assert html.count('class="verdict-regressed"') == 2
+    assert html.count('class="verdict-regressed"') == 3
     client = APIClient(HTTP_HOST="127.0.0.1")
     run = client.get(f"/api/runs/{sweep.runs.first().id}/").json()
     assert run["sweep"]["id"] == sweep.id and run["sweep"]["variant"]["label"]
     data = client.get(f"/api/sweeps/{sweep.id}/?limit=3").json()
-    assert data["best"] == "model=gpt-4o-mini prompt#1" and len(data["matrix"]["rows"]) == 3
+    assert data["best"] == "model=gpt-4o prompt#1" and len(data["matrix"]["rows"]) == 3
     assert data["variants"][-1]["vsBest"]["significant"] is True
     csv = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/export.csv").content.decode()
     assert csv.splitlines()[0].startswith("rank,label,runId,meanScore")
     answer = cobalt_sweep_tool(McpProject(load_config(project.path)))
-    assert "Best: model=gpt-4o-mini prompt#1" in answer.content[0].text
+    assert "Best: model=gpt-4o prompt#1" in answer.content[0].text
     assert answer.structured_content["pareto"]
 
 
@@ -221,15 +225,17 @@ def test_a_variant_failing_on_every_item_says_why_and_spares_the_others(
         Dataset(items=ITEMS[:6]),
         answer,
         evaluators=[EXACT],
-        variants=[{"model": "ok"}, {"model": "broken"}],
+        variants=[{"model": "ok", "seed": 1}, {"model": "ok", "seed": 2}, {"model": "broken"}],
     )
     execute(project, experiment)
     result = sweeps.summary(Sweep.objects.get())
     rows = {r["label"]: r for r in result["variants"]}
-    assert rows["model=ok"]["meanScore"] == 1.0 and rows["model=ok"]["errors"] == 0
+    assert rows["model=ok seed=1"]["meanScore"] == 1.0 and rows["model=ok seed=1"]["errors"] == 0
     assert rows["model=broken"]["meanScore"] is None and rows["model=broken"]["errors"] == 6
     assert "does not exist" in rows["model=broken"]["firstError"]
     assert "every item errored" in result["verdict"]
+    # `seed` changes nothing the runner does: said so.
+    assert result["ignoredKeys"] == ["seed"] and "Variant key(s) seed" in result["verdict"]
 
 
 # --- the door: `cobalt run --ci`, `--resume`, the page in Chromium -------------------------
@@ -254,7 +260,7 @@ cobalt.experiment(
     "qa", Dataset(items=items), ask,
     evaluators=[Evaluator(name="exact", type="exact-match", field="expected_output")],
     variants={{"model": ["gpt-4o-mini", "gpt-4o"], "prompt": [{GOOD!r}, {BAD!r}]}},
-    default_variant={{"model": "gpt-4o-mini", "prompt": {BAD!r}}},
+    default_variant={{"model": "gpt-4o-mini", "prompt": {GOOD!r}}},
 )
 """
 
@@ -270,8 +276,7 @@ def test_cobalt_run_ci_fails_and_the_page_ranks_in_chromium(project, fake_provid
         {"OPENAI_BASE_URL": fake_provider_server.openai_base_url, "OPENAI_API_KEY": "sk-test"}
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "run", "--ci", "--variants", "prompt=#1",
-         "--variants", "prompt=#2", "--variants", "model=gpt-4o-mini"],
+        [sys.executable, "-m", "cobalt_cli", "run", "--ci", "--variants", "prompt=#1"],
         cwd=project.path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
@@ -292,7 +297,8 @@ def test_cobalt_run_ci_fails_and_the_page_ranks_in_chromium(project, fake_provid
             page.wait_for_selector("canvas[data-chart='pareto'][data-drawn]")
             assert page.locator("#matrix tbody tr").count() == 20
             cells = page.locator("#matrix tbody tr").first.locator("td")
-            assert "score-pass" in cells.nth(0).get_attribute("class")
+            assert "score-pass" in cells.nth(0).get_attribute("class")  # the best, first
+            assert "score-fail" in cells.nth(1).get_attribute("class")  # q00 is hard for mini
             Path("test-artifacts").mkdir(exist_ok=True)
             page.screenshot(path="test-artifacts/sweep.png", full_page=True)
             browser.close()

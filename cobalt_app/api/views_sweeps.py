@@ -81,9 +81,12 @@ class SweepDetailView(CobaltAPIView):
         query.is_valid(raise_exception=True)
         sweep = sweeps.sweep_get(sweep_id)
         offset, limit = query.validated_data["offset"], query.validated_data["limit"]
-        labels, rows, total = sweeps.matrix_rows(sweep, offset=offset, limit=limit)
+        result = sweeps.summary(sweep)
+        labels, rows, total = sweeps.matrix_rows(
+            sweep, offset=offset, limit=limit, order=result["ranking"]
+        )
         body = {
-            **sweeps.summary(sweep),
+            **result,
             "matrix": {"labels": labels, "rows": rows, "total": total, "offset": offset},
         }
         return Response(SweepSerializer(body).data)
