@@ -82,8 +82,9 @@
         options: {
           scales: {
             x: { title: { display: true, text: d.xLabel } },
-            y: { min: -0.05, max: 1.05, title: { display: true, text: "mean score" } },
+            y: { min: 0, max: 1, ticks: { stepSize: 0.2 }, title: { display: true, text: "mean score" } },
           },
+          layout: { padding: 12 },  // points at 0 and 1 are drawn whole (clip: false)
           plugins: {
             tooltip: { callbacks: { label: function (item) { var p = item.raw; return p.label + ": " + p.y.toFixed(3) + " @ " + p.x + " (p50 " + p.latency + " ms)"; } } },
           },
