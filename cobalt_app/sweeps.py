@@ -81,8 +81,12 @@ def sweep_get(sweep_id: str) -> Sweep:
         return Sweep.objects.get(id=sweep_id)
     except Sweep.DoesNotExist:
         raise SweepNotFound(
-            f"no sweep {sweep_id!r}; `cobalt history` lists runs and sweeps"
+            f"no sweep {sweep_id!r}; `cobalt sweeps` lists them"
         ) from None
+
+
+def sweep_exists(sweep_id: str) -> bool:
+    return len(sweep_id) <= 32 and Sweep.objects.filter(id=sweep_id).exists()
 
 
 def sweep_list(limit: int = 20, name: str | None = None) -> list[Sweep]:

@@ -269,11 +269,10 @@ def run_once(config: Config, asked: RunRequest) -> int:
 def resume_run(config: Config, asked: RunRequest, reporter: Any) -> LaunchResult:
     """`cobalt run --resume RUN`: the missing, failed or timed-out items of RUN; `--resume
     SWEEP`: the variants of SWEEP whose runs did not complete."""
-    from cobalt_app import launcher
-    from cobalt_app.models import Sweep
+    from cobalt_app import launcher, sweeps
     from cobalt_cli import commands_sweeps
 
-    if Sweep.objects.filter(id=asked.resume).exists():
+    if sweeps.sweep_exists(asked.resume):
         result = launcher.resume_sweep(
             config, asked.resume, reporter=reporter, no_cache=asked.no_cache
         )

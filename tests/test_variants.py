@@ -195,6 +195,8 @@ def the_ci_gate_fails_when_the_default_is_significantly_worse(project, runs):
 
 
 def the_page_api_and_mcp_tool_say_which_variant_is_best(project, sweep):
+    run_page = Client(HTTP_HOST="127.0.0.1").get(f"/runs/{sweep.runs.first().id}/")
+    assert f'href="/sweeps/{sweep.id}/" id="run-sweep"' in run_page.content.decode()
     page = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/")
     html = page.content.decode()
     assert page.status_code == 200 and "Holm" in html and "★ Pareto" in html
