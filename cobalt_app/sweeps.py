@@ -80,9 +80,7 @@ def sweep_get(sweep_id: str) -> Sweep:
             raise Sweep.DoesNotExist
         return Sweep.objects.get(id=sweep_id)
     except Sweep.DoesNotExist:
-        raise SweepNotFound(
-            f"no sweep {sweep_id!r}; `cobalt sweeps` lists them"
-        ) from None
+        raise SweepNotFound(f"no sweep {sweep_id!r}; `cobalt sweeps` lists them") from None
 
 
 def sweep_exists(sweep_id: str) -> bool:
