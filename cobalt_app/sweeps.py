@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,9 @@ from cobalt_app.models import ItemResult, Run, Sweep
 from cobalt_app.services import variant_stored
 
 IDENTICAL_SAMPLE = 50  # items whose outputs are compared to tell an ignored variant key
+TABLES_KEPT = 64  # score tables of finished runs kept in memory (12 × 10,000 items: ~5 MB)
+_tables: OrderedDict[tuple[str, Any], score_tables.ScoreTable] = OrderedDict()
+_tables_lock = threading.Lock()
 
 
 class SweepNotFound(NotFoundError):
@@ -113,8 +118,26 @@ def _first_error(run: Run) -> str:
     return (found or "").strip().splitlines()[-1][:300] if found else ""
 
 
-def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
+def table_of(run: Run) -> score_tables.ScoreTable:
+    """The run's score table; a finished run's is kept (it changes only when the run is
+    finalised again, which moves `finished_at`): a sweep page reads twelve of them."""
+    if run.status in score_tables.UNFINISHED:
+        return score_tables.load(run)
+    key = (run.id, run.finished_at)
+    with _tables_lock:
+        if key in _tables:
+            _tables.move_to_end(key)
+            return _tables[key]
     table = score_tables.load(run)
+    with _tables_lock:
+        _tables[key] = table
+        while len(_tables) > TABLES_KEPT:
+            _tables.popitem(last=False)
+    return table
+
+
+def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
+    table = table_of(run)
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     columns = {name: table.column(name) for name in table.evaluators}
     quality, passed = sweep_stats.item_quality(columns, marks, len(table))
@@ -238,7 +261,7 @@ def matrix_rows(
     runs = variant_runs(sweep)
     if order:
         runs = {label: runs[label] for label in order if label in runs}
-    tables = {label: score_tables.load(run) for label, run in runs.items()}
+    tables = {label: table_of(run) for label, run in runs.items()}
     if not tables:
         return [], [], 0
     first = next(iter(tables.values())).keys
