@@ -236,6 +236,8 @@ def test_a_variant_failing_on_every_item_says_why_and_spares_the_others(
     assert rows["model=broken"]["meanScore"] is None and rows["model=broken"]["errors"] == 6
     assert "does not exist" in rows["model=broken"]["firstError"]
     assert "every item errored" in result["verdict"]
+    page = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{result['id']}/").content.decode()
+    assert 'data-failed-variant="model=broken"' in page and "does not exist" in page
     # `seed` changes nothing the runner does: said so.
     assert result["ignoredKeys"] == ["seed"] and "Variant key(s) seed" in result["verdict"]
 
