@@ -345,3 +345,19 @@ def test_an_interrupted_sweep_resumes_only_its_unfinished_variants(project, tran
     again = sweeps.summary(Sweep.objects.get())
     assert again["complete"] and [r["meanScore"] for r in again["variants"]][-1] < 1
     assert Sweep.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ({"require": "best"}, "ci.sweep.require` must be one of not-worse-than-best"),
+        ({"require": "candidate-beats-default"}, "ci.sweep.candidate` names the variant"),
+        ({"require": "not-worse-than-best", "alpha": 2}, "ci.sweep.alpha` must be above 0"),
+        ({"require": "not-worse-than-best", "varaint": "x"}, "ci.sweep.varaint` is not known"),
+    ],
+)
+def test_a_bad_sweep_gate_is_refused_naming_the_setting(table, says):
+    from cobalt.config import ConfigError, check_ci
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check_ci({"sweep": table}, source="cobalt.toml")
