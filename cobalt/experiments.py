@@ -67,7 +67,6 @@ class Experiment:
     default_variant: dict[str, Any] | None = None
     variant: Variant | None = None
     sweep_of: str | None = None  # the declaring experiment's name
-    sweep_size: int = 0
     sweep_id: str | None = None  # set by the launcher for the sweep being run
 
     @property

@@ -189,7 +189,6 @@ def expand(experiment: Experiment) -> list[Experiment]:
             variants=[],
             variant=variant,
             sweep_of=experiment.name,
-            sweep_size=len(experiment.variants),
         )
         for variant in experiment.variants
     ]
