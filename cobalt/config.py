@@ -572,7 +572,7 @@ def check_thresholds(thresholds: Any, *, where: str, allow_settings: bool = Fals
 def check_ci(ci: Any, *, source: str) -> None:
     if not isinstance(ci, dict):
         raise ConfigError(f"{source}: `ci` must be a table (a dict).")
-    known = ("thresholds", "replay", "require_calibrated", *CI_SETTINGS)
+    known = ("thresholds", "replay", "require_calibrated", "sweep", *CI_SETTINGS)
     for key in ci:
         if key not in known:
             raise ConfigError(f"{source}: `ci.{key}` is not a CI setting; use {', '.join(known)}.")
@@ -588,6 +588,33 @@ def check_ci(ci: Any, *, source: str) -> None:
         )
     check_ci_settings(ci, where=f"{source}: `ci")
     check_thresholds(ci.get("thresholds"), where=f"{source}: `ci.thresholds")
+    if "sweep" in ci:
+        check_sweep_gate(ci["sweep"], where=f"{source}: `ci.sweep")
+
+
+SWEEP_GATES = ("not-worse-than-best", "candidate-beats-default")
+
+
+def check_sweep_gate(table: Any, *, where: str) -> None:
+    """`[ci.sweep]`: `require` (one of SWEEP_GATES), `variant` (the chosen one, default: the
+    experiment's default variant), `candidate` (for candidate-beats-default), `alpha`."""
+    if not isinstance(table, dict):
+        raise ConfigError(f'{where}` must be a table, e.g. {{require = "not-worse-than-best"}}.')
+    for key in table:
+        if key not in ("require", "variant", "candidate", "alpha"):
+            raise ConfigError(
+                f"{where}.{key}` is not known; use require, variant, candidate, alpha."
+            )
+    if table.get("require") not in SWEEP_GATES:
+        raise ConfigError(f"{where}.require` must be one of {', '.join(SWEEP_GATES)}.")
+    for key in ("variant", "candidate"):
+        if key in table and (not isinstance(table[key], str) or not table[key].strip()):
+            raise ConfigError(f'{where}.{key}` must be a variant, e.g. "model=gpt-4o-mini".')
+    if table["require"] == "candidate-beats-default" and "candidate" not in table:
+        raise ConfigError(f"{where}.candidate` names the variant that must beat the default.")
+    alpha = table.get("alpha", 0.05)
+    if not _is_number(alpha) or not 0 < alpha <= 0.5:
+        raise ConfigError(f"{where}.alpha` must be above 0 and at most 0.5 (got {alpha!r}).")
 
 
 def check_webhooks(webhooks: Any, *, source: str) -> None:

@@ -18,13 +18,15 @@ from typing import Any
 from cobalt.callers import in_call_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
+from cobalt.variants import Variant, declare, default_label
 
 
 @dataclass(frozen=True)
 class RunContext:
     """What a runner receives: `ctx.item`, `ctx.index`, `ctx.run_index`, `ctx.dataset` (the
     experiment's whole dataset); in a conversation also `ctx.messages` (so far, the user's
-    latest last) and `ctx.turn` (1 for the first)."""
+    latest last) and `ctx.turn` (1 for the first); in a sweep `ctx.variant`, the values of
+    the variant being run (`ctx.variant["model"]`; `{}` outside a sweep)."""
 
     item: dict[str, Any]
     index: int
@@ -33,6 +35,7 @@ class RunContext:
     dataset: Dataset | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
     turn: int = 0
+    variant: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,12 @@ class Experiment:
     file: str | None = None
     line: int | None = None  # of the `experiment(...)` call, for messages that point at it
     conversation: Conversation | None = None
+    # Variants (`cobalt.variants`): declared ones, or, once expanded, the one this runs.
+    variants: list[Variant] = field(default_factory=list)
+    default_variant: dict[str, Any] | None = None
+    variant: Variant | None = None
+    sweep_of: str | None = None  # the declaring experiment's name
+    sweep_id: str | None = None  # set by the launcher for the sweep being run
 
     @property
     def is_async(self) -> bool:
@@ -110,6 +119,8 @@ def define(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
+    variants: Any = None,
+    default_variant: dict[str, Any] | None = None,
 ) -> Experiment:
     """The checked `Experiment` of `cobalt.experiment(...)`'s arguments.
 
@@ -123,6 +134,8 @@ def define(
         )
     if conversation:
         _check_conversation(name, dataset, max_turns, turn_timeout)
+    declared = [] if variants is None else declare(name, variants)
+    _check_default(name, declared, default_variant)
     file, line = _caller()
     definition = Experiment(
         name=name,
@@ -138,6 +151,8 @@ def define(
         file=file,
         line=line,
         conversation=Conversation(max_turns, turn_timeout) if conversation else None,
+        variants=declared,
+        default_variant=dict(default_variant) if default_variant else None,
     )
     names = [e.name for e in definition.evaluators]
     duplicates = {n for n in names if names.count(n) > 1}
@@ -200,6 +215,24 @@ def _check(
         raise ValueError(f"experiment {name!r}: `concurrency` must be at least 1.")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"experiment {name!r}: `timeout` must be above 0 seconds.")
+
+
+def _check_default(name: str, declared: list[Variant], default: Any) -> None:
+    if default is None:
+        return
+    if not declared:
+        raise ValueError(f"experiment {name!r}: `default_variant` needs `variants`.")
+    if not isinstance(default, dict) or not default:
+        raise TypeError(
+            f"experiment {name!r}: `default_variant` must be a dict such as {{'model': 'a'}}."
+        )
+    label = default_label(declared, default)
+    found = [v for v in declared if v.label == label]
+    if not all(found[0].values.get(k) == v for k, v in default.items()):
+        raise ValueError(
+            f"experiment {name!r}: `default_variant` {default!r} matches none of the variants "
+            f"({', '.join(v.label for v in declared)})."
+        )
 
 
 def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeout: Any) -> None:

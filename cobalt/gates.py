@@ -51,6 +51,10 @@ class Check:
         if self.kind == "significance":  # `--significance`: the paired test says it all
             verdict = "no significant regression" if self.passed else "significant regression"
             return f"{self.gate} {verdict}: {self.note}"
+        if self.kind == "sweep":  # `[ci.sweep]`: the sweep's paired test says it all
+            return (
+                f"{self.gate} {self.metric}: {'passed' if self.passed else 'FAILED'}: {self.note}"
+            )
         if self.kind == "calibration":  # `[ci] require_calibrated`: the certificate says it all
             return f"{self.gate}: judge not calibrated, not gating on it: {self.note}"
         if self.kind == "status":
@@ -344,3 +348,36 @@ def experiment_threshold_errors(experiments: Iterable[Any], config: Config) -> l
         except ConfigError as exc:
             problems.append(str(exc))
     return problems
+
+
+def check_sweep(
+    gate: Mapping[str, Any], result: Mapping[str, Any], chosen: str, paired: Mapping[str, Any]
+) -> Check:
+    """`[ci.sweep]`: `not-worse-than-best` fails when the chosen variant is significantly worse
+    than the best after Holm (`result` from `sweep_stats.analyse`); `candidate-beats-default`
+    fails unless the candidate is significantly better than the chosen one (`paired`: the
+    candidate against it, `sweep_stats.paired`)."""
+    alpha = float(gate.get("alpha", 0.05))
+    name = f"sweep {result['name']}"
+    if gate["require"] == "not-worse-than-best":
+        row = next(r for r in result["variants"] if r["label"] == chosen)
+        test = row.get("vsBest") or {}
+        worse = test.get("verdict") == "worse than the best"
+        note = f"{chosen} is the best" if row["isBest"] else f"{chosen} vs best {result['best']}: "
+        if test:
+            p = test.get("pHolm")
+            note += f"Δ {test['delta']:+.3f}, Holm p {'—' if p is None else f'{p:.3g}'} "
+            note += f"→ {test['verdict']}"
+        return Check(
+            name, "not worse than best", test.get("pHolm"), alpha, "sweep", not worse, note=note
+        )
+    candidate = gate["candidate"]
+    beats = (
+        paired.get("pValue") is not None and paired["pValue"] < alpha and (paired["delta"] or 0) > 0
+    )
+    p = paired.get("pValue")
+    note = (
+        f"{candidate} vs default {chosen}: Δ {paired.get('delta') or 0:+.3f}, "
+        f"p {'—' if p is None else f'{p:.3g}'} ({paired.get('test')}, {paired.get('n')} items)"
+    )
+    return Check(name, "candidate beats default", p, alpha, "sweep", beats, note=note)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cobalt import verdict
-from cobalt.config import Config
+from cobalt.config import Config, ConfigError
 from cobalt.errors import NotFoundError
 from cobalt.gates import (
     Check,
@@ -24,6 +24,7 @@ from cobalt.gates import (
     resolve_settings,
 )
 from cobalt.run_settings import RunSettings
+from cobalt_app import sweeps
 from cobalt_app.pricing import NO_MODEL
 
 RESERVED = ("latency", "cost")
@@ -318,6 +319,11 @@ def gate_runs(
         unpriced = report.summary.get("unpricedModels") or []
         if report.settings.cost and unpriced:
             outcome.config_errors.append(unpriced_cost_error(report.name, unpriced))
+    swept = [run.sweep_id for run in runs if run.sweep_id]
+    try:
+        outcome.global_checks.extend(sweeps.gate_checks(swept, config))
+    except ConfigError as exc:
+        outcome.config_errors.append(str(exc))
     seen = {name for run in runs for name in run.evaluator_names}
     configured = (config.get("ci") or {}).get("thresholds") or {}
     for name, metrics in configured.items():

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from cobalt import variants
 from cobalt.config import Config
 from cobalt.errors import CobaltError, NotFoundError
 from cobalt.experiments import Experiment, collecting
@@ -196,5 +197,6 @@ def load_file(path: Path, project_dir: Path) -> LoadedFile:
             return loaded
     for experiment in found:
         experiment.file = str(path)
-    loaded.experiments = list(found)
+    # One experiment per variant: every loader finds a variant's run by its name.
+    loaded.experiments = variants.expand_all(found)
     return loaded

@@ -18,11 +18,12 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Unpack
 
+from cobalt import variants
 from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import aio, discovery, plugins, preflight, team_wait, traces
+from cobalt_app import aio, discovery, plugins, preflight, sweeps, team_wait, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.run_options import RunOptions, relative_file
@@ -132,21 +133,29 @@ async def launch(
     the run goes on on the workers: `team_wait.Detached`).
 
     `on_start` is told each run's id as this process takes it up (created, or followed).
+    An experiment with variants runs as a sweep: one ordinary run per variant (`sweeps`).
     """
+    experiments = variants.expand_all(experiments)
     db = aio.DatabaseThread()
     try:
         # Off the loop: preflight may read the database, an SDK takes half a second to import.
         await db(prepare, experiments, config)
+        if not options.get("resume_run_id"):  # a resumed run keeps its sweep
+            await db(sweeps.assign, experiments, file_of=lambda e: relative_file(config, e))
     except BaseException:
         db.close()
         raise
     if config.team_mode:
-        db.close()
         from cobalt_app.progress import ProgressReporter
 
         # Each experiment's on_progress hears of the items too.
         options["reporter"] = ProgressReporter(options.get("reporter"))
-        return await team_wait.follow(experiments, config, options, on_start=on_start)
+        try:
+            runs = await team_wait.follow(experiments, config, options, on_start=on_start)
+            await db(sweeps.finish, sweeps_of(experiments), config)
+        finally:
+            db.close()
+        return runs
     runs: list[Run] = []
     try:
         for experiment in experiments:
@@ -159,9 +168,15 @@ async def launch(
                 **options,
             )
             runs.append(run)
+        await db(sweeps.finish, sweeps_of(experiments), config)
     finally:
         db.close()
     return runs
+
+
+def sweeps_of(experiments: list[Experiment]) -> list[str]:
+    """The sweeps the runs belong to (created now, or resumed)."""
+    return list(dict.fromkeys([e.sweep_id for e in experiments if e.sweep_id]))
 
 
 def execute(
@@ -204,10 +219,50 @@ def resume(
     matching = [e for e in experiments if e.name == run.name]
     if not matching:
         raise ResumeError(f"{run.file} no longer defines an experiment named {run.name!r}")
+    matching[0].sweep_id = run.sweep_id  # a variant's run: its sweep is analysed again
     try:
         result.runs = execute(
             matching[:1], config, reporter=reporter, no_cache=no_cache, resume_run_id=run.id
         )
     except RunBusy as exc:
         raise ResumeError(str(exc)) from None
+    return result
+
+
+def resume_sweep(
+    config: Config, sweep_id: str, *, reporter: Reporter | None = None, no_cache: bool = False
+) -> LaunchResult:
+    """`cobalt run --resume SWEEP`: each variant whose run did not complete is resumed (its
+    missing, failed or timed-out items), each variant without a run is run; completed
+    variants are left as they are. Then the sweep is analysed again."""
+    from cobalt_app.models import Run
+
+    sweep = sweeps.sweep_get(sweep_id)
+    if not sweep.file:
+        raise ResumeError(f"sweep {sweep.id} has no experiment file recorded; it cannot resume")
+    experiments, errors, files = load_experiments(config, [str(config.project_dir / sweep.file)])
+    result = LaunchResult(load_errors=errors, files=files)
+    if errors:
+        return result
+    by_label = {e.variant.label: e for e in experiments if e.sweep_of == sweep.name and e.variant}
+    runs = sweeps.variant_runs(sweep)
+    for declared in sweep.variants:
+        experiment = by_label.get(declared["label"])
+        if experiment is None:
+            raise ResumeError(
+                f"{sweep.file} no longer declares the variant {declared['label']!r} of "
+                f"{sweep.name!r}"
+            )
+        experiment.sweep_id = sweep.id
+        earlier = runs.get(declared["label"])
+        if earlier is not None and earlier.status == Run.Status.COMPLETED:
+            result.runs.append(earlier)
+            continue
+        resume_id = earlier.id if earlier is not None else None
+        try:
+            result.runs += execute(
+                [experiment], config, reporter=reporter, no_cache=no_cache, resume_run_id=resume_id
+            )
+        except RunBusy as exc:
+            raise ResumeError(str(exc)) from None
     return result

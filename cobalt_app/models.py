@@ -12,6 +12,28 @@ def new_run_id() -> str:
     return secrets.token_hex(6)
 
 
+class Sweep(models.Model):
+    """One experiment run once per variant over the same items (`cobalt.variants`): its runs
+    are ordinary runs pointing here. `summary` holds the last analysis (`sweeps.analyse`),
+    computed once after its runs finished and again when one of them changed."""
+
+    id = models.CharField(primary_key=True, max_length=32, default=new_run_id, editable=False)
+    name = models.CharField(max_length=200)
+    file = models.CharField(max_length=500, blank=True)
+    variants = models.JSONField(default=list, help_text="[{label, values}] in declared order.")
+    default_label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    summary = models.JSONField(default=dict, blank=True)
+    analysed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["name", "-created_at"], name="sweep_name_created")]
+
+    def __str__(self) -> str:
+        return f"sweep {self.name} ({self.id})"
+
+
 class Run(models.Model):
     """One execution of one experiment over its dataset."""
 
@@ -62,6 +84,12 @@ class Run(models.Model):
     git_commit = models.CharField(max_length=64, blank=True)
     results_path = models.CharField(max_length=500, blank=True)
     failure = models.TextField(blank=True, help_text="Why the run failed, when it did.")
+    sweep = models.ForeignKey(
+        Sweep, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    variant = models.JSONField(
+        null=True, blank=True, help_text="The variant's label and values, in a sweep."
+    )
 
     class Meta:
         ordering = ["-created_at"]

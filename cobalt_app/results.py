@@ -216,6 +216,8 @@ def run_header(run: Run) -> dict[str, Any]:
             "dataset": config.get("dataset"),
         },
         "summary": run.summary,
+        # A variant's run of a sweep (`cobalt.variants`): the sweep and the variant's values.
+        **({"sweep": {"id": run.sweep_id, "variant": run.variant}} if run.sweep_id else {}),
     }
 
 

@@ -74,6 +74,10 @@ def run_create(
             config=storable.redacted(_json_safe(config)),
             total_items=sum(repeats),
             git_commit=git_commit(project_dir),
+            sweep_id=experiment.sweep_id,
+            variant=None
+            if experiment.variant is None
+            else variant_stored(experiment.variant.label, experiment.variant.values),
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in all_tags])
         rows = (
@@ -83,6 +87,11 @@ def run_create(
         )
         _insert_snapshots(rows)
     return run
+
+
+def variant_stored(label: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A sweep variant as its run stores it: its label and its values, JSON-safe, redacted."""
+    return storable.redacted(_json_safe({"label": label, "values": values}))
 
 
 # Hot paths below use executemany with plain SQL: creating and updating tens of thousands of

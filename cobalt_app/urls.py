@@ -22,5 +22,8 @@ urlpatterns = [
     path("runs/<str:run_id>/review/dataset/", views_review.review_dataset, name="review-dataset"),
     path("compare/", views.compare, name="compare"),
     path("trends/", views.trends, name="trends"),
+    path("sweeps/", views.sweeps_list, name="sweeps"),
+    path("sweeps/<str:sweep_id>/", views.sweep_detail, name="sweep"),
+    path("sweeps/<str:sweep_id>/export.<str:fmt>", views.sweep_export, name="sweep-export"),
     path("healthz/", views.healthz, name="healthz"),
 ]

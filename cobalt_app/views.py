@@ -39,9 +39,12 @@ from cobalt_app import (
     page_compare,
     page_items,
     page_selectors,
+    page_sweep,
     page_trace,
     page_values,
     selectors,
+    sweep_exports,
+    sweeps,
 )
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
@@ -467,3 +470,38 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness, and which project this server shows (so `cobalt run --ui` can reuse it)."""
     return JsonResponse({"status": "ok", "project": project_fingerprint(settings.PROJECT_DIR)})
+
+
+# Sweeps -------------------------------------------------------------------------------------
+
+
+@page
+def sweeps_list(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "cobalt/sweeps.html", {"sweeps": sweeps.sweep_list(100)})
+
+
+@page
+def sweep_detail(request: HtmxHttpRequest, sweep_id: str) -> HttpResponse:
+    try:
+        sweep = sweeps.sweep_get(sweep_id)
+    except sweeps.SweepNotFound as exc:
+        raise Http404(str(exc)) from None
+    form = PageForm(request.GET)
+    number = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
+    context = page_sweep.sweep_context(sweep, page=number, per_page=ITEMS_PER_PAGE)
+    return partial_or_page(request, "cobalt/sweep.html", context, "matrix")
+
+
+@require_GET
+def sweep_export(request: HttpRequest, sweep_id: str, fmt: str) -> HttpResponse:
+    try:
+        result = sweeps.summary(sweeps.sweep_get(sweep_id))
+    except sweeps.SweepNotFound as exc:
+        raise Http404(str(exc)) from None
+    if fmt not in sweep_exports.FORMATS:
+        raise Http404(f"no export format {fmt!r}")
+    response = HttpResponse(
+        sweep_exports.render(result, fmt), content_type=sweep_exports.CONTENT_TYPES[fmt]
+    )
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep_id}.{fmt}"'
+    return response

@@ -85,9 +85,17 @@ Runs = Annotated[int | None, typer.Option(min=1, help="Repetitions of each item.
 Timeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds per item.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Bypass the judge cache.")]
 Resume = Annotated[
-    str | None, typer.Option("--resume", help="Run only the missing/failed items of RUN.")
+    str | None,
+    typer.Option(
+        "--resume",
+        help="Run only the missing/failed items of RUN (or unfinished variants of SWEEP).",
+    ),
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No per-item lines.")]
+VariantsPicked = Annotated[
+    list[str] | None,
+    typer.Option("--variants", help="Only these variants of a sweep: key=value (repeatable)."),
+]
 Ci = Annotated[bool, typer.Option("--ci", help="Quality gates: exit 1 on a violated threshold.")]
 Junit = Annotated[Path | None, typer.Option("--junit", help="With --ci: write a JUnit XML report.")]
 ReporterName = Annotated[
@@ -155,6 +163,7 @@ class RunRequest:
     record: bool
     replay: bool
     record_new: bool
+    variants: list[str] | None = None
     mode: str | None = None  # the replay mode, once the flags are checked
 
 
@@ -180,6 +189,7 @@ def run(
     record: Record = False,
     replay: Replay = False,
     record_new: RecordNew = False,
+    variants: VariantsPicked = None,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
@@ -257,9 +267,19 @@ def run_once(config: Config, asked: RunRequest) -> int:
 
 
 def resume_run(config: Config, asked: RunRequest, reporter: Any) -> LaunchResult:
-    """`cobalt run --resume RUN`: the missing, failed or timed-out items of RUN."""
-    from cobalt_app import launcher
+    """`cobalt run --resume RUN`: the missing, failed or timed-out items of RUN; `--resume
+    SWEEP`: the variants of SWEEP whose runs did not complete."""
+    from cobalt_app import launcher, sweeps
+    from cobalt_cli import commands_sweeps
 
+    if sweeps.sweep_exists(asked.resume):
+        result = launcher.resume_sweep(
+            config, asked.resume, reporter=reporter, no_cache=asked.no_cache
+        )
+        report_load_errors(config, result.load_errors)
+        if not asked.quiet:
+            commands_sweeps.print_sweeps(out(), [asked.resume])
+        return result
     result = launcher.resume(config, asked.resume, reporter=reporter, no_cache=asked.no_cache)
     report_load_errors(config, result.load_errors)
     return result
@@ -268,7 +288,7 @@ def resume_run(config: Config, asked: RunRequest, reporter: Any) -> LaunchResult
 def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any) -> LaunchResult:
     """Load the experiment files asked for and run the experiments they define."""
     from cobalt_app import launcher
-    from cobalt_cli import commands_ci
+    from cobalt_cli import commands_ci, commands_sweeps
 
     experiments, errors, files = launcher.load_experiments(
         config, asked.paths, name_filter=asked.filter, tag=asked.tag
@@ -284,6 +304,7 @@ def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any
     if not experiments and not errors:
         shown = f" --filter {asked.filter!r}" if asked.filter else ""
         raise fail("no experiment matched" + shown)
+    experiments = commands_sweeps.pick_variants(experiments, asked.variants)
     commands_ci.prepare(ci_options, config, experiments)
     overrides = {
         "concurrency": asked.concurrency,
@@ -295,6 +316,9 @@ def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any
     result.runs = launcher.execute(
         experiments, config, reporter=reporter, no_cache=asked.no_cache, overrides=overrides
     )
+    swept = list(dict.fromkeys(r.sweep_id for r in result.runs if r.sweep_id))
+    if swept:  # the ranking is the summary of a sweep: printed even with --quiet
+        commands_sweeps.print_sweeps(out(), swept)
     return result
 
 
@@ -491,6 +515,7 @@ from cobalt_cli import (  # noqa: E402
     commands_mcp,
     commands_recordings,
     commands_stats,
+    commands_sweeps,
     commands_team,
 )
 
@@ -504,6 +529,7 @@ for _module in (
     commands_mcp,
     commands_recordings,
     commands_stats,
+    commands_sweeps,
     commands_team,
 ):
     _module.register(commands)

@@ -49,13 +49,16 @@ def experiment(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
+    variants: Any = None,
+    default_variant: dict[str, Any] | None = None,
 ) -> Any:
     """Declare an experiment: as a call with a runner, or as a decorator without one.
 
     `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
     is logged once and never stops the run. `conversation=True`: each item is a conversation
     (its `turns`, or a simulated `user`), the runner is called once per turn with
-    `ctx.messages` and returns the next reply."""
+    `ctx.messages` and returns the next reply. `variants` (a grid `{"model": [...], ...}` or a
+    list of dicts) runs it once per variant as one sweep; the runner reads `ctx.variant`."""
     options: dict[str, Any] = {
         "evaluators": evaluators,
         "runs": runs,
@@ -67,6 +70,8 @@ def experiment(
         "conversation": conversation,
         "max_turns": max_turns,
         "turn_timeout": turn_timeout,
+        "variants": variants,
+        "default_variant": default_variant,
     }
     if runner is None:
 
@@ -101,7 +106,8 @@ def _run(definition: Any, *, in_notebook: bool = False) -> Any:
     reporter = _notebook_reporter() if in_notebook else _console_reporter()
     restore_signals = interrupts.raise_on_signals()  # SIGTERM, SIGHUP: cancelled, as Ctrl-C
     try:
-        (run,) = launcher.execute([definition], config, reporter=reporter)
+        # With variants, a sweep: the report is its first variant's run (all are in history).
+        run, *_ = launcher.execute([definition], config, reporter=reporter)
     except PreflightError as exc:
         if not _is_script(definition.file):
             raise  # imported (a notebook, another script): the caller decides
@@ -114,6 +120,11 @@ def _run(definition: Any, *, in_notebook: bool = False) -> Any:
         raise SystemExit(interrupts.exit_code(exc)) from None
     finally:
         restore_signals()
+    if run.sweep_id and not in_notebook:  # the ranking of the variants, as `cobalt run` prints
+        from cobalt_cli.commands_sweeps import print_sweeps
+        from cobalt_cli.console import out
+
+        print_sweeps(out(), [run.sweep_id])
     return ExperimentReport(results.run_results(run), results_path=run.results_path or None)
 
 

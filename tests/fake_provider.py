@@ -16,6 +16,8 @@ Reply text (chat and messages) is chosen from the text of all messages (plus ``s
 * ``[[turns:[R0, R1, ...]]]`` anywhere (a JSON list) -> ``Rk``, where k is the number of
   ``assistant`` messages in the request (the last one past the end), as JSON unless a string:
   a scripted simulated user, whose own earlier messages are the ``assistant`` ones;
+* ``[[model:NAME=TEXT]]`` anywhere, when the request's ``model`` is ``NAME`` -> ``TEXT``
+  (a model-specific answer: the small model gets this item wrong);
 * ``[[reply:TEXT]]`` anywhere -> exactly ``TEXT`` (up to the next ``]]``);
 * last user message starting with ``ECHO:`` -> the rest of that message, stripped;
 * ``[[prefer:longer]]`` / ``[[prefer:first]]`` anywhere -> a pairwise judge's
@@ -99,6 +101,7 @@ MODEL_PATHS = (CHAT_PATH, EMBEDDINGS_PATH, MESSAGES_PATH)
 
 _TURNS_MARKER = "[[turns:"
 _REPLY_RE = re.compile(r"\[\[reply:(.*?)\]\]", re.DOTALL)
+_MODEL_RE = re.compile(r"\[\[model:([^=\]]+)=(.*?)\]\]", re.DOTALL)
 _TOOL_RE = re.compile(r"\[\[tool:(\{.*?\})\]\]", re.DOTALL)
 _TOOLS_RE = re.compile(r"\[\[tools:(\d+)\]\]")
 _PREFER_RE = re.compile(r"\[\[prefer:(longer|first)\]\]")
@@ -172,6 +175,9 @@ def choose_reply(body: dict[str, Any]) -> str:
         turn = sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
         reply = script[min(turn, len(script) - 1)]
         return reply if isinstance(reply, str) else json.dumps(reply)
+    for name, reply in _MODEL_RE.findall(text):
+        if body.get("model") == name:
+            return reply
     if match := _REPLY_RE.search(text):
         return match.group(1)
     last = last_user_text(body).lstrip()

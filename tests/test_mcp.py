@@ -99,6 +99,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "cobalt_judge_disagreements",
             "cobalt_pairwise",
             "cobalt_generate",
+            "cobalt_sweep",
         }
         assert tools["cobalt_compare"].input_schema["required"] == ["runA", "runB"]
         assert tools["cobalt_generate"].input_schema["required"] == ["agentFile"]

@@ -207,6 +207,10 @@ class RunDetailSerializer(serializers.Serializer):
     tags = serializers.ListField(child=serializers.CharField())
     gitCommit = serializers.CharField(allow_null=True)
     parentRunId = serializers.CharField(allow_null=True)
+    sweep = serializers.DictField(
+        required=False,
+        help_text="A variant's run of a sweep: {id, variant: {label, values}} (/api/sweeps/ID/).",
+    )
     replay = serializers.ChoiceField(
         choices=["recorded", "replayed"],
         allow_null=True,

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from cobalt_app.api import views, views_judges
+from cobalt_app.api import views, views_judges, views_sweeps
 
 urlpatterns = [
     path("runs/", views.RunListView.as_view(), name="api-run-list"),
@@ -28,6 +28,8 @@ urlpatterns = [
         name="api-judge-calibration",
     ),
     path("trends/", views.TrendsView.as_view(), name="api-trends"),
+    path("sweeps/", views_sweeps.SweepListView.as_view(), name="api-sweep-list"),
+    path("sweeps/<str:sweep_id>/", views_sweeps.SweepDetailView.as_view(), name="api-sweep-detail"),
     path("experiments/", views.ExperimentsView.as_view(), name="api-experiments"),
     path("config/", views.ConfigView.as_view(), name="api-config"),
     path("schema/", views.SchemaView.as_view(), name="api-schema"),

@@ -185,3 +185,19 @@ class GenerateOutput(Open):
     verified: bool
     trial: dict[str, Any] | None
     notes: list[str]
+
+
+class SweepOutput(Open):
+    """`cobalt_sweep`: which variant is best and why (`sweeps` empty when there is none)."""
+
+    id: str | None = None
+    name: str | None = None
+    best: str | None = Field(default=None, description="The best variant's label.")
+    default: str | None = None
+    ranking: list[str] = Field(default_factory=list)
+    pareto: list[str] = Field(default_factory=list, description="Pareto-optimal variants.")
+    verdict: str | None = Field(default=None, description="Which is best and why, in words.")
+    variants: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per variant: totals, rank, vsBest (paired test against the best; pHolm).",
+    )

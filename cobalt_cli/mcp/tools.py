@@ -30,7 +30,9 @@ from cobalt_cli.mcp.schemas import (
     PairwiseOutput,
     ResultsOutput,
     RunOutput,
+    SweepOutput,
 )
+from cobalt_cli.mcp.sweeps import cobalt_sweep_tool
 from cobalt_cli.mcp.workspace import Workspace
 
 StatusFilter = Annotated[
@@ -84,6 +86,7 @@ def tools(target: Project | Workspace) -> list[Tool]:
         disagreements_tool(target),
         pairwise_compare_tool(target),
         generate_tool(target),
+        sweep_tool(target),
     ]
 
 
@@ -415,4 +418,32 @@ def pairwise_compare_tool(target: Project | Workspace) -> Tool:
         "Ask a pairwise judge which output is better for each item both runs scored, in "
         "both orders (a tie when they disagree): run B's win rate over run A, ties half, "
         "with a 95% interval. Calls the judge's model (cached).",
+    )
+
+
+def sweep_tool(target: Project | Workspace) -> Tool:
+    async def cobalt_sweep(
+        ctx: Context,
+        sweepId: Annotated[
+            str | None, Field(description="A sweep id; default: the latest sweep.")
+        ] = None,
+        experiment: Annotated[
+            str | None, Field(description="Without sweepId: the latest sweep of this experiment.")
+        ] = None,
+        project: ProjectArgument = None,
+    ) -> Annotated[CallToolResult, SweepOutput]:
+        arguments = {"sweepId": sweepId, "experiment": experiment}
+
+        def read(here: Project) -> CallToolResult:
+            return cobalt_sweep_tool(here, sweep_id=sweepId, experiment=experiment)
+
+        return await answer(target, ctx, project, "cobalt_sweep", arguments, read)
+
+    return declare(
+        cobalt_sweep,
+        READS,
+        "Which variant of a sweep (an experiment run once per model/prompt/parameter variant "
+        "over the same items) is best and why: the ranking by mean score, each variant's "
+        "paired test against the best corrected with Holm (which differences are real), pass "
+        "rates with intervals, cost, latency, errors and the Pareto front.",
     )

@@ -69,6 +69,28 @@
         },
       };
     },
+    pareto: function (d) {
+      // A sweep's variants: quality against cost; the Pareto-optimal ones drawn larger.
+      return {
+        type: "scatter",
+        data: {
+          datasets: [
+            { label: "Pareto-optimal", data: d.front, backgroundColor: colour(2), borderColor: colour(2), pointRadius: 9, pointStyle: "rectRot", clip: false },
+            { label: "dominated", data: d.others, backgroundColor: colour(0, 0.5), borderColor: colour(0), pointRadius: 6, clip: false },
+          ],
+        },
+        options: {
+          scales: {
+            x: { title: { display: true, text: d.xLabel } },
+            y: { min: 0, max: 1, ticks: { stepSize: 0.2 }, title: { display: true, text: "mean score" } },
+          },
+          layout: { padding: 12 },  // points at 0 and 1 are drawn whole (clip: false)
+          plugins: {
+            tooltip: { callbacks: { label: function (item) { var p = item.raw; return p.label + ": " + p.y.toFixed(3) + " @ " + p.x + " (p50 " + p.latency + " ms)"; } } },
+          },
+        },
+      };
+    },
   };
 
   function draw(root) {

@@ -1,0 +1,214 @@
+"""Sweeps (issue 38). Run: `python bench/bench_sweeps.py [--variants 12] [--items 500]
+[--page-items 10000] [--repeat 9]`.
+
+1. Throughput: the same engine work as one sweep of `--variants` × `--items` items and as one
+   run of variants × items items (an async runner awaiting 5 ms, a function evaluator,
+   concurrency 20): the whole `cobalt run` process of each, and items/s. Target: the sweep
+   within ~10% of the single run (it adds a run's creation and finalisation per variant and
+   the analysis at the end).
+2. The sweep page at `--variants` × `--page-items` items: a project whose history holds one
+   sweep of that size (bulk inserts and the real finalisation: summaries and score tables),
+   the analysis timed once (what `finish` does after the last run), then `cobalt serve` and
+   the page timed over HTTP with httpx after a warm-up: median, p95, max of `--repeat`
+   keep-alive requests, for the whole page and for the next page of the matrix (htmx).
+   Target: < 500 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+from bench_dashboard import serve  # noqa: E402
+from bench_engine import timed  # noqa: E402
+
+EXPERIMENT = """
+import asyncio
+from cobalt import Dataset, Evaluator, experiment
+
+items = [{{"id": f"q{{i}}", "input": i}} for i in range({items})]
+
+async def run(ctx):
+    await asyncio.sleep(0.005)
+    return {{"output": str(ctx.item["input"] * {factor})}}
+
+experiment("work", Dataset(items=items), run, concurrency=20,
+           evaluators=[Evaluator(name="even", type="function",
+                                 fn=lambda c: float(int(c.output) % 2 == 0))],
+           {variants})
+"""
+
+
+def write_project(folder: Path, items: int, variants: int | None) -> Path:
+    (folder / "experiments").mkdir(parents=True, exist_ok=True)
+    (folder / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    declared = f'variants={{"factor": list(range(1, {variants} + 1))}}' if variants else ""
+    factor = 'ctx.variant.get("factor", 1)'
+    source = EXPERIMENT.format(items=items, factor=factor, variants=declared)
+    (folder / "experiments" / "work.cobalt.py").write_text(source)
+    return folder
+
+
+def engine_seconds(folder: Path) -> float:
+    """The newest runs' own durations (their results files' `totalDurationMs`), summed: the
+    engine's time without the process's start-up."""
+    from cobalt.results_file import read_results, results_files
+
+    total = 0.0
+    for path in results_files(folder / ".cobalt" / "results"):
+        if "_sweep_" in path.name:
+            continue
+        header, _ = read_results(path)
+        total += header["summary"]["totalDurationMs"] / 1000
+    return total
+
+
+def bench_throughput(args: argparse.Namespace, tmp: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COBALT_")}
+    env["PYTHONPATH"] = str(REPO)
+    total = args.variants * args.items
+    command = [sys.executable, "-m", "cobalt_cli", "run", "--quiet"]
+    workloads = {
+        f"one run of {total:,} items": (total, None),
+        f"sweep {args.variants} × {args.items:,} items": (args.items, args.variants),
+    }
+    best: dict[str, tuple[float, float, float]] = {}
+    for round_ in range(args.rounds):  # interleaved: both see the same machine load
+        for label, (items, variants) in workloads.items():
+            folder = write_project(tmp / f"{round_}-{len(best)}-{variants}", items, variants)
+            seconds, rss = timed(command, folder, env)
+            engine = engine_seconds(folder)
+            if label not in best or seconds < best[label][0]:
+                best[label] = (seconds, engine, rss)
+    print(f"\n{'workload (best of ' + str(args.rounds) + ')':<32} {'wall s':>8} {'runs s':>8} "
+          f"{'items/s':>9} {'RSS MB':>8}")  # fmt: skip
+    for label, (seconds, engine, rss) in best.items():
+        print(f"{label:<32} {seconds:>8.2f} {engine:>8.2f} {total / engine:>9.0f} {rss:>8.0f}")
+    (single, sweep) = best.values()
+    print(f"sweep / single: wall {sweep[0] / single[0]:.2f}x, runs {sweep[1] / single[1]:.2f}x")
+
+
+def build_sweep(project: Path, *, variants: int, items: int, seed: int = 7) -> str:
+    from cobalt.config import load_config
+    from cobalt_project import bootstrap
+
+    bootstrap.setup(load_config(project))
+    from django.db import transaction
+
+    from cobalt_app import sweeps
+    from cobalt_app.models import Evaluation, ItemResult, Run, Sweep
+    from cobalt_app.results import run_finalise
+
+    rng = random.Random(seed)
+    evaluators = [{"name": "relevance", "type": "llm-judge"}, {"name": "exact"}]
+    declared = [{"label": f"model=m{v}", "values": {"model": f"m{v}"}} for v in range(variants)]
+    sweep = Sweep.objects.create(name="qa", variants=declared, default_label="model=m0")
+    started = time.perf_counter()
+    for v, variant in enumerate(declared):
+        shift = (v - variants / 2) * 0.01
+        with transaction.atomic():
+            run = Run.objects.create(
+                name=f"qa [{variant['label']}]",
+                status=Run.Status.RUNNING,
+                config={"runs": 1, "evaluators": evaluators},
+                total_items=items,
+                finished_items=items,
+                sweep=sweep,
+                variant=variant,
+            )
+            rows = [
+                ItemResult(
+                    run=run,
+                    item_index=i,
+                    item_key=f"item-{i:06d}",
+                    input={"id": i},
+                    output=f"answer {i} {v}",
+                    status="ok" if rng.random() > 0.01 else "error",
+                    latency_ms=rng.uniform(50, 3000),
+                    tokens=rng.randint(100, 900),
+                    cost=0.0001 * (v + 1),
+                )
+                for i in range(items)
+            ]
+            ItemResult.objects.bulk_create(rows, batch_size=2000)
+            scores = []
+            for row in rows:
+                if row.status != "ok":
+                    continue
+                score = min(1.0, max(0.0, rng.gauss(0.7 + shift, 0.15)))
+                scores.append(
+                    Evaluation(item_id=row.id, run=run, evaluator="relevance", score=score)
+                )
+                exact = float(rng.random() < 0.6 + shift)
+                scores.append(Evaluation(item_id=row.id, run=run, evaluator="exact", score=exact))
+            Evaluation.objects.bulk_create(scores, batch_size=2000)
+        run_finalise(run.id)
+    print(f"built {variants} runs × {items:,} items in {time.perf_counter() - started:.1f}s")
+    started = time.perf_counter()
+    sweeps.analyse(sweep)
+    print(f"analysis (ranking, {variants - 1} paired tests, Holm, Pareto): "
+          f"{(time.perf_counter() - started) * 1000:.0f} ms")  # fmt: skip
+    return sweep.id
+
+
+def bench_page(args: argparse.Namespace, tmp: Path) -> None:
+    project = tmp / "page"
+    project.mkdir()
+    (project / "cobalt.toml").write_text('test_dir = "experiments"\n')
+    sweep_id = build_sweep(project, variants=args.variants, items=args.page_items)
+    server, base = serve(project)
+    cases = [
+        ("sweep page", f"/sweeps/{sweep_id}/", {}),
+        ("matrix page 2 (htmx)", f"/sweeps/{sweep_id}/?page=2", {"HX-Request": "true"}),
+        ("API sweep", f"/api/sweeps/{sweep_id}/", {}),
+    ]
+    try:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            print(f"\n{'page':<24} {'median ms':>10} {'p95 ms':>8} {'max ms':>8}")
+            for name, url, headers in cases:
+                assert client.get(url, headers=headers).status_code == 200  # warm-up
+                times = []
+                for _ in range(args.repeat):
+                    started = time.perf_counter()
+                    response = client.get(url, headers=headers)
+                    times.append((time.perf_counter() - started) * 1000)
+                    assert response.status_code == 200
+                times.sort()
+                p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+                print(f"{name:<24} {statistics.median(times):>10.0f} {p95:>8.0f} {times[-1]:>8.0f}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", type=int, default=12)
+    parser.add_argument("--items", type=int, default=500)
+    parser.add_argument("--page-items", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=2, help="Throughput rounds (best kept).")
+    parser.add_argument("--only", choices=("throughput", "page"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cobalt-bench-sweeps-") as folder:
+        tmp = Path(folder)
+        if args.only != "page":
+            bench_throughput(args, tmp)
+        if args.only != "throughput":
+            bench_page(args, tmp)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""What the sweep page shows: the stored analysis (ranking, tests, Pareto front), one page of
+the items × variants matrix (from the runs' score tables, never every evaluation) and the
+chart's series. At 12 variants × 10,000 items a page reads twelve score tables and the
+sweep's stored analysis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.urls import reverse
+
+from cobalt_app import sweeps
+from cobalt_app.models import Sweep
+from cobalt_app.page_items import Paging
+
+
+@dataclass
+class MatrixPage(Paging):
+    labels: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        if not self.total:
+            return "No items"
+        return f"Items {self.start:,}–{self.end:,} of {self.total:,}"
+
+
+def chart_data(result: dict[str, Any]) -> dict[str, Any]:
+    """Quality against cost (or p50 latency when nothing cost anything), per variant."""
+    rows = [r for r in result["variants"] if r["meanScore"] is not None]
+    by_cost = any(r["cost"] for r in rows)
+    points = [
+        {
+            "x": round(r["cost"], 6) if by_cost else round(r["latencyP50"] or 0.0, 1),
+            "y": r["meanScore"],
+            "label": r["label"],
+            "latency": round(r["latencyP50"] or 0.0),
+        }
+        for r in rows
+    ]
+    return {
+        "xLabel": "cost ($)" if by_cost else "p50 latency (ms)",
+        "front": [p for p, r in zip(points, rows, strict=True) if r["pareto"]],
+        "others": [p for p, r in zip(points, rows, strict=True) if not r["pareto"]],
+    }
+
+
+def sweep_context(sweep: Sweep, *, page: int, per_page: int) -> dict[str, Any]:
+    result = sweeps.summary(sweep)
+    labels, rows, total = sweeps.matrix_rows(
+        sweep, offset=(page - 1) * per_page, limit=per_page, order=result["ranking"]
+    )  # best first
+    matrix = MatrixPage(number=page, per_page=per_page, total=total, labels=labels, rows=rows)
+    runs = {r["label"]: r["runId"] for r in result["variants"]}
+    columns = [
+        {"label": label, "url": reverse("cobalt:run", args=[runs[label]]) if label in runs else ""}
+        for label in labels
+    ]
+    failed = [r for r in result["variants"] if r["meanScore"] is None]
+    return {
+        "sweep": sweep,
+        "result": result,
+        "matrix": matrix,
+        "columns": columns,
+        "failed": failed,
+        "charts": chart_data(result),
+    }
