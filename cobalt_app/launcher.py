@@ -22,7 +22,7 @@ from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import aio, discovery, plugins, preflight, team_wait, traces
+from cobalt_app import aio, discovery, otlp_server, plugins, preflight, team_wait, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.run_options import RunOptions, relative_file
@@ -148,6 +148,7 @@ async def launch(
         options["reporter"] = ProgressReporter(options.get("reporter"))
         return await team_wait.follow(experiments, config, options, on_start=on_start)
     runs: list[Run] = []
+    receiver = otlp_server.open_for(experiments, config)  # HTTP targets' services' spans
     try:
         for experiment in experiments:
             run = await run_experiment(
@@ -160,7 +161,11 @@ async def launch(
             )
             runs.append(run)
     finally:
-        db.close()
+        try:
+            if receiver is not None:
+                await db(receiver.finish)
+        finally:
+            db.close()
     return runs
 
 

@@ -1,0 +1,215 @@
+"""Agents that run as services: HTTP targets, trace context, the OTLP receiver.
+
+The door test runs the real `cobalt run` against a FastAPI agent service in its own process,
+which exports its spans to the receiver `cobalt run` opens; the receiver's answers (protobuf,
+JSON, gzip, 400, 413, 429, 401) are checked in-process through Django's test client.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.test import Client
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from cobalt.targets import TargetError, http_target, openai_target
+from cobalt_app import otlp, received
+from cobalt_app.models import ReceivedTrace
+from tests.conftest import cli_env, free_port
+from tests.helpers import run_id_of
+
+SERVICE = Path(__file__).parent / "fixtures" / "services" / "fastapi_agent.py"
+EXPERIMENT = """
+import cobalt
+
+dataset = cobalt.Dataset(items=[
+    {"id": "paris", "input": {"question": "weather in Paris?"}},
+    {"id": "oslo", "input": {"question": "weather in Oslo?"}},
+])
+cobalt.experiment(
+    "weather-service",
+    dataset,
+    cobalt.http_target(
+        url="http://127.0.0.1:PORT/ask",
+        headers={"Authorization": "Bearer ${AGENT_TOKEN}"},
+        body={"question": "{{input.question}}"},
+        output="$.answer",
+    ),
+    evaluators=[cobalt.Evaluator(name="sunny", type="function",
+        fn=lambda ctx: {"score": float("sunny" in ctx.output)})],
+)
+"""
+TOKEN = "agent-token-SECRET-77"
+
+
+def wait_until_up(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        try:
+            httpx.post(url, json={"question": "warm up Rome"}, timeout=2)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError("the service did not start")
+
+
+def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
+    project, cobalt_cli, fake_provider_server
+):
+    service_port, receiver_port = free_port(), free_port()
+    env = cli_env(
+        {
+            "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
+            "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+        }
+    )
+    service = subprocess.Popen(
+        [sys.executable, str(SERVICE), str(service_port)], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        wait_until_up(f"http://127.0.0.1:{service_port}/ask", service)
+        project.write(
+            "cobalt.toml",
+            f'test_dir = "experiments"\n[receiver]\nport = {receiver_port}\ngrace = 10\n',
+        )
+        project.write("experiments/svc.cobalt.py", EXPERIMENT.replace("PORT", str(service_port)))
+        done = cobalt_cli(project, "run", "experiments/svc.cobalt.py", env={"AGENT_TOKEN": TOKEN})
+        run_id = run_id_of(done)
+        exported = cobalt_cli(project, "export", run_id, "--format", "json")
+    finally:
+        service.terminate()
+        service.wait(timeout=10)
+    items = {i["key"]: i for i in json.loads(exported.stdout)["items"]}
+    paris = items["paris"]
+    assert (
+        paris["output"]["output"] == "sunny in Paris"
+        and paris["evaluations"]["sunny"]["score"] == 1.0
+    )
+    steps = paris["trace"]
+    client = steps[0]
+    assert (client["kind"], client["name"]) == (
+        "agent",
+        f"POST http://127.0.0.1:{service_port}/ask",
+    )
+    assert len(client["traceId"]) == 32
+    theirs = {s["name"]: (n, s) for n, s in enumerate(steps) if s.get("service")}
+    assert {s["service"] for _, s in theirs.values()} == {"weather-agent"}
+    agent_at, agent = theirs["agent"]
+    assert agent["parent"] == 0  # under the client's request span
+    tool, call = theirs["get_weather"][1], theirs["chat gpt-4o-mini"][1]
+    assert tool["kind"] == "tool" and tool["parent"] == agent_at
+    assert call["kind"] == "llm" and call["parent"] == agent_at
+    assert call["inputTokens"] > 0 and tool["input"] == '{"city": "Paris"}'
+    assert agent["startMs"] >= client["startMs"]
+    database = project.db_path.read_bytes() + project.db_path.with_suffix(".db-wal").read_bytes()
+    assert TOKEN.encode() not in database and b"sk-test-openai-SECRET" not in database
+
+
+@pytest.mark.django_db(transaction=True)
+class TestReceiver:
+    def request(self, trace_id: str = "ab" * 16, spans: int = 3) -> ExportTraceServiceRequest:
+        export = ExportTraceServiceRequest()
+        resource_spans = export.resource_spans.add()
+        attribute = resource_spans.resource.attributes.add()
+        attribute.key, attribute.value.string_value = "service.name", "shop-agent"
+        scope = resource_spans.scope_spans.add()
+        for n in range(spans):
+            span = scope.spans.add()
+            span.trace_id = bytes.fromhex(trace_id)
+            span.span_id = bytes.fromhex(f"{n + 1:016x}")
+            if n:
+                span.parent_span_id = bytes.fromhex(f"{1:016x}")
+            span.name = "agent" if n == 0 else f"step {n}"
+            span.start_time_unix_nano = 1_700_000_000_000_000_000 + n * 1_000_000
+            span.end_time_unix_nano = span.start_time_unix_nano + 5_000_000
+            for key, value in (("input.value", "where is my order"), ("api_key", "sk-live-XYZ")):
+                kv = span.attributes.add()
+                kv.key, kv.value.string_value = key, value
+        return export
+
+    def post(self, body: bytes, kind: str = "application/x-protobuf", **headers: str):
+        return Client().post("/v1/traces", body, content_type=kind, **headers)
+
+    def test_protobuf_and_gzip_are_stored_as_a_production_trace(self):
+        body = gzip.compress(self.request().SerializeToString())
+        answer = self.post(body, HTTP_CONTENT_ENCODING="gzip")
+        assert answer.status_code == 200 and answer["Content-Type"] == "application/x-protobuf"
+        (trace,) = received.production_traces()
+        assert (trace.service, trace.name, trace.span_count) == ("shop-agent", "agent", 3)
+        assert trace.input == "where is my order"
+        assert "sk-live-XYZ" not in json.dumps(trace.attributes)
+        steps = received.steps_of_trace(trace)
+        assert [s["parent"] for s in steps] == [None, 0, 0]
+        again = self.post(self.request().SerializeToString())  # a retried export: kept once
+        assert again.status_code == 200
+        assert ReceivedTrace.objects.get().spans.count() == 3
+
+    def test_json_with_hex_ids_is_read(self):
+        from google.protobuf import json_format
+
+        data = json_format.MessageToDict(self.request("cd" * 16, spans=2))
+        for span in data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+            for key in ("traceId", "spanId", "parentSpanId"):
+                if key in span:
+                    import base64
+
+                    span[key] = base64.b64decode(span[key]).hex()
+        answer = self.post(json.dumps(data).encode(), "application/json")
+        assert answer.status_code == 200, answer.content
+        assert ReceivedTrace.objects.get().trace_id == "cd" * 16
+
+    def test_bad_payloads_are_refused_with_a_reason(self):
+        bad = self.post(b"\xff\x00garbage")
+        assert bad.status_code == 400 and b"not an OTLP protobuf" in bad.content
+        kind = self.post(b"{}", "text/plain")
+        assert kind.status_code == 400 and b"application/x-protobuf" in kind.content
+        zipped = self.post(b"not gzip", HTTP_CONTENT_ENCODING="gzip")
+        assert zipped.status_code == 400 and b"gzip" in zipped.content
+        bomb = gzip.compress(b"\x00" * (otlp.MAX_BYTES + 10))
+        assert self.post(bomb, HTTP_CONTENT_ENCODING="gzip").status_code == 413
+        assert not ReceivedTrace.objects.exists()
+
+    def test_a_busy_receiver_sheds_with_retry_after(self):
+        gate = otlp.Gate(limit=10)
+        gate.enter(8)  # another request in flight
+        answer = otlp.answer(self.request().SerializeToString(), "application/x-protobuf", "", gate)
+        assert answer.status == 429 and answer.headers == {"Retry-After": "1"}
+        gate.leave(8)
+        assert (
+            otlp.answer(
+                self.request().SerializeToString(), "application/x-protobuf", "", gate
+            ).status
+            == 200
+        )
+
+    def test_team_mode_needs_a_token(self, monkeypatch):
+        from django.contrib.auth.models import User
+        from rest_framework.authtoken.models import Token
+
+        monkeypatch.setenv("COBALT_SERVE_HOST", "0.0.0.0")
+        body = self.request().SerializeToString()
+        assert self.post(body).status_code == 401
+        key = Token.objects.create(user=User.objects.create(username="otel")).key
+        assert self.post(body, HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+
+
+def test_bad_declarations_name_the_field(monkeypatch):
+    with pytest.raises(TargetError, match="`url`"):
+        http_target("localhost:8000")
+    with pytest.raises(TargetError, match="`method`"):
+        http_target("http://x", method="FETCH")
+    with pytest.raises(TargetError, match="`output`"):
+        http_target("http://x", output="answer")
+    with pytest.raises(TargetError, match="environment variable"):
+        http_target("http://x", headers={"Authorization": "Bearer sk-abcdefghijklmnop1234"})
+    target = openai_target("http://svc/v1", "my-agent")
+    assert target.url == "http://svc/v1/chat/completions" and target.usage
