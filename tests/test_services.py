@@ -7,17 +7,24 @@ JSON, gzip, 400, 413, 429, 401) are checked in-process through Django's test cli
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
 
 import httpx
 import pytest
 from django.test import Client
+from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
 
 from cobalt.targets import TargetError, http_target, openai_target
 from cobalt_app import otlp, received
@@ -213,3 +220,97 @@ def test_bad_declarations_name_the_field(monkeypatch):
         http_target("http://x", headers={"Authorization": "Bearer sk-abcdefghijklmnop1234"})
     target = openai_target("http://svc/v1", "my-agent")
     assert target.url == "http://svc/v1/chat/completions" and target.usage
+
+
+class _Service(BaseHTTPRequestHandler):
+    """/echo answers the request (body, headers); /sse streams; /flaky fails once; /broken
+    fails with a body holding the token it was sent."""
+
+    calls: ClassVar[dict[str, int]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.calls[self.path] = self.calls.get(self.path, 0) + 1
+        if self.path == "/sse":
+            events = [{"delta": "Hel"}, {"delta": "lo"}, {"other": 1}]
+            text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            return self.answer(200, text, "text/event-stream")
+        if self.path == "/flaky" and self.calls[self.path] == 1:
+            return self.answer(503, "busy", headers={"Retry-After": "0"})
+        if self.path == "/broken":
+            return self.answer(500, f"crashed with {self.headers['Authorization']}")
+        echo = {"body": json.loads(body or "null"), "headers": dict(self.headers)}
+        return self.answer(200, json.dumps({"answer": echo}), "application/json")
+
+    def answer(self, status: int, text: str, kind: str = "text/plain", headers=None) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def service_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def call(target, item):
+    return asyncio.run(target(SimpleNamespace(item=item)))
+
+
+def test_a_target_fills_its_body_reads_a_path_and_sends_the_items_traceparent(
+    service_url, monkeypatch
+):
+    monkeypatch.setenv("AGENT_TOKEN", TOKEN)
+    target = http_target(
+        f"{service_url}/echo",
+        headers={"Authorization": "Bearer ${AGENT_TOKEN}"},
+        body={"q": "{{input.question}}", "all": "{{tags}}", "text": "tags: {{tags}}"},
+        output="$.answer",
+    )
+    provider = TracerProvider()
+    with trace.get_tracer("test", tracer_provider=provider).start_as_current_span("item"):
+        parent = trace.get_current_span().get_span_context().trace_id
+        answer = call(target, {"input": {"question": "why?"}, "tags": ["a", 1]})
+    echo = answer["output"]
+    assert echo["body"] == {"q": "why?", "all": ["a", 1], "text": 'tags: ["a", 1]'}
+    assert echo["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    version, trace_id, _span, _flags = echo["headers"]["traceparent"].split("-")
+    assert version == "00" and trace_id == format(parent, "032x")
+    assert answer["metadata"] == {"status": 200}
+
+
+def test_streams_retries_and_bad_answers(service_url, monkeypatch):
+    streamed = http_target(f"{service_url}/sse", stream=True, output="$.delta")
+    assert call(streamed, {"input": "x"})["output"] == "Hello"
+    flaky = http_target(f"{service_url}/flaky", output="$.answer.body.input")
+    assert call(flaky, {"input": "again"})["output"] == "again"
+    assert _Service.calls["/flaky"] == 2
+    monkeypatch.setenv("AGENT_TOKEN", TOKEN)
+    broken = http_target(
+        f"{service_url}/broken", headers={"Authorization": "Bearer ${AGENT_TOKEN}"}, retries=0
+    )
+    with pytest.raises(TargetError) as failed:
+        call(broken, {"input": "x"})
+    assert "HTTP 500: crashed with" in str(failed.value) and TOKEN not in str(failed.value)
+    missed = http_target(f"{service_url}/echo", output="$.answer.nothing")
+    with pytest.raises(TargetError, match=r"JSON path '\$.answer.nothing' matched nothing"):
+        call(missed, {"input": "x"})
+    with pytest.raises(TargetError, match="has no `question`"):
+        call(http_target(f"{service_url}/echo", body={"q": "{{question}}"}), {"input": "x"})
+    monkeypatch.delenv("AGENT_TOKEN")
+    with pytest.raises(TargetError, match="AGENT_TOKEN is not set"):
+        call(broken, {"input": "x"})
+    down = http_target("http://127.0.0.1:9/", retries=0, timeout=2)
+    with pytest.raises(TargetError, match="cannot connect"):
+        call(down, {"input": "x"})
