@@ -20,6 +20,7 @@ from cobalt_app import trace_spans
 from cobalt_app.models import ReceivedSpan, ReceivedTrace
 from cobalt_app.storable import process_secrets
 
+TEXT_LIMIT = 100_000  # characters of a trace's input, output and attributes kept
 ROOT_ATTRIBUTES = 50  # the root span's attributes kept on its trace (filters, datasets)
 INPUT_KEYS = ("gen_ai.input.messages", "input.value", "cobalt.input", "gen_ai.prompt")
 OUTPUT_KEYS = ("gen_ai.output.messages", "output.value", "cobalt.output", "gen_ai.completion")
@@ -83,20 +84,34 @@ def _summarise(trace: ReceivedTrace, spans: Sequence[Received]) -> None:
             trace.service = span.service
         if not span.parent_span_id:
             _root(trace, span)
+    if not trace.input:  # a web framework's root span around the agent's: the agent's
+        agents = [s for s in spans if s.step["kind"] == "agent" and _said(s.attributes)[0]]
+        if agents:
+            _input_output(trace, min(agents, key=lambda s: s.start_ns))
     trace.save()
 
 
-def _root(trace: ReceivedTrace, span: Received) -> None:
-    secrets = process_secrets()
-    trace.name = span.step["name"][:500]
-    a = span.attributes
+def _said(a: dict[str, Any]) -> tuple[Any, Any]:
     given_input = next((a[k] for k in INPUT_KEYS if a.get(k) not in (None, "")), None)
     given_output = next((a[k] for k in OUTPUT_KEYS if a.get(k) not in (None, "")), None)
-    limit = 100_000
-    trace.input = trace_spans.shown(given_input, limit, secrets) or ""
-    trace.output = trace_spans.shown(given_output, limit, secrets) or ""
-    kept = dict(list(a.items())[:ROOT_ATTRIBUTES])
-    trace.attributes = json.loads(trace_spans.shown(kept, limit, secrets) or "{}")
+    return given_input, given_output
+
+
+def _input_output(trace: ReceivedTrace, span: Received) -> None:
+    given_input, given_output = _said(span.attributes)
+    if given_input is not None:
+        trace.input = trace_spans.shown(given_input, TEXT_LIMIT, process_secrets()) or ""
+    if given_output is not None:
+        trace.output = trace_spans.shown(given_output, TEXT_LIMIT, process_secrets()) or ""
+
+
+def _root(trace: ReceivedTrace, span: Received) -> None:
+    """The root span's name, attributes, and input and output when it says them."""
+    trace.name = span.step["name"][:500]
+    _input_output(trace, span)
+    kept = dict(list(span.attributes.items())[:ROOT_ATTRIBUTES])
+    shown = trace_spans.shown(kept, TEXT_LIMIT, process_secrets())
+    trace.attributes = json.loads(shown or "{}")
 
 
 def link_items(links: Iterable[tuple[int, str]]) -> None:

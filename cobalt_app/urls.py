@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cobalt_app import views, views_review
+from cobalt_app import views, views_review, views_traces
 
 app_name = "cobalt"
 
@@ -22,5 +22,8 @@ urlpatterns = [
     path("runs/<str:run_id>/review/dataset/", views_review.review_dataset, name="review-dataset"),
     path("compare/", views.compare, name="compare"),
     path("trends/", views.trends, name="trends"),
+    path("traces/", views_traces.traces_list, name="traces"),
+    path("traces/dataset/", views_traces.traces_to_dataset, name="traces-dataset"),
+    path("traces/<str:trace_id>/", views_traces.trace_detail, name="trace"),
     path("healthz/", views.healthz, name="healthz"),
 ]

@@ -492,6 +492,7 @@ from cobalt_cli import (  # noqa: E402
     commands_recordings,
     commands_stats,
     commands_team,
+    commands_traces,
 )
 
 for _module in (
@@ -505,6 +506,7 @@ for _module in (
     commands_recordings,
     commands_stats,
     commands_team,
+    commands_traces,
 ):
     _module.register(commands)
 
