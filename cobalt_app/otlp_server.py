@@ -38,12 +38,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != otlp.PATH:
             self._send(404, "text/plain", b"the OTLP receiver listens at /v1/traces", {})
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > otlp.MAX_BYTES:
+        body = self._body()
+        if body is None:
             message = f"the request body is over {otlp.MAX_BYTES} bytes".encode()
             self._send(413, "text/plain", message, {})
             return
-        body = self.rfile.read(length)
         close_old_connections()
         try:
             answer = otlp.answer(
@@ -56,6 +55,26 @@ class _Handler(BaseHTTPRequestHandler):
         if answer.status == 200:
             self.server.received += 1
         self._send(answer.status, answer.content_type, answer.body, answer.headers)
+
+    def _body(self) -> bytes | None:
+        """The request's body (chunked, as Node.js sends it, or not); None past MAX_BYTES."""
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            return None if length > otlp.MAX_BYTES else self.rfile.read(length)
+        parts, size = [], 0
+        while True:
+            line = self.rfile.readline(100)
+            chunk = int(line.split(b";")[0].strip() or b"0", 16)
+            if chunk == 0:
+                while self.rfile.readline(1000) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            size += chunk
+            if size > otlp.MAX_BYTES:
+                self.close_connection = True
+                return None
+            parts.append(self.rfile.read(chunk))
+            self.rfile.readline(10)  # the CRLF after the chunk
 
     def _send(self, status: int, kind: str, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
