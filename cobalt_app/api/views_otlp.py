@@ -35,6 +35,14 @@ def _authorised(request: HttpRequest) -> bool:
     return True
 
 
+def _body(request: HttpRequest) -> bytes:
+    """The body, also when sent chunked (Node.js's exporter does): Django reads only
+    Content-Length bytes, the server (gunicorn) ends a chunked body's stream itself."""
+    if not request.META.get("CONTENT_LENGTH") and request.META.get("wsgi.input_terminated"):
+        return request.META["wsgi.input"].read(otlp.MAX_BYTES + 1)
+    return request.read(otlp.MAX_BYTES + 1)
+
+
 @csrf_exempt
 @require_POST
 def traces(request: HttpRequest) -> HttpResponse:
@@ -49,7 +57,13 @@ def traces(request: HttpRequest) -> HttpResponse:
             status=413,
             content_type="text/plain",
         )
-    body = request.read(otlp.MAX_BYTES + 1)
+    body = _body(request)
+    if len(body) > otlp.MAX_BYTES:
+        return HttpResponse(
+            f"the request body is over {otlp.MAX_BYTES} bytes; export smaller batches",
+            status=413,
+            content_type="text/plain",
+        )
     answer = otlp.answer(
         body,
         request.META.get("CONTENT_TYPE", ""),
