@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime
 
 from django.db import models
 from django.utils import timezone
@@ -358,8 +359,8 @@ class ReceivedTrace(models.Model):
     service = models.CharField(max_length=200, blank=True, db_index=True)
     name = models.CharField(max_length=500, blank=True)  # the root span's
     status = models.CharField(max_length=10, default="ok")  # ok | error (any span failed)
-    started_at = models.DateTimeField(null=True, blank=True)
-    duration_ms = models.FloatField(null=True, blank=True)
+    start_ns = models.BigIntegerField(null=True, blank=True)  # of its first span, Unix ns
+    end_ns = models.BigIntegerField(null=True, blank=True)  # of its last
     span_count = models.IntegerField(default=0)
     input = models.TextField(blank=True)  # the root span's (redacted, cut)
     output = models.TextField(blank=True)
@@ -374,6 +375,18 @@ class ReceivedTrace(models.Model):
 
     def __str__(self) -> str:
         return f"trace {self.trace_id}"
+
+    @property
+    def started_at(self) -> datetime | None:
+        if self.start_ns is None:
+            return None
+        return datetime.fromtimestamp(self.start_ns / 1e9, tz=UTC)
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return round((self.end_ns - self.start_ns) / 1e6, 3)
 
 
 class ReceivedSpan(models.Model):

@@ -51,9 +51,9 @@ def traces(
             raise TraceFilterError(f"status: {status!r} is not one of {', '.join(STATUSES)}")
         found = found.filter(status=status)
     if since:
-        found = found.filter(started_at__gte=since)
+        found = found.filter(start_ns__gte=int(since.timestamp() * 1e9))
     if until:
-        found = found.filter(started_at__lt=until)
+        found = found.filter(start_ns__lt=int(until.timestamp() * 1e9))
     for given in attributes:
         key, sep, value = given.partition("=")
         if not sep or not key.strip():

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
-from cobalt_app import trace_spans
+from cobalt_app import bulk_sql, trace_spans
 from cobalt_app.models import ReceivedSpan, ReceivedTrace
 from cobalt_app.storable import process_secrets
 
@@ -38,80 +38,119 @@ class Received(NamedTuple):
 
 
 def ingest(spans: Sequence[Received]) -> None:
-    """Store received spans (a span received twice is kept once)."""
+    """Store received spans (a span received twice is kept once) and fold them into their
+    traces' rows, in one transaction.
+
+    Raw SQL, three statements a batch whatever its size (an upsert of the traces, an insert of
+    the spans, the new spans counted): through the ORM (a get and a save per trace) a batch of
+    100 spans took ~65 ms, here ~6 ms (bench/bench_receiver.py). `ON CONFLICT ... RETURNING`
+    is the same on SQLite (3.35+) and PostgreSQL."""
     if not spans:
         return
     by_trace: dict[str, list[Received]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
-    with transaction.atomic():
-        ReceivedTrace.objects.bulk_create(
-            [ReceivedTrace(trace_id=trace_id) for trace_id in by_trace], ignore_conflicts=True
-        )
-        traces = {t.trace_id: t for t in ReceivedTrace.objects.filter(trace_id__in=list(by_trace))}
-        ReceivedSpan.objects.bulk_create(
-            [
-                ReceivedSpan(
-                    trace_id=traces[s.trace_id].pk,
-                    span_id=s.span_id,
-                    parent_span_id=s.parent_span_id,
-                    start_ns=s.start_ns,
-                    step=s.step,
-                )
-                for s in spans
-            ],
-            ignore_conflicts=True,
-        )
-        for trace_id, members in by_trace.items():
-            _summarise(traces[trace_id], members)
+    rows = [_trace_row(trace_id, members) for trace_id, members in by_trace.items()]
+    received_at = bulk_sql.datetime_adapter()(timezone.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        ids: dict[str, int] = {}
+        for chunk in _chunks(rows, TRACE_ROWS):
+            cursor.execute(
+                TRACE_UPSERT.format(values=", ".join([TRACE_VALUES] * len(chunk))),
+                [value for row in chunk for value in (*row, received_at)],
+            )
+            ids.update((trace_id, pk) for pk, trace_id in cursor.fetchall())
+        counts: dict[int, int] = {}
+        span_rows = [
+            (ids[s.trace_id], s.span_id, s.parent_span_id, s.start_ns, json.dumps(s.step))
+            for s in spans
+        ]
+        for chunk in _chunks(span_rows, SPAN_ROWS):
+            cursor.execute(
+                SPAN_INSERT.format(values=", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))),
+                [value for row in chunk for value in row],
+            )
+            for (pk,) in cursor.fetchall():
+                counts[pk] = counts.get(pk, 0) + 1
+        if counts:
+            cursor.execute(
+                "UPDATE cobalt_app_receivedtrace SET span_count = span_count + CASE id "
+                + " ".join(["WHEN %s THEN %s"] * len(counts))
+                + " ELSE 0 END WHERE id IN ("
+                + ", ".join(["%s"] * len(counts))
+                + ")",
+                [*(v for item in counts.items() for v in item), *counts],
+            )
 
 
-def _summarise(trace: ReceivedTrace, spans: Sequence[Received]) -> None:
-    """Fold a batch's spans into their trace's row: counts, times, status, the root's facts."""
-    start = min(s.start_ns for s in spans)
-    end = max(s.end_ns for s in spans)
-    if trace.started_at is not None:
-        old_start = int(trace.started_at.timestamp() * 1e9)
-        end = max(end, old_start + int((trace.duration_ms or 0) * 1e6))
-        start = min(start, old_start)
-    trace.started_at = datetime.fromtimestamp(start / 1e9, tz=UTC)
-    trace.duration_ms = round((end - start) / 1e6, 3)
-    trace.span_count += len(spans)
-    if any(s.step["status"] == "error" for s in spans):
-        trace.status = "error"
-    for span in spans:
-        if span.service and not trace.service:
-            trace.service = span.service
-        if not span.parent_span_id:
-            _root(trace, span)
-    if not trace.input:  # a web framework's root span around the agent's: the agent's
+TRACE_ROWS = 80  # 12 parameters a row: under SQLite's oldest limit (999)
+SPAN_ROWS = 190  # 5 a row
+TRACE_VALUES = "(%s, %s, %s, %s, %s, %s, 0, %s, %s, %s, %s)"
+_T = "cobalt_app_receivedtrace"
+TRACE_UPSERT = (
+    f"INSERT INTO {_T} (trace_id, service, name, status, start_ns, end_ns, span_count, "
+    "input, output, attributes, received_at) VALUES {values} "
+    "ON CONFLICT (trace_id) DO UPDATE SET "
+    f"service = CASE WHEN {_T}.service = '' THEN excluded.service ELSE {_T}.service END, "
+    f"name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE {_T}.name END, "
+    f"status = CASE WHEN excluded.status = 'error' THEN 'error' ELSE {_T}.status END, "
+    f"start_ns = CASE WHEN {_T}.start_ns IS NULL OR excluded.start_ns < {_T}.start_ns "
+    f"THEN excluded.start_ns ELSE {_T}.start_ns END, "
+    f"end_ns = CASE WHEN {_T}.end_ns IS NULL OR excluded.end_ns > {_T}.end_ns "
+    f"THEN excluded.end_ns ELSE {_T}.end_ns END, "
+    # The root's input and output win over an agent span's (see `_trace_row`).
+    f"input = CASE WHEN excluded.input <> '' AND ({_T}.input = '' OR excluded.name <> '') "
+    f"THEN excluded.input ELSE {_T}.input END, "
+    f"output = CASE WHEN excluded.output <> '' AND ({_T}.output = '' OR excluded.name <> '') "
+    f"THEN excluded.output ELSE {_T}.output END, "
+    f"attributes = CASE WHEN excluded.name <> '' THEN excluded.attributes "
+    f"ELSE {_T}.attributes END "
+    "RETURNING id, trace_id"
+)
+SPAN_INSERT = (
+    "INSERT INTO cobalt_app_receivedspan (trace_id, span_id, parent_span_id, start_ns, step) "
+    "VALUES {values} ON CONFLICT (trace_id, span_id) DO NOTHING RETURNING trace_id"
+)
+
+
+def _chunks(rows: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+def _trace_row(trace_id: str, spans: Sequence[Received]) -> tuple:
+    """What a batch's spans say of their trace: service, the root's name (empty without the
+    root), status, first start and last end, input, output (the root's, else the first agent
+    span's that says them: a web framework's root span around the agent's) and attributes."""
+    service = next((s.service for s in spans if s.service), "")
+    root = next((s for s in spans if not s.parent_span_id), None)
+    said = root if root is not None and _said(root.attributes)[0] is not None else None
+    if said is None:
         agents = [s for s in spans if s.step["kind"] == "agent" and _said(s.attributes)[0]]
-        if agents:
-            _input_output(trace, min(agents, key=lambda s: s.start_ns))
-    trace.save()
+        said = min(agents, key=lambda s: s.start_ns) if agents else None
+    secrets = process_secrets()
+    given_input, given_output = _said(said.attributes) if said is not None else (None, None)
+    attributes = "{}"
+    if root is not None:
+        kept = dict(list(root.attributes.items())[:ROOT_ATTRIBUTES])
+        attributes = trace_spans.shown(kept, TEXT_LIMIT, secrets) or "{}"
+    return (
+        trace_id,
+        service,
+        root.step["name"][:500] if root is not None else "",
+        "error" if any(s.step["status"] == "error" for s in spans) else "ok",
+        min(s.start_ns for s in spans),
+        max(s.end_ns for s in spans),
+        trace_spans.shown(given_input, TEXT_LIMIT, secrets) or "",
+        trace_spans.shown(given_output, TEXT_LIMIT, secrets) or "",
+        attributes,
+    )
 
 
 def _said(a: dict[str, Any]) -> tuple[Any, Any]:
     given_input = next((a[k] for k in INPUT_KEYS if a.get(k) not in (None, "")), None)
     given_output = next((a[k] for k in OUTPUT_KEYS if a.get(k) not in (None, "")), None)
     return given_input, given_output
-
-
-def _input_output(trace: ReceivedTrace, span: Received) -> None:
-    given_input, given_output = _said(span.attributes)
-    if given_input is not None:
-        trace.input = trace_spans.shown(given_input, TEXT_LIMIT, process_secrets()) or ""
-    if given_output is not None:
-        trace.output = trace_spans.shown(given_output, TEXT_LIMIT, process_secrets()) or ""
-
-
-def _root(trace: ReceivedTrace, span: Received) -> None:
-    """The root span's name, attributes, and input and output when it says them."""
-    trace.name = span.step["name"][:500]
-    _input_output(trace, span)
-    kept = dict(list(span.attributes.items())[:ROOT_ATTRIBUTES])
-    shown = trace_spans.shown(kept, TEXT_LIMIT, process_secrets())
-    trace.attributes = json.loads(shown or "{}")
 
 
 def link_items(links: Iterable[tuple[int, str]]) -> None:
