@@ -51,7 +51,7 @@ async def call(target: TargetSpec, item: dict[str, Any]) -> dict[str, Any]:
     attributes = {
         "cobalt.kind": "agent",
         "cobalt.name": target.label,
-        "cobalt.target": redact_text(target.url),
+        "cobalt.target": target.shown_url,
         "http.request.method": target.method,
     }
     if body is not None:
@@ -128,7 +128,7 @@ def _transport_error(exc: Exception, target: TargetSpec) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return f"no answer within {target.timeout:g} s ({type(exc).__name__})"
     if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect to {redact_text(target.url)}: is the service running? ({exc})"
+        return f"cannot connect to {target.shown_url}: is the service running? ({exc})"
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -129,13 +129,15 @@ class TargetSpec:
     retries: int = 2
     name: str = ""
     usage: bool = False  # read OpenAI-style `usage` into the metadata (openai_target)
+    shown_url: str = field(init=False, repr=False, compare=False, default="")  # redacted
 
     def __post_init__(self) -> None:
         _check(self)
+        object.__setattr__(self, "shown_url", redact_text(self.url))
 
     @property
     def label(self) -> str:
-        return self.name or f"{self.method} {redact_text(self.url)}"
+        return self.name or f"{self.method} {self.shown_url}"
 
     def clients(self) -> weakref.WeakKeyDictionary:
         """This target's `httpx.AsyncClient` per event loop (connections are reused)."""

@@ -6,51 +6,78 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('cobalt_app', '0010_trace_not_captured'),
+        ("cobalt_app", "0010_trace_not_captured"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReceivedTrace',
+            name="ReceivedTrace",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('trace_id', models.CharField(max_length=32, unique=True)),
-                ('service', models.CharField(blank=True, db_index=True, max_length=200)),
-                ('name', models.CharField(blank=True, max_length=500)),
-                ('status', models.CharField(default='ok', max_length=10)),
-                ('start_ns', models.BigIntegerField(blank=True, null=True)),
-                ('end_ns', models.BigIntegerField(blank=True, null=True)),
-                ('span_count', models.IntegerField(default=0)),
-                ('input', models.TextField(blank=True)),
-                ('output', models.TextField(blank=True)),
-                ('attributes', models.JSONField(blank=True, default=dict)),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('item', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='received_traces', to='cobalt_app.itemresult')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("trace_id", models.CharField(max_length=32, unique=True)),
+                ("service", models.CharField(blank=True, db_index=True, max_length=200)),
+                ("name", models.CharField(blank=True, max_length=500)),
+                ("status", models.CharField(default="ok", max_length=10)),
+                ("start_ns", models.BigIntegerField(blank=True, null=True)),
+                ("end_ns", models.BigIntegerField(blank=True, null=True)),
+                ("span_count", models.IntegerField(default=0)),
+                ("input", models.TextField(blank=True)),
+                ("output", models.TextField(blank=True)),
+                ("attributes", models.JSONField(blank=True, default=dict)),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "item",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="received_traces",
+                        to="cobalt_app.itemresult",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ReceivedSpan',
+            name="ReceivedSpan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('span_id', models.CharField(max_length=16)),
-                ('parent_span_id', models.CharField(blank=True, max_length=16)),
-                ('start_ns', models.BigIntegerField()),
-                ('step', models.JSONField()),
-                ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='spans', to='cobalt_app.receivedtrace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("span_id", models.CharField(max_length=16)),
+                ("parent_span_id", models.CharField(blank=True, max_length=16)),
+                ("start_ns", models.BigIntegerField()),
+                ("step", models.JSONField()),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="spans",
+                        to="cobalt_app.receivedtrace",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='receivedtrace',
-            index=models.Index(fields=['item', 'received_at'], name='received_item'),
+            model_name="receivedtrace",
+            index=models.Index(fields=["item", "received_at"], name="received_item"),
         ),
         migrations.AddIndex(
-            model_name='receivedtrace',
-            index=models.Index(fields=['received_at'], name='received_at'),
+            model_name="receivedtrace",
+            index=models.Index(fields=["received_at"], name="received_at"),
         ),
         migrations.AddConstraint(
-            model_name='receivedspan',
-            constraint=models.UniqueConstraint(fields=('trace', 'span_id'), name='received_span_once'),
+            model_name="receivedspan",
+            constraint=models.UniqueConstraint(
+                fields=("trace", "span_id"), name="received_span_once"
+            ),
         ),
     ]
