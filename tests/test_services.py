@@ -8,7 +8,6 @@ JSON, gzip, 400, 413, 429, 401) are checked in-process through Django's test cli
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import json
 import socket
@@ -21,7 +20,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
-import httpx
 import pytest
 from django.test import Client
 from opentelemetry import trace
@@ -71,22 +69,34 @@ def wait_until_up(port: int, process: subprocess.Popen) -> None:
     raise AssertionError("the service did not start")
 
 
-def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
-    project, cobalt_cli, fake_provider_server
-):
-    service_port, receiver_port = free_port(), free_port()
+def start_agent_service(fake_provider, exporter_port: int) -> tuple[subprocess.Popen, int]:
+    """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`;
+    returns it (started: it accepts connections) and its port."""
+    port = free_port()
     env = cli_env(
         {
-            "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
+            "OPENAI_BASE_URL": fake_provider.openai_base_url,
             "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{exporter_port}",
         }
     )
     service = subprocess.Popen(
-        [sys.executable, str(SERVICE), str(service_port)], env=env, stderr=subprocess.PIPE
+        [sys.executable, str(SERVICE), str(port)], env=env, stderr=subprocess.PIPE
     )
     try:
-        wait_until_up(service_port, service)
+        wait_until_up(port, service)
+    except BaseException:
+        service.kill()
+        raise
+    return service, port
+
+
+def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
+    project, cobalt_cli, fake_provider_server
+):
+    receiver_port = free_port()
+    service, service_port = start_agent_service(fake_provider_server, receiver_port)
+    try:
         project.write(
             "cobalt.toml",
             f'test_dir = "experiments"\n[receiver]\nport = {receiver_port}\ngrace = 10\n',
@@ -95,7 +105,6 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
         done = cobalt_cli(project, "run", "experiments/svc.cobalt.py", env={"AGENT_TOKEN": TOKEN})
         run_id = run_id_of(done)
         exported = cobalt_cli(project, "export", run_id, "--format", "json")
-        production_traces_become_tests(project, cobalt_cli, service_port, receiver_port)
     finally:
         service.terminate()
         service.wait(timeout=10)
@@ -323,56 +332,3 @@ def test_streams_retries_and_bad_answers(service_url, monkeypatch):
     down = http_target("http://127.0.0.1:9/", retries=0, timeout=2)
     with pytest.raises(TargetError, match="cannot connect"):
         call(down, {"input": "x"})
-
-
-def serve(project, port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "cobalt_cli", "serve", "--port", str(port)],
-        cwd=project.path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    for line in server.stdout:
-        if "Cobalt dashboard:" in line:
-            return server
-    raise AssertionError(f"cobalt serve exited with {server.wait(timeout=10)}")
-
-
-def production_traces_become_tests(project, cobalt_cli, service_port: int, port: int) -> None:
-    """Requests no test made, exported to `cobalt serve`, are listed, shown and added to a
-    dataset."""
-    server = serve(project, port)
-    try:
-        for city in ("Rome", "Lima", "Kyiv"):
-            answer = httpx.post(
-                f"http://127.0.0.1:{service_port}/ask", json={"question": f"weather in {city}?"}
-            )
-            assert answer.json() == {"answer": f"sunny in {city}"}
-        deadline = time.monotonic() + 30
-        page = ""
-        while time.monotonic() < deadline:
-            url = f"http://127.0.0.1:{port}/traces/?service=weather-agent"
-            with contextlib.suppress(httpx.TransportError):
-                page = httpx.get(url, timeout=30).text
-            if all(f"weather in {city}?" in page for city in ("Rome", "Lima", "Kyiv")):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(page)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-    listed = cobalt_cli(project, "traces", "list", "--service", "weather-agent")
-    ids = [line.split()[0] for line in listed.stdout.splitlines() if "weather-agent" in line]
-    assert len(ids) == 3, listed.stdout + listed.stderr
-    shown = cobalt_cli(project, "traces", "show", ids[0])
-    assert "Input:  weather in Kyiv?" in shown.stdout and "get_weather" in shown.stdout
-    added = cobalt_cli(project, "traces", "to-dataset", *ids[:2], "--file", "datasets/prod.jsonl")
-    assert "Added 2 items to datasets/prod.jsonl." in added.stdout, added.stdout + added.stderr
-    lines = [json.loads(line) for line in (project.path / "datasets/prod.jsonl").open()]
-    assert [line["input"] for line in lines] == ["weather in Kyiv?", "weather in Lima?"]
-    assert lines[0]["expected_output"] == "sunny in Kyiv"
-    assert lines[0]["metadata"]["service"] == "weather-agent"
-    assert {s["name"] for s in lines[0]["trace"]} >= {"agent", "get_weather", "chat gpt-4o-mini"}
