@@ -332,3 +332,42 @@ def test_streams_retries_and_bad_answers(service_url, monkeypatch):
     down = http_target("http://127.0.0.1:9/", retries=0, timeout=2)
     with pytest.raises(TargetError, match="cannot connect"):
         call(down, {"input": "x"})
+
+
+def test_an_openai_compatible_endpoint_answers_plain_and_streamed(fake_provider):
+    for stream in (False, True):
+        chat = openai_target(
+            fake_provider.openai_base_url,
+            "gpt-4o-mini",
+            message="ECHO: {{input}}",
+            api_key_env="OPENAI_API_KEY",
+            stream=stream,
+        )
+        answer = call(chat, {"input": "forty-two"})
+        assert answer["output"] == "forty-two"
+        if not stream:
+            assert answer["metadata"]["usage"]["prompt_tokens"] > 0
+
+
+def test_a_target_declared_in_the_configuration(project, monkeypatch, service_url):
+    import cobalt
+
+    project.write(
+        "cobalt.toml",
+        f"""
+        test_dir = "experiments"
+        [targets.echo]
+        url = "{service_url}/echo"
+        body = {{ q = "{{{{input}}}}" }}
+        output = "$.answer.body.q"
+        [targets.broken]
+        url = "{service_url}/echo"
+        outptu = "$.answer"
+        """,
+    )
+    monkeypatch.setenv("COBALT_PROJECT_DIR", str(project.path))
+    assert call(cobalt.target("echo"), {"input": "hello"})["output"] == "hello"
+    with pytest.raises(TargetError, match=r"\[targets.broken\]: unknown key 'outptu'"):
+        cobalt.target("broken")
+    with pytest.raises(TargetError, match=r"no target 'nope'.*\[targets.nope\]"):
+        cobalt.target("nope")

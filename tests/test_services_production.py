@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -52,6 +53,10 @@ def production_traces_become_tests(project, cobalt_cli, service_port: int, port:
             time.sleep(0.1)
         else:
             raise AssertionError(page)
+        first = re.search(r'href="/traces/([0-9a-f]{32})/"', page).group(1)
+        detail = httpx.get(f"http://127.0.0.1:{port}/traces/{first}/", timeout=30).text
+        assert "get_weather" in detail and "chat gpt-4o-mini" in detail
+        assert "Add to dataset" in detail
     finally:
         server.terminate()
         server.wait(timeout=10)
