@@ -178,6 +178,28 @@ class TestReceiver:
         assert again.status_code == 200
         assert ReceivedTrace.objects.get().spans.count() == 3
 
+    def test_production_traces_filter_and_expire(self):
+        from datetime import timedelta
+
+        from cobalt_app import production_traces
+        from cobalt_app.models import ReceivedSpan
+
+        self.post(self.request("01" * 16).SerializeToString())
+        failed = self.request("02" * 16)
+        failed.resource_spans[0].scope_spans[0].spans[1].status.code = 2  # ERROR
+        user = failed.resource_spans[0].scope_spans[0].spans[0].attributes.add()
+        user.key, user.value.int_value = "user.id", 42
+        self.post(failed.SerializeToString())
+        assert [t.trace_id for t in production_traces.traces(status="error")] == ["02" * 16]
+        assert production_traces.traces(attributes=["user.id=42"]).count() == 1
+        assert production_traces.traces(service="shop-agent").count() == 2
+        assert production_traces.traces(service="other").count() == 0
+        with pytest.raises(production_traces.TraceFilterError, match="key=value"):
+            production_traces.traces(attributes=["user.id"])
+        assert production_traces.clean(timedelta(days=1)) == 0
+        assert production_traces.clean(timedelta(0)) == 2
+        assert not ReceivedSpan.objects.exists()
+
     def test_json_with_hex_ids_is_read(self):
         from google.protobuf import json_format
 
