@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cobalt.experiments import RunContext
     from cobalt.report import ExperimentReport
     from cobalt.results_file import load_results, read_results
+    from cobalt.targets import http_target, openai_target, target
     from cobalt.tracing import span, tool
     from cobalt_cli.assertions import assert_scores
     from cobalt_cli.script import experiment
@@ -39,6 +40,9 @@ _SOURCES = {
     "assert_scores": "cobalt_cli.assertions",
     "define_config": "cobalt.config",
     "experiment": "cobalt_cli.script",
+    "http_target": "cobalt.targets",
+    "openai_target": "cobalt.targets",
+    "target": "cobalt.targets",
     "load_config": "cobalt.config",
     "load_results": "cobalt.results_file",
     "read_results": "cobalt.results_file",
@@ -56,10 +60,13 @@ __all__ = [
     "assert_scores",
     "define_config",
     "experiment",
+    "http_target",
     "load_config",
     "load_results",
+    "openai_target",
     "read_results",
     "span",
+    "target",
     "tool",
 ]
 

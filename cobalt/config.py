@@ -48,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "env": {},
     "trace": RUN.trace.as_dict(),
     "calibration": RUN.calibration.as_dict(),
+    "receiver": RUN.receiver.as_dict(),
+    "targets": {},  # [targets.NAME]: HTTP targets (cobalt/http_target.py), checked when used
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
@@ -60,6 +62,7 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dashboard": ("host", "port", "open"),
     "trace": tuple(RUN.trace.as_dict()),
     "calibration": tuple(RUN.calibration.as_dict()),
+    "receiver": tuple(RUN.receiver.as_dict()),
     "mcp": ("result_tokens",),
     "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
@@ -383,7 +386,7 @@ SETTING_RULES: tuple[SettingRule, ...] = (
     SettingRule("test_match", _is_globs, "must be a glob or a list of globs."),
     *(
         SettingRule(section, _is_table, "must be a table (a dict).")
-        for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env")
+        for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env", "targets")
     ),
     *(SettingRule(section, check=_known_in(section)) for section in TABLE_SETTINGS),
     SettingRule("judge.provider", _is_provider, PROVIDER),
@@ -395,6 +398,17 @@ SETTING_RULES: tuple[SettingRule, ...] = (
     ),
     SettingRule("trace.max_chars", _is_whole_at_least_1, WHOLE),
     SettingRule("calibration.min_labels", _is_whole_at_least_1, WHOLE),
+    SettingRule(
+        "receiver.port",
+        lambda value: isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 65536,
+        "must be a port number, or 0 for no receiver during runs (got {value!r}).",
+    ),
+    SettingRule(
+        "receiver.grace",
+        lambda value: _is_number(value) and value >= 0,
+        "must be a number of seconds, 0 or more (got {value!r}).",
+    ),
+    SettingRule("receiver.retention_days", _is_whole_at_least_1, WHOLE),
     SettingRule(
         "calibration.min_rate",
         lambda value: _is_number(value) and 0 <= value <= 1,

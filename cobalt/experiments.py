@@ -71,7 +71,12 @@ class Experiment:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.runner)
+        runner = self.runner
+        if inspect.iscoroutinefunction(runner):
+            return True
+        # A callable object whose `__call__` is async (an HTTP target, `cobalt.targets`).
+        call = inspect.getattr_static(type(runner), "__call__", None)
+        return not inspect.isfunction(runner) and inspect.iscoroutinefunction(call)
 
     def settings(self, *, default_concurrency: int, default_timeout: float) -> dict[str, Any]:
         settings: dict[str, Any] = {

@@ -59,6 +59,21 @@ class TraceSettings:
 
 
 @dataclass(frozen=True)
+class ReceiverSettings:
+    """`[receiver]`: the OTLP receiver `cobalt run` opens while an HTTP target runs (on
+    127.0.0.1:`port`, OTLP/HTTP's standard port; 0 for none), how long it waits after the last
+    item for the services' spans (`grace`, seconds), and how long production traces are kept
+    (`retention_days`, by `cobalt clean`)."""
+
+    port: int = 4318
+    grace: float = 10.0
+    retention_days: int = 30
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class CalibrationSettings:
     """`[calibration]`: a judge is calibrated with `min_labels` human labels of each class and
     both 95% lower bounds (true-positive, true-negative rate) at `min_rate`
@@ -85,6 +100,7 @@ class RunSettings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     trace: TraceSettings = field(default_factory=TraceSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    receiver: ReceiverSettings = field(default_factory=ReceiverSettings)
     rate_limits: dict[str, Any] = field(default_factory=dict)  # calls per minute, by provider
     # Only in a run's stored settings:
     repeat_flaky: int | None = None  # `--repeat-flaky N`
@@ -106,6 +122,7 @@ class RunSettings:
             calibration=CalibrationSettings(
                 **_given(CalibrationSettings, config.get("calibration"))
             ),
+            receiver=ReceiverSettings(**_given(ReceiverSettings, config.get("receiver"))),
         )
 
     @classmethod

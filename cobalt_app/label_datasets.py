@@ -57,7 +57,7 @@ def add_to_dataset(
     text = storable.dumps_at(line, "item")
     shown = target.relative_to(project).as_posix()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target) as fh:
+    with locked(target) as fh:
         fh.seek(0)
         existing = fh.read().decode("utf-8-sig", errors="replace")
         _check_new(existing, line["id"], target, shown)
@@ -163,7 +163,7 @@ def _check_new(existing: str, item_id: str, target: Path, shown: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(target: Path) -> Iterator[IO[bytes]]:
+def locked(target: Path) -> Iterator[IO[bytes]]:
     """The file opened to read and append, locked against other writers (where the system
     has `flock`): two reviewers adding the same item cannot both write it."""
     fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

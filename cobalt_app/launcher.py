@@ -23,7 +23,16 @@ from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import aio, discovery, plugins, preflight, sweeps, team_wait, traces
+from cobalt_app import (
+    aio,
+    discovery,
+    otlp_server,
+    plugins,
+    preflight,
+    sweeps,
+    team_wait,
+    traces,
+)
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.run_options import RunOptions, relative_file
@@ -157,6 +166,7 @@ async def launch(
             db.close()
         return runs
     runs: list[Run] = []
+    receiver = otlp_server.open_for(experiments, config)  # HTTP targets' services' spans
     try:
         for experiment in experiments:
             run = await run_experiment(
@@ -170,7 +180,11 @@ async def launch(
             runs.append(run)
         await db(sweeps.finish, sweeps_of(experiments), config)
     finally:
-        db.close()
+        try:
+            if receiver is not None:
+                await db(receiver.finish)
+        finally:
+            db.close()
     return runs
 
 

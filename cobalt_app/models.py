@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime
 
 from django.db import models
 from django.utils import timezone
@@ -368,3 +369,68 @@ class Label(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer}: {self.evaluator}={self.verdict} ({self.item_key})"
+
+
+class ReceivedTrace(models.Model):
+    """A trace whose spans a service exported to the OTLP receiver (`otlp`): an item's, when
+    an HTTP target's request carried its trace id (`item`, linked by `otlp.link_items`, in
+    whichever order the spans and the item's result arrive), else a production trace."""
+
+    trace_id = models.CharField(max_length=32, unique=True)
+    item = models.ForeignKey(
+        ItemResult,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="received_traces",
+    )
+    service = models.CharField(max_length=200, blank=True, db_index=True)
+    name = models.CharField(max_length=500, blank=True)  # the root span's
+    status = models.CharField(max_length=10, default="ok")  # ok | error (any span failed)
+    start_ns = models.BigIntegerField(null=True, blank=True)  # of its first span, Unix ns
+    end_ns = models.BigIntegerField(null=True, blank=True)  # of its last
+    span_count = models.IntegerField(default=0)
+    input = models.TextField(blank=True)  # the root span's (redacted, cut)
+    output = models.TextField(blank=True)
+    attributes = models.JSONField(default=dict, blank=True)  # the root span's (redacted)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["item", "received_at"], name="received_item"),
+            models.Index(fields=["received_at"], name="received_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"trace {self.trace_id}"
+
+    @property
+    def started_at(self) -> datetime | None:
+        if self.start_ns is None:
+            return None
+        return datetime.fromtimestamp(self.start_ns / 1e9, tz=UTC)
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.start_ns is None or self.end_ns is None:
+            return None
+        return round((self.end_ns - self.start_ns) / 1e6, 3)
+
+
+class ReceivedSpan(models.Model):
+    """One received span as a stored step (`trace_spans.step_of`), with its ids to rebuild
+    the service's span tree across export batches."""
+
+    trace = models.ForeignKey(ReceivedTrace, on_delete=models.CASCADE, related_name="spans")
+    span_id = models.CharField(max_length=16)
+    parent_span_id = models.CharField(max_length=16, blank=True)
+    start_ns = models.BigIntegerField()
+    step = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["trace", "span_id"], name="received_span_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"span {self.span_id}"

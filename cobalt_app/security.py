@@ -37,7 +37,16 @@ PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 
 # Paths anonymous visitors may reach when a login is required: the login pages themselves,
 # static files, the admin (it has its own login) and the JSON API (it answers 401 itself).
-LOGIN_EXEMPT_PREFIXES = ("/static/", "/admin/", "/accounts/", "/login", "/logout", "/favicon")
+# The OTLP receiver (/v1/traces) answers 401 itself too.
+LOGIN_EXEMPT_PREFIXES = (
+    "/static/",
+    "/admin/",
+    "/accounts/",
+    "/login",
+    "/logout",
+    "/favicon",
+    "/v1/",
+)
 API_PREFIX = "/api/"
 API_PAGES = ("/api/docs/",)
 

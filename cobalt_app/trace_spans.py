@@ -156,6 +156,10 @@ def step_of(
     }
     if a.get("cobalt.replayed"):  # answered from a recording (`cobalt_app.recordings`)
         step["replayed"] = True
+    if a.get("cobalt.trace_id"):  # an HTTP target's request: its service's spans join here
+        step["traceId"] = str(a["cobalt.trace_id"])
+        step["spanId"] = str(a.get("cobalt.span_id", ""))
+        step["startUnixMs"] = round(span.start_time / 1e6, 3)
     return step
 
 

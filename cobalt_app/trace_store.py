@@ -3,7 +3,8 @@ captured (`missing` says why, see `traces`), its steps stored by `blob_store` (c
 what items share, like the system prompt in every model call's input, stored once). `write` is
 the one write, from `services.record_item_outcomes`; `read` (or `of_item`, for an item read
 with its trace) the one read, for the results file, the pages, the API and the evaluators of a
-re-judge; `not_captured` what a run says of its items' traces."""
+re-judge; `not_captured` what a run says of its items' traces. Both also link an HTTP
+target's items to the traces their services export (`received.link_items`, `received.merge`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Count
 
-from cobalt_app import blob_store
+from cobalt_app import blob_store, received
 from cobalt_app.models import ItemResult, ItemTrace
 
 ROWS_PER_STATEMENT = 300  # 900 parameters: under SQLite's oldest limit (999)
@@ -50,6 +51,11 @@ def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
                 "blobs = excluded.blobs, missing = excluded.missing",
                 [value for row in chunk for value in row],
             )
+    received.link_items(
+        (item_id, trace_id)
+        for item_id, _, steps, _ in traces
+        for trace_id in received.linked_trace_ids(steps or [])
+    )
 
 
 def read(item_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
@@ -61,7 +67,9 @@ def read_traces(item_ids: Iterable[int]) -> dict[int, Trace]:
     """These items' traces with why each was not captured, by item id (an item without one
     is left out)."""
     rows = ItemTrace.objects.filter(item_id__in=list(item_ids))
-    return _decoded(list(rows.values_list("item_id", "data", "blobs", "missing")))
+    found = _decoded(list(rows.values_list("item_id", "data", "blobs", "missing")))
+    received.merge(found)  # the spans services exported for these items' requests
+    return found
 
 
 def of_item(item: ItemResult) -> Trace:
@@ -69,7 +77,9 @@ def of_item(item: ItemResult) -> Trace:
     stored = getattr(item, "trace", None)
     if stored is None:
         return Trace([])
-    return _decoded([(item.id, stored.data, stored.blobs, stored.missing)])[item.id]
+    found = _decoded([(item.id, stored.data, stored.blobs, stored.missing)])
+    received.merge(found)
+    return found[item.id]
 
 
 def not_captured(run_id: str) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cobalt_app import views, views_review
+from cobalt_app import views, views_review, views_traces
 
 app_name = "cobalt"
 
@@ -25,5 +25,8 @@ urlpatterns = [
     path("sweeps/", views.sweeps_list, name="sweeps"),
     path("sweeps/<str:sweep_id>/", views.sweep_detail, name="sweep"),
     path("sweeps/<str:sweep_id>/export.<str:fmt>", views.sweep_export, name="sweep-export"),
+    path("traces/", views_traces.traces_list, name="traces"),
+    path("traces/dataset/", views_traces.traces_to_dataset, name="traces-dataset"),
+    path("traces/<str:trace_id>/", views_traces.trace_detail, name="trace"),
     path("healthz/", views.healthz, name="healthz"),
 ]

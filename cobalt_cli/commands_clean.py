@@ -20,6 +20,7 @@ class Kind(StrEnum):
     runs = "runs"
     traces = "traces"
     recordings = "recordings"
+    production = "production"  # received production traces (`cobalt traces`)
 
 
 def clean(
@@ -70,6 +71,10 @@ def clean(
     _clean_legacy(config, cache=cache, results=results, days=days)
     from cobalt_app import retention
 
+    if (kind is None and not legacy) or kind == Kind.production:
+        _clean_production(config, seconds, dry_run=dry_run, alone=kind is not None)
+        if kind is not None:
+            return
     if kind is not None or seconds is not None or keep_last is not None:
         kinds = [kind.value] if kind is not None else list(retention.KINDS)
         rules = [retention.Rule(k, seconds, keep_last) for k in kinds]
@@ -78,6 +83,25 @@ def clean(
     else:
         rules = _policy(config)
     print_report(retention.clean(rules, config, experiment=experiment, dry_run=dry_run))
+
+
+def _clean_production(config: Config, seconds: float | None, *, dry_run: bool, alone: bool) -> None:
+    """Production traces received before `--older-than` (else `[receiver] retention_days`)."""
+    from datetime import timedelta
+
+    from cobalt.run_settings import RunSettings
+    from cobalt_app import production_traces
+    from cobalt_cli.console import out
+
+    if seconds is None:
+        seconds = RunSettings.from_config(config).receiver.retention_days * 86400.0
+    if dry_run:
+        count = production_traces.expired(timedelta(seconds=seconds)).count()
+        out().print(f"Would delete {count} production traces.")
+        return
+    count = production_traces.clean(timedelta(seconds=seconds))
+    if count or alone:
+        out().print(f"Deleted {count} production traces.")
 
 
 def _clean_legacy(config: Config, *, cache: bool, results: bool, days: float | None) -> None:

@@ -517,6 +517,7 @@ from cobalt_cli import (  # noqa: E402
     commands_stats,
     commands_sweeps,
     commands_team,
+    commands_traces,
 )
 
 for _module in (
@@ -531,6 +532,7 @@ for _module in (
     commands_stats,
     commands_sweeps,
     commands_team,
+    commands_traces,
 ):
     _module.register(commands)
 

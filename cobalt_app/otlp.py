@@ -1,0 +1,256 @@
+"""The OTLP receiver: spans a service exports (OTLP/HTTP, protobuf or JSON, gzip) are stored.
+
+`decode(body, content_type, encoding)` reads an export request with the OpenTelemetry protobuf
+definitions (`opentelemetry-proto`); `spans_of` reads each span as a step
+(`trace_spans.step_of`, so secrets are removed and attributes read as for an item's own spans)
+with its ids; `received.ingest` stores them (see there for how they join items).
+
+Load: `Gate` bounds the bytes being decoded and stored at once (a request past it is shed with
+429 and Retry-After); a body past MAX_BYTES, compressed or not, is 413; a malformed one 400.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import zlib
+from typing import Any, NamedTuple
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.trace import StatusCode
+
+from cobalt.errors import CobaltError
+from cobalt_app import trace_spans
+from cobalt_app.received import Received, ingest
+from cobalt_app.storable import clean_text, process_secrets
+
+PATH = "/v1/traces"
+MAX_BYTES = 8 * 1024 * 1024  # a decoded export request; OTLP exporters send ~4 MB at most
+IN_FLIGHT_BYTES = 32 * 1024 * 1024  # decoded bytes being ingested at once, over all requests
+RETRY_AFTER = 1  # seconds
+
+
+class ReceiverError(CobaltError):
+    """A payload refused: 400 (malformed), 413 (too large), 429 (shed)."""
+
+
+class TooLarge(ReceiverError):
+    http_status = 413
+
+
+class Shed(ReceiverError):
+    http_status = 429
+
+
+class Gate:
+    """At most IN_FLIGHT_BYTES being ingested at once; past it a request is shed (429)."""
+
+    def __init__(self, limit: int = IN_FLIGHT_BYTES) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def enter(self, size: int) -> None:
+        with self._lock:
+            if self.used and self.used + size > self.limit:
+                raise Shed(f"the receiver is busy; retry after {RETRY_AFTER} s")
+            self.used += size
+
+    def leave(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
+
+
+GATE = Gate()
+
+
+def receive(body: bytes, content_type: str, encoding: str, gate: Gate = GATE) -> dict[str, Any]:
+    """Decode and store one export request; the OTLP response's fields (partial success)."""
+    size = len(body)
+    gate.enter(size)
+    try:
+        request = decode(body, content_type, encoding)
+        spans, rejected = spans_of(request)
+        ingest(spans)
+    finally:
+        gate.leave(size)
+    if rejected:
+        message = f"{rejected} spans with a malformed trace or span id"
+        return {"partialSuccess": {"rejectedSpans": rejected, "errorMessage": message}}
+    return {}
+
+
+def decode(body: bytes, content_type: str, encoding: str) -> ExportTraceServiceRequest:
+    """An export request from its bytes: protobuf or JSON (by content type), gzip or not."""
+    if len(body) > MAX_BYTES:
+        raise TooLarge(f"the request body is over {MAX_BYTES} bytes; export smaller batches")
+    encoding = (encoding or "identity").strip().lower()
+    if encoding == "gzip":
+        body = _gunzip(body)
+    elif encoding not in ("identity", ""):
+        raise ReceiverError(f"Content-Encoding {encoding!r} is not supported: send gzip or none")
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind == "application/x-protobuf":
+        request = ExportTraceServiceRequest()
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise ReceiverError(f"the body is not an OTLP protobuf export request: {exc}") from None
+        return request
+    if kind == "application/json":
+        return _from_json(body)
+    raise ReceiverError(
+        f"Content-Type {content_type!r} is not OTLP: send application/x-protobuf or "
+        "application/json"
+    )
+
+
+def _gunzip(body: bytes) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, MAX_BYTES + 1)
+    except zlib.error as exc:
+        raise ReceiverError(f"the body is not valid gzip: {exc}") from None
+    if len(data) > MAX_BYTES or inflater.unconsumed_tail:
+        raise TooLarge(f"the decompressed body is over {MAX_BYTES} bytes; export smaller batches")
+    if not inflater.eof:
+        raise ReceiverError("the gzip body is cut short")
+    return data
+
+
+def _from_json(body: bytes) -> ExportTraceServiceRequest:
+    """OTLP/JSON: ids are hex (not protobuf JSON's base64), enums may be numbers."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReceiverError(f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReceiverError("an OTLP/JSON export request is an object with `resourceSpans`")
+    try:
+        for resource_spans in data.get("resourceSpans") or []:
+            for scope_spans in resource_spans.get("scopeSpans") or []:
+                for span in scope_spans.get("spans") or []:
+                    _hex_ids(span)
+                    for link in span.get("links") or []:
+                        _hex_ids(link)
+        return json_format.ParseDict(data, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    except (json_format.ParseError, AttributeError, TypeError, ValueError) as exc:
+        raise ReceiverError(f"the body is not an OTLP/JSON export request: {exc}") from None
+
+
+def _hex_ids(span: dict[str, Any]) -> None:
+    for key in ("traceId", "spanId", "parentSpanId"):
+        value = span.get(key)
+        if value:
+            span[key] = base64.b64encode(bytes.fromhex(value)).decode()
+
+
+def value_of(value: Any) -> Any:
+    """An OTLP `AnyValue` as a Python value."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [value_of(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: value_of(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, kind)
+
+
+class _Status(NamedTuple):
+    status_code: StatusCode
+    description: str
+
+
+class _Event(NamedTuple):
+    name: str
+    attributes: dict[str, Any]
+
+
+class _Span(NamedTuple):
+    """What `trace_spans.step_of` reads of a span, from an OTLP one."""
+
+    name: str
+    start_time: int
+    end_time: int
+    status: _Status
+    events: list[_Event]
+
+
+def spans_of(request: ExportTraceServiceRequest) -> tuple[list[Received], int]:
+    """The request's spans as steps, and how many were rejected (a malformed id)."""
+    secrets = process_secrets()
+    found: list[Received] = []
+    rejected = 0
+    for resource_spans in request.resource_spans:
+        resource = {kv.key: value_of(kv.value) for kv in resource_spans.resource.attributes}
+        service = str(resource.get("service.name") or "")[:200]
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id):
+                    rejected += 1
+                    continue
+                attributes = {kv.key: value_of(kv.value) for kv in span.attributes}
+                code = span.status.code if span.status.code in (0, 1, 2) else 0
+                adapted = _Span(
+                    span.name,
+                    span.start_time_unix_nano,
+                    span.end_time_unix_nano or span.start_time_unix_nano,
+                    _Status(StatusCode(code), span.status.message),
+                    [
+                        _Event(e.name, {kv.key: value_of(kv.value) for kv in e.attributes})
+                        for e in span.events
+                    ],
+                )
+                step = trace_spans.step_of(
+                    adapted, attributes, 0, trace_spans.DEFAULT_MAX_CHARS, secrets
+                )
+                if service:
+                    step["service"] = clean_text(service)
+                found.append(
+                    Received(
+                        span.trace_id.hex(),
+                        span.span_id.hex(),
+                        span.parent_span_id.hex() if len(span.parent_span_id) == 8 else "",
+                        adapted.start_time,
+                        adapted.end_time,
+                        service,
+                        step,
+                        attributes,
+                    )
+                )
+    return found, rejected
+
+
+class Answer(NamedTuple):
+    status: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def answer(body: bytes, content_type: str, encoding: str, gate: Gate = GATE) -> Answer:
+    """The HTTP answer to an export request (for `cobalt serve`'s view and the receiver that
+    `cobalt run` starts): 200 with an OTLP export response, or 400/413/429 with the reason."""
+    as_json = (content_type or "").split(";")[0].strip().lower() == "application/json"
+    try:
+        fields = receive(body, content_type, encoding, gate)
+    except ReceiverError as exc:
+        headers = {"Retry-After": str(RETRY_AFTER)} if isinstance(exc, Shed) else {}
+        payload = json.dumps({"code": exc.http_status, "message": str(exc)}).encode()
+        return Answer(exc.http_status, "application/json", payload, headers)
+    response = ExportTraceServiceResponse()
+    if fields:
+        response.partial_success.rejected_spans = fields["partialSuccess"]["rejectedSpans"]
+        response.partial_success.error_message = fields["partialSuccess"]["errorMessage"]
+    if as_json:
+        return Answer(200, "application/json", json.dumps(fields).encode(), {})
+    return Answer(200, "application/x-protobuf", response.SerializeToString(), {})

@@ -1,0 +1,152 @@
+"""The OTLP receiver `cobalt run` opens while it runs an HTTP target (embedded mode).
+
+`during_run(experiments, config)` listens on 127.0.0.1:`receiver.port` (OTLP/HTTP's standard
+4318, where OpenTelemetry SDKs export by default) for as long as the block runs, answering
+`POST /v1/traces` with the same function as `cobalt serve`'s view (`otlp.answer`). After the
+last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
+exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
+exports costs that much). A port already taken (a `cobalt serve`, a collector) is left alone,
+with a notice: spans sent there are stored by whoever listens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from django.db import close_old_connections, connections
+from django.utils import timezone
+
+from cobalt.experiments import Experiment
+from cobalt.run_settings import RunSettings
+from cobalt.targets import HttpTarget
+from cobalt_app import otlp
+from cobalt_app.models import ReceivedTrace
+
+logger = logging.getLogger("cobalt.otlp")
+POLL = 0.05  # seconds between looks for the last spans
+NO_EXPORT_WAIT = 2.0  # seconds to wait for a first export (services batch theirs, e.g. 5 s)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+        if self.path.split("?")[0] != otlp.PATH:
+            self._send(404, "text/plain", b"the OTLP receiver listens at /v1/traces", {})
+            return
+        body = self._body()
+        if body is None:
+            message = f"the request body is over {otlp.MAX_BYTES} bytes".encode()
+            self._send(413, "text/plain", message, {})
+            return
+        close_old_connections()
+        try:
+            answer = otlp.answer(
+                body,
+                self.headers.get("Content-Type", ""),
+                self.headers.get("Content-Encoding", ""),
+            )
+        finally:
+            connections.close_all()
+        if answer.status == 200:
+            self.server.received += 1
+        self._send(answer.status, answer.content_type, answer.body, answer.headers)
+
+    def _body(self) -> bytes | None:
+        """The request's body (chunked, as Node.js sends it, or not); None past MAX_BYTES."""
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            length = int(self.headers.get("Content-Length") or 0)
+            return None if length > otlp.MAX_BYTES else self.rfile.read(length)
+        parts, size = [], 0
+        while True:
+            line = self.rfile.readline(100)
+            chunk = int(line.split(b";")[0].strip() or b"0", 16)
+            if chunk == 0:
+                while self.rfile.readline(1000) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            size += chunk
+            if size > otlp.MAX_BYTES:
+                self.close_connection = True
+                return None
+            parts.append(self.rfile.read(chunk))
+            self.rfile.readline(10)  # the CRLF after the chunk
+
+    def _send(self, status: int, kind: str, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        logger.debug(format, *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    received = 0
+
+
+def start(port: int, host: str = "127.0.0.1") -> _Server:
+    """A receiver listening on (host, port) in a thread of its own (port 0: any free one)."""
+    server = _Server((host, port), _Handler)
+    threading.Thread(target=server.serve_forever, name="cobalt-otlp", daemon=True).start()
+    return server
+
+
+def has_target(experiments: list[Experiment]) -> bool:
+    return any(isinstance(e.runner, HttpTarget) for e in experiments)
+
+
+def open_for(experiments: list[Experiment], config: Any) -> RunReceiver | None:
+    """The receiver for a run of these experiments: None when none calls an HTTP target, the
+    port is 0, or it is taken (said in a warning)."""
+    settings = RunSettings.from_config(config).receiver
+    if not has_target(experiments) or not settings.port:
+        return None
+    try:
+        server = start(settings.port)
+    except OSError as exc:
+        logger.warning(
+            "the OTLP receiver cannot listen on 127.0.0.1:%s (%s): the services' spans go to "
+            "whoever listens there (a `cobalt serve` on that port stores them too)",
+            settings.port,
+            exc.strerror or exc,
+        )
+        return None
+    return RunReceiver(server, settings.grace)
+
+
+class RunReceiver:
+    def __init__(self, server: _Server, grace: float) -> None:
+        self.server = server
+        self.grace = grace
+        self.opened = timezone.now()
+
+    def finish(self) -> None:
+        """Wait for the last spans (see the module's docstring), then stop listening.
+        Reads the database: call it off the event loop."""
+        try:
+            wait_for_spans(self.grace, self.opened, self.server)
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def wait_for_spans(grace: float, since: Any, server: _Server) -> None:
+    """Until every item trace linked since `since` has spans, or `grace` seconds passed
+    (NO_EXPORT_WAIT while no service has exported anything: one that never does)."""
+    started = time.monotonic()
+    waiting = ReceivedTrace.objects.filter(item__isnull=False, span_count=0, received_at__gte=since)
+    while waiting.exists():
+        limit = grace if server.received else min(grace, NO_EXPORT_WAIT)
+        if time.monotonic() - started >= limit:
+            return
+        time.sleep(POLL)

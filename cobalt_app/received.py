@@ -1,0 +1,260 @@
+"""Received traces (`ReceivedTrace`, `ReceivedSpan`): the one write of what the OTLP receiver
+decoded (`otlp`), how those traces join items, and the reads of production traces.
+
+A trace whose id an HTTP target's request carried (`cobalt.http_call`) is linked to its item by
+`link_items` when the item's result is written (`trace_store.write`); the spans join the item's
+trace whenever they arrive, before or after it finished (`merge`, at read time): no late span is
+refused. Any other trace is a production trace (`production_traces`), until its retention.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from cobalt_app import bulk_sql, trace_spans
+from cobalt_app.models import ReceivedSpan, ReceivedTrace
+from cobalt_app.storable import process_secrets
+
+TEXT_LIMIT = 100_000  # characters of a trace's input, output and attributes kept
+ROOT_ATTRIBUTES = 50  # the root span's attributes kept on its trace (filters, datasets)
+INPUT_KEYS = ("gen_ai.input.messages", "input.value", "cobalt.input", "gen_ai.prompt")
+OUTPUT_KEYS = ("gen_ai.output.messages", "output.value", "cobalt.output", "gen_ai.completion")
+
+
+class Received(NamedTuple):
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    start_ns: int
+    end_ns: int
+    service: str
+    step: dict[str, Any]
+    attributes: dict[str, Any]
+
+
+def ingest(spans: Sequence[Received]) -> None:
+    """Store received spans (a span received twice is kept once) and fold them into their
+    traces' rows, in one transaction.
+
+    Raw SQL, three statements a batch whatever its size (an upsert of the traces, an insert of
+    the spans, the new spans counted): through the ORM (a get and a save per trace) a batch of
+    100 spans took ~65 ms, here ~6 ms (bench/bench_receiver.py). `ON CONFLICT ... RETURNING`
+    is the same on SQLite (3.35+) and PostgreSQL."""
+    if not spans:
+        return
+    by_trace: dict[str, list[Received]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id, []).append(span)
+    rows = [_trace_row(trace_id, members) for trace_id, members in by_trace.items()]
+    received_at = bulk_sql.datetime_adapter()(timezone.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        ids: dict[str, int] = {}
+        for chunk in _chunks(rows, TRACE_ROWS):
+            cursor.execute(
+                TRACE_UPSERT.format(values=", ".join([TRACE_VALUES] * len(chunk))),
+                [value for row in chunk for value in (*row, received_at)],
+            )
+            ids.update((trace_id, pk) for pk, trace_id in cursor.fetchall())
+        counts: dict[int, int] = {}
+        span_rows = [
+            (ids[s.trace_id], s.span_id, s.parent_span_id, s.start_ns, json.dumps(s.step))
+            for s in spans
+        ]
+        for chunk in _chunks(span_rows, SPAN_ROWS):
+            cursor.execute(
+                SPAN_INSERT.format(values=", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))),
+                [value for row in chunk for value in row],
+            )
+            for (pk,) in cursor.fetchall():
+                counts[pk] = counts.get(pk, 0) + 1
+        if counts:
+            cursor.execute(
+                "UPDATE cobalt_app_receivedtrace SET span_count = span_count + CASE id "
+                + " ".join(["WHEN %s THEN %s"] * len(counts))
+                + " ELSE 0 END WHERE id IN ("
+                + ", ".join(["%s"] * len(counts))
+                + ")",
+                [*(v for item in counts.items() for v in item), *counts],
+            )
+
+
+TRACE_ROWS = 80  # 12 parameters a row: under SQLite's oldest limit (999)
+SPAN_ROWS = 190  # 5 a row
+TRACE_VALUES = "(%s, %s, %s, %s, %s, %s, 0, %s, %s, %s, %s)"
+_T = "cobalt_app_receivedtrace"
+TRACE_UPSERT = (
+    f"INSERT INTO {_T} (trace_id, service, name, status, start_ns, end_ns, span_count, "
+    "input, output, attributes, received_at) VALUES {values} "
+    "ON CONFLICT (trace_id) DO UPDATE SET "
+    f"service = CASE WHEN {_T}.service = '' THEN excluded.service ELSE {_T}.service END, "
+    f"name = CASE WHEN excluded.name <> '' THEN excluded.name ELSE {_T}.name END, "
+    f"status = CASE WHEN excluded.status = 'error' THEN 'error' ELSE {_T}.status END, "
+    f"start_ns = CASE WHEN {_T}.start_ns IS NULL OR excluded.start_ns < {_T}.start_ns "
+    f"THEN excluded.start_ns ELSE {_T}.start_ns END, "
+    f"end_ns = CASE WHEN {_T}.end_ns IS NULL OR excluded.end_ns > {_T}.end_ns "
+    f"THEN excluded.end_ns ELSE {_T}.end_ns END, "
+    # The root's input and output win over an agent span's (see `_trace_row`).
+    f"input = CASE WHEN excluded.input <> '' AND ({_T}.input = '' OR excluded.name <> '') "
+    f"THEN excluded.input ELSE {_T}.input END, "
+    f"output = CASE WHEN excluded.output <> '' AND ({_T}.output = '' OR excluded.name <> '') "
+    f"THEN excluded.output ELSE {_T}.output END, "
+    f"attributes = CASE WHEN excluded.name <> '' THEN excluded.attributes "
+    f"ELSE {_T}.attributes END "
+    "RETURNING id, trace_id"
+)
+SPAN_INSERT = (
+    "INSERT INTO cobalt_app_receivedspan (trace_id, span_id, parent_span_id, start_ns, step) "
+    "VALUES {values} ON CONFLICT (trace_id, span_id) DO NOTHING RETURNING trace_id"
+)
+
+
+def _chunks(rows: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+def _trace_row(trace_id: str, spans: Sequence[Received]) -> tuple:
+    """What a batch's spans say of their trace: service, the root's name (empty without the
+    root), status, first start and last end, input, output (the root's, else the first agent
+    span's that says them: a web framework's root span around the agent's) and attributes."""
+    service = next((s.service for s in spans if s.service), "")
+    root = next((s for s in spans if not s.parent_span_id), None)
+    said = root if root is not None and _said(root.attributes)[0] is not None else None
+    if said is None:
+        agents = [s for s in spans if s.step["kind"] == "agent" and _said(s.attributes)[0]]
+        said = min(agents, key=lambda s: s.start_ns) if agents else None
+    secrets = process_secrets()
+    given_input, given_output = _said(said.attributes) if said is not None else (None, None)
+    attributes = "{}"
+    if root is not None:
+        kept = dict(list(root.attributes.items())[:ROOT_ATTRIBUTES])
+        attributes = trace_spans.shown(kept, TEXT_LIMIT, secrets) or "{}"
+    return (
+        trace_id,
+        service,
+        root.step["name"][:500] if root is not None else "",
+        "error" if any(s.step["status"] == "error" for s in spans) else "ok",
+        min(s.start_ns for s in spans),
+        max(s.end_ns for s in spans),
+        trace_spans.shown(given_input, TEXT_LIMIT, secrets) or "",
+        trace_spans.shown(given_output, TEXT_LIMIT, secrets) or "",
+        attributes,
+    )
+
+
+def _said(a: dict[str, Any]) -> tuple[Any, Any]:
+    given_input = next((a[k] for k in INPUT_KEYS if a.get(k) not in (None, "")), None)
+    given_output = next((a[k] for k in OUTPUT_KEYS if a.get(k) not in (None, "")), None)
+    return given_input, given_output
+
+
+def link_items(links: Iterable[tuple[int, str]]) -> None:
+    """Items' trace ids (from their HTTP target calls): those traces are the items' (their
+    rows made now when no span has arrived yet)."""
+    pairs = list({trace_id: item_id for item_id, trace_id in links}.items())
+    if not pairs:
+        return
+    received_at = bulk_sql.datetime_adapter()(timezone.now())
+    # One statement per chunk (a run records its items in batches): 4 parameters a row.
+    with connection.cursor() as cursor:
+        for chunk in _chunks(pairs, 240):
+            cursor.execute(
+                f"INSERT INTO {_T} (trace_id, item_id, service, name, status, span_count, input, "
+                "output, attributes, received_at) VALUES "
+                + ", ".join(["(%s, %s, '', '', 'ok', 0, '', '', %s, %s)"] * len(chunk))
+                + " ON CONFLICT (trace_id) DO UPDATE SET item_id = excluded.item_id",
+                [v for trace_id, item_id in chunk for v in (trace_id, item_id, "{}", received_at)],
+            )
+
+
+def linked_trace_ids(steps: Sequence[dict[str, Any]]) -> list[str]:
+    return [s["traceId"] for s in steps if s.get("traceId")]
+
+
+def merge(traces: dict[int, Any]) -> None:
+    """Put the spans services exported for these items into their steps (in place): each
+    service's tree under the client step whose request carried its trace id."""
+    wanted = {item_id for item_id, trace in traces.items() if linked_trace_ids(trace.steps)}
+    if not wanted:
+        return
+    received = ReceivedSpan.objects.filter(trace__item_id__in=wanted).values_list(
+        "trace__item_id", "trace__trace_id", "span_id", "parent_span_id", "start_ns", "step"
+    )
+    by_item: dict[int, list[tuple]] = {}
+    for row in received:
+        by_item.setdefault(row[0], []).append(row[1:])
+    for item_id, rows in by_item.items():
+        _merge_steps(traces[item_id].steps, rows)
+
+
+def _merge_steps(steps: list[dict[str, Any]], rows: list[tuple]) -> None:
+    clients = {(s["traceId"], s.get("spanId")): i for i, s in enumerate(steps) if s.get("traceId")}
+    origins = {
+        s["traceId"]: s.get("startUnixMs", 0) - s["startMs"] for s in steps if s.get("traceId")
+    }
+    rows = sorted(rows, key=lambda r: r[3])
+    rows = tree_order(rows, span=lambda r: (r[0], r[1]), parent=lambda r: (r[0], r[2]))
+    base = len(steps)
+    index_of = {(r[0], r[1]): base + n for n, r in enumerate(rows)}
+    for trace_id, _span_id, parent_id, start_ns, step in rows:
+        step = dict(step)
+        step["startMs"] = round(start_ns / 1e6 - origins.get(trace_id, 0), 3)
+        parent = index_of.get((trace_id, parent_id))
+        if parent is None:
+            parent = clients.get((trace_id, parent_id))
+        step["parent"] = parent
+        steps.append(step)
+
+
+def tree_order(rows: list[Any], *, span: Any, parent: Any) -> list[Any]:
+    """Rows (in start order) with every parent before its children, siblings by start: clocks
+    of a millisecond's precision (JavaScript's) may start a child "before" its parent."""
+    known = {span(row) for row in rows}
+    children: dict[Any, list[Any]] = {}
+    roots = []
+    for row in rows:
+        if parent(row) in known and parent(row) != span(row):
+            children.setdefault(parent(row), []).append(row)
+        else:
+            roots.append(row)
+    ordered: list[Any] = []
+    pending = list(reversed(roots))
+    while pending:
+        row = pending.pop()
+        ordered.append(row)
+        pending.extend(reversed(children.pop(span(row), [])))
+    if len(ordered) < len(rows):  # a cycle of parents (a broken exporter): kept, at the end
+        placed = {id(row) for row in ordered}
+        ordered.extend(row for row in rows if id(row) not in placed)
+    return ordered
+
+
+def production_traces() -> Any:
+    """Received traces no item's request started (a queryset, newest first)."""
+    return ReceivedTrace.objects.filter(item__isnull=True).order_by("-received_at", "-id")
+
+
+def steps_of_trace(trace: ReceivedTrace) -> list[dict[str, Any]]:
+    """A received trace's spans as steps in start order (times from its first span)."""
+    rows = list(
+        trace.spans.order_by("start_ns").values_list(
+            "span_id", "parent_span_id", "start_ns", "step"
+        )
+    )
+    if not rows:
+        return []
+    origin = rows[0][2]
+    rows = tree_order(rows, span=lambda r: r[0], parent=lambda r: r[1])
+    index_of = {row[0]: n for n, row in enumerate(rows)}
+    steps = []
+    for _span_id, parent_id, start_ns, step in rows:
+        step = dict(step)
+        step["startMs"] = round((start_ns - origin) / 1e6, 3)
+        step["parent"] = index_of.get(parent_id)
+        steps.append(step)
+    return steps
