@@ -30,6 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,7 +186,20 @@ def failed_where(failed: re.Match | None, blocks: list[Block]) -> str:
     return next((b.where for b in blocks if f"{b.page.stem}_{b.line}" == stem_line), stem_line)
 
 
-def check_toml(block: Block, folder: Path) -> None:
+def check_toml(block: Block, folder: Path, project: Path) -> None:
+    """A `cobalt.toml` is read by the configuration reader; one whose first line is
+    `# cobalt.toml` also becomes the project's; another named file (`# pyproject.toml`) only
+    has to be TOML."""
+    first = block.text.splitlines()[0] if block.text else ""
+    named = re.match(r"^# (\S+\.toml)\b", first)
+    if named and named.group(1) != "cobalt.toml":
+        try:
+            tomllib.loads(block.text)
+        except tomllib.TOMLDecodeError as exc:
+            pytest.fail(f"the TOML example at {block.where}: {exc}")
+        return
+    if named:
+        (project / "cobalt.toml").write_text(block.text + "\n")
     where = folder / "toml_examples" / str(block.line)
     where.mkdir(parents=True)
     (where / "cobalt.toml").write_text(block.text + "\n")
@@ -224,7 +238,7 @@ def run_transcript(block: Block, folder: Path, cwd: Path, env: dict[str, str]) -
     """Run a console block's commands in `cwd`; return the folder the shell ended in (the
     next block of the page starts there, as a reader's terminal would)."""
     steps = transcript(block)
-    script = "".join(f"echo '@@step {n}'\n{command} 2>&1\n" for n, (command, _) in enumerate(steps))
+    script = "".join(f"echo '@@step {n}'\n{{ {command}\n}} 2>&1\n" for n, (command, _) in enumerate(steps))
     done = subprocess.run(
         ["bash", "-c", script + 'echo "@@cwd $PWD"\n'],
         cwd=cwd,
@@ -359,7 +373,7 @@ def test_every_example_of_the_page_runs(page, tmp_path, fake_provider_server, co
             run_python(pending, folder, env)
             pending = []
         if block.lang == "toml":
-            check_toml(block, tmp_path)
+            check_toml(block, tmp_path, folder)
         elif block.lang == "json":
             check_json(block)
         elif block.lang == "console":
