@@ -328,8 +328,10 @@ def mcp_page() -> str:
         for name, prop in schema.get("properties", {}).items():
             kind = schema_type(prop)
             yes = "yes" if name in required else ""
-            lines.append(f"| `{name}` | {cell(kind)} | {yes} | {cell(prop.get('description', ''))} |")
-        lines += ["", "??? note \"Input and output schemas\"", ""]
+            lines.append(
+                f"| `{name}` | {cell(kind)} | {yes} | {cell(prop.get('description', ''))} |"
+            )
+        lines += ["", '??? note "Input and output schemas"', ""]
         for label, data in (("input", tool.input_schema), ("output", tool.output_schema)):
             lines += [f"    {label}:", "", "    ```json"]
             lines += [f"    {line}" for line in json.dumps(data, indent=2).splitlines()]
@@ -342,7 +344,9 @@ def schema_type(prop: dict[str, Any]) -> str:
         return str(prop["type"])
     choices = prop.get("anyOf") or prop.get("oneOf") or []
     names = [schema_type(c) if "enum" not in c else "/".join(map(str, c["enum"])) for c in choices]
-    return " or ".join(n for n in names if n) or ("/".join(map(str, prop["enum"])) if "enum" in prop else "")
+    return " or ".join(n for n in names if n) or (
+        "/".join(map(str, prop["enum"])) if "enum" in prop else ""
+    )
 
 
 # -- REST API -----------------------------------------------------------------------------

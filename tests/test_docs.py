@@ -86,8 +86,16 @@ SEED = {
     "datasets/qa.jsonl": "\n".join(
         json.dumps(item)
         for item in [
-            {"id": "capital-france", "input": "What is the capital of France?", "expected_output": "Paris"},
-            {"id": "capital-canada", "input": "What is the capital of Canada?", "expected_output": "Ottawa"},
+            {
+                "id": "capital-france",
+                "input": "What is the capital of France?",
+                "expected_output": "Paris",
+            },
+            {
+                "id": "capital-canada",
+                "input": "What is the capital of Canada?",
+                "expected_output": "Ottawa",
+            },
         ]
     )
     + "\n",
@@ -238,7 +246,9 @@ def run_transcript(block: Block, folder: Path, cwd: Path, env: dict[str, str]) -
     """Run a console block's commands in `cwd`; return the folder the shell ended in (the
     next block of the page starts there, as a reader's terminal would)."""
     steps = transcript(block)
-    script = "".join(f"echo '@@step {n}'\n{{ {command}\n}} 2>&1\n" for n, (command, _) in enumerate(steps))
+    script = "".join(
+        f"echo '@@step {n}'\n{{ {command}\n}} 2>&1\n" for n, (command, _) in enumerate(steps)
+    )
     done = subprocess.run(
         ["bash", "-c", script + 'echo "@@cwd $PWD"\n'],
         cwd=cwd,
@@ -248,8 +258,12 @@ def run_transcript(block: Block, folder: Path, cwd: Path, env: dict[str, str]) -
         timeout=120,
     )
     ended = re.search(r"^@@cwd (.*)$", done.stdout, flags=re.M)
-    outputs = re.split(r"^@@step \d+\n", done.stdout[: ended.start() if ended else None], flags=re.M)[1:]
-    assert len(outputs) == len(steps), f"{block.where}: the shell stopped early:\n{done.stdout}{done.stderr}"
+    outputs = re.split(
+        r"^@@step \d+\n", done.stdout[: ended.start() if ended else None], flags=re.M
+    )[1:]
+    assert len(outputs) == len(steps), (
+        f"{block.where}: the shell stopped early:\n{done.stdout}{done.stderr}"
+    )
     for (command, shown), actual in zip(steps, outputs, strict=True):
         problem = compare_output(shown, actual.splitlines(), folder)
         assert problem is None, f"{block.where}: `$ {command}`: {problem}\nits output:\n{actual}"
@@ -288,10 +302,13 @@ def compare_output(shown: list[str], actual: list[str], folder: Path) -> str | N
 def line_pattern(line: str) -> str:
     if line.strip() in ("...", "…"):
         return r"(?:[^\n]*\n)*?"
-    return r"[ \t]*".join(
-        ".*?".join(re.escape(part) for part in piece.split("…"))
-        for piece in re.split(r"[ \t]+", line)
-    ) + r"[ \t]*\n"
+    return (
+        r"[ \t]*".join(
+            ".*?".join(re.escape(part) for part in piece.split("…"))
+            for piece in re.split(r"[ \t]+", line)
+        )
+        + r"[ \t]*\n"
+    )
 
 
 # -- `cobalt` lines of bash blocks ----------------------------------------------------------
@@ -386,9 +403,14 @@ def test_every_example_of_the_page_runs(page, tmp_path, fake_provider_server, co
 
 
 def test_the_transcript_comparison_lets_ids_and_times_vary(tmp_path):
-    shown = ["▶ qa · run 6051787dfa01 · 2 items", "...", "  Total time:     37ms", "saved to …/results"]
+    shown = [
+        "▶ qa · run 6051787dfa01 · 2 items",
+        "...",
+        "  Total time:     37ms",
+        "saved to …/results",
+    ]
     ran = [
-        f"▶ qa · run 86abf278e652 · 2 items",
+        "▶ qa · run 86abf278e652 · 2 items",
         "  ✓ Item 1/2",
         "  ✓ Item 2/2",
         "  Total time:     1.2s",
@@ -401,7 +423,9 @@ def test_the_transcript_comparison_lets_ids_and_times_vary(tmp_path):
 
 def test_a_skip_marker_leaves_the_next_block_out(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text(f"{SKIP}\n\n```python\nraise SystemExit(1)\n```\n\n```toml\nconcurrency = 2\n```\n")
+    page.write_text(
+        f"{SKIP}\n\n```python\nraise SystemExit(1)\n```\n\n```toml\nconcurrency = 2\n```\n"
+    )
     assert [block.lang for block in page_blocks(page)] == ["toml"]
 
 
