@@ -111,18 +111,20 @@ def seed(folder: Path) -> Path:
 
 
 def example_env(provider) -> dict[str, str]:
+    """The environment of a reader's shell: the `cobalt` of this Python, keys set, the
+    providers faked; output not a terminal (no COLUMNS: a log's layout, 120 wide)."""
     bin_dir = str(Path(sys.executable).parent)
-    return cli_env(
+    env = cli_env(
         {
             "OPENAI_BASE_URL": provider.openai_base_url,
             "ANTHROPIC_BASE_URL": provider.anthropic_base_url,
             "OPENAI_API_KEY": "sk-docs-test-openai-0001",
             "ANTHROPIC_API_KEY": "sk-ant-docs-test-0002",
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "COLUMNS": "120",
             "NO_COLOR": "1",
         }
     )
+    return {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
 
 
 # Runs each block's file as `__main__`, in order, in one process; stops at the first failure.
