@@ -20,9 +20,11 @@ of its own (a temporary one), so a build leaves nothing in the checkout.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,6 +117,7 @@ def django_ready() -> Path:
     """Set Django up on a temporary project folder (never the checkout); return the folder."""
     if not _READY:
         folder = Path(tempfile.mkdtemp(prefix="cobalt-docs-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         os.environ.setdefault("COBALT_PROJECT_DIR", str(folder))
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cobalt_project.settings")
         import django

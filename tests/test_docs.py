@@ -475,6 +475,42 @@ def test_the_references_list_everything_the_code_has(hooks):
         assert f" {path}`" in api, path
 
 
+def test_the_files_and_mcp_tools_the_pages_name_exist(hooks):
+    """A module path (`cobalt_app/launcher.py`) or an MCP tool (`cobalt_results`) named on a
+    page is one the code has: moved or renamed code fails here, not in a reader's hands."""
+    tools = {tool.name for tool in hooks.mcp_tools()}
+    packages = {"cobalt_app", "cobalt_cli", "cobalt_project"}
+    path = re.compile(
+        r"\b(?:cobalt|cobalt_app|cobalt_cli|cobalt_project|tests|bench|scripts)/[\w/.-]+\.(?:py|md|yml|toml)\b"
+    )
+    for page in PAGES:
+        text = page.read_text()
+        for named in path.findall(text):
+            assert (REPO / named).exists(), f"{page.relative_to(REPO)} names {named}, which is gone"
+        for name in set(re.findall(r"\bcobalt_[a-z_]+\b", text)) - packages:
+            assert name in tools, (
+                f"{page.relative_to(REPO)} names the MCP tool {name}: no such tool"
+            )
+        # A table of tools: the arguments of its second column are ones the tool declares.
+        for tool, arguments in re.findall(r"^\| `(cobalt_[a-z_]+)` \| ([^|]+) \|", text, re.M):
+            schema = next(x for x in hooks.mcp_tools() if x.name == tool).input_schema
+            for argument in re.findall(r"`(\w+)[?=`]", re.sub(r"\([^)]*\)", "", arguments)):
+                assert argument in schema["properties"], (page.name, tool, argument)
+
+
+def test_the_api_paths_the_pages_name_are_served(hooks):
+    """Every `/api/...` path a page names is in the OpenAPI schema (or is the schema and its
+    Swagger UI)."""
+
+    def shape(path: str) -> str:
+        return re.sub(r"<[^>]+>|\{[^}]+\}", "{}", path)
+
+    served = {shape(path) for path in hooks.openapi_schema()["paths"]} | {"/api/docs/"}
+    for page in PAGES:
+        for path in set(re.findall(r"/api/[\w<>{} /-]*?/(?=[`?\s&)\"'|]|$)", page.read_text())):
+            assert shape(path) in served, f"{page.relative_to(REPO)} names {path}: not served"
+
+
 def test_the_site_builds_strict_with_no_warnings(tmp_path):
     env = {**cli_env(), "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
