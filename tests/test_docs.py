@@ -453,6 +453,11 @@ def test_the_references_list_everything_the_code_has(hooks):
         for key in keys:
             assert f"| `{table}.{key}` |" in settings, (table, key)
 
+    described = (REPO / "docs" / "concepts" / "evaluators.md").read_text()
+    described = described.split("## The types")[1].split("\n\n")[1]  # its table of types
+    table = set(re.findall(r"^\| `([a-z-]+)`(?: / `([a-z-]+)`)?[^|]*\|", described, re.M))
+    assert {name for row in table for name in row if name} == set(known_types())
+
     evaluators = hooks.evaluators_page()
     for name in known_types():
         row = next(line for line in evaluators.splitlines() if line.startswith(f"| `{name}` |"))
