@@ -15,6 +15,9 @@ tests/fake_provider.py:
   any number of lines, `…` in a line for any text;
 - every `cobalt ...` command of a ```bash block names a real command and real options.
 
+The prose is checked too: `cobalt ...` commands in backticks, module paths, MCP tools and
+their arguments, `/api/` paths.
+
 A block whose previous non-blank line is `<!-- docs-test: skip -->` is left out (say why in
 the page: it needs a network, a key, Docker...). Then the site builds with `mkdocs build
 --strict`, and its generated references list everything the code has.
@@ -525,6 +528,20 @@ def test_the_files_and_mcp_tools_the_pages_name_exist(hooks):
             schema = next(x for x in hooks.mcp_tools() if x.name == tool).input_schema
             for argument in re.findall(r"`(\w+)[?=`]", re.sub(r"\([^)]*\)", "", arguments)):
                 assert argument in schema["properties"], (page.name, tool, argument)
+
+
+NOT_COMMANDS = {"cobalt setup", "cobalt ..."}  # a JUnit suite's name; "any command"
+
+
+def test_the_commands_named_in_prose_exist(commands):
+    """`cobalt clean --older-than 30d` in a sentence names a real command and real options
+    (`[--x]`, `A|B` and placeholders read as in a usage line)."""
+    for page in PAGES:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S).replace("\n", " ")
+        for span in set(re.findall(r"`(cobalt [^`]+)`", text)) - NOT_COMMANDS:
+            words = re.sub(r"[\[\]|]", " ", span).split()
+            block = Block(page, 0, "text", span)
+            check_cobalt_call(words, block, commands)
 
 
 def test_the_api_paths_the_pages_name_are_served(hooks):
