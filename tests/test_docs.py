@@ -313,8 +313,8 @@ def normalise(line: str, folder: Path) -> str:
 
 def compare_output(shown: list[str], actual: list[str], folder: Path) -> str | None:
     """None when `actual` reads as `shown` does, else what differs."""
-    want = [normalise(line, folder) for line in shown]
-    got = [normalise(line, folder) for line in actual]
+    want = in_item_order([normalise(line, folder) for line in shown])
+    got = in_item_order([normalise(line, folder) for line in actual])
     while want and not want[-1]:
         want.pop()
     while got and not got[-1]:
@@ -324,6 +324,25 @@ def compare_output(shown: list[str], actual: list[str], folder: Path) -> str | N
         return None
     diff = difflib.unified_diff(want, got, "the page", "the run", lineterm="", n=1)
     return "the output differs from the page:\n" + "\n".join(diff)
+
+
+ITEM_LINE = re.compile(r"^\s+\S+ Item (\d+)/\d+\b")
+
+
+def in_item_order(lines: list[str]) -> list[str]:
+    """Consecutive `✓ Item 3/8 …` lines sorted by item number: items finish in the order
+    their concurrent lanes get to them, which a page cannot pin down."""
+    ordered: list[str] = []
+    run: list[tuple[int, str]] = []
+    for line in [*lines, ""]:
+        found = ITEM_LINE.match(line)
+        if found:
+            run.append((int(found.group(1)), line))
+            continue
+        ordered += [text for _, text in sorted(run, key=lambda pair: pair[0])]
+        run = []
+        ordered.append(line)
+    return ordered[:-1]
 
 
 def line_pattern(line: str) -> str:
@@ -448,6 +467,9 @@ def test_the_transcript_comparison_lets_ids_and_times_vary(tmp_path):
     assert compare_output(shown, ran, tmp_path) is None
     assert compare_output(shown, [*ran[:3], "  Total time:  x"], tmp_path) is not None
     assert compare_output(["exit 1"], ["exit 2"], tmp_path) is not None
+    items = ["  ✓ Item 1/3 — a", "  ✗ Item 2/3 — b", "  ✓ Item 3/3 — c"]
+    assert compare_output(items, [items[2], items[0], items[1]], tmp_path) is None
+    assert compare_output(items, [items[0], items[0], items[1]], tmp_path) is not None
 
 
 def test_a_skip_marker_leaves_the_next_block_out(tmp_path):
