@@ -6,12 +6,15 @@ tests/fake_provider.py:
 
 - a ```python block runs (consecutive blocks in one process, each as its own script). One
   whose first line is a comment naming a file (`# plugins/keyword.py`) is written there
-  instead, for the blocks after it;
-- a ```toml block is read by the configuration reader (`load_config`), as a `cobalt.toml`;
+  instead, for the blocks after it. A run the examples start must have no errored item or
+  evaluation;
+- a ```toml block is read by the configuration reader (`load_config`), as a `cobalt.toml`
+  (first line `# cobalt.toml`: it becomes the project's too; `# pyproject.toml`: only parsed);
 - a ```json block parses (a JSON document, or JSON Lines);
 - a ```console block is a shell transcript: each `$ ` command runs (one shell per block, so
-  `cd` carries on to the next command) and its output is compared with the lines shown under
-  it. Run ids, durations, dates and the project's path may differ; a line `...` stands for
+  `cd` carries on to the next command, and the page's next transcript starts where it ended)
+  and its output is compared with the lines shown under it. Run ids, durations, dates, the
+  project's path and the order of a run's item lines may differ; a line `...` stands for
   any number of lines, `…` in a line for any text;
 - every `cobalt ...` command of a ```bash block names a real command and real options.
 
