@@ -154,6 +154,9 @@ def step_of(
     }
     if a.get("cobalt.replayed"):  # answered from a recording (`cobalt_app.recordings`)
         step["replayed"] = True
+    mark = a.get("cobalt.intercepted")  # stubbed, injected, replayed (`cobalt_app.intercepts`)
+    if mark:
+        step["intercepted"] = str(mark)
     return step
 
 
