@@ -13,12 +13,14 @@ import inspect
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
+from cobalt.intercept import Stub, as_stubs
 from cobalt.run_settings import RUN_DEFAULTS, BudgetSettings
 from cobalt_app import intercepts, recordings, runaway, storable, trace_spans, trace_store, traces
 from cobalt_app.aio import DatabaseThread, Threads
@@ -92,6 +94,8 @@ class EvalEnv:
     simulator_config: dict[str, Any] = field(default_factory=dict)  # conversations
     trace: traces.TraceSettings = field(default_factory=traces.TraceSettings)
     replay: recordings.ReplaySettings | None = None  # --record / --replay: the run's
+    project_dir: Path | None = None  # where `fixtures/` is (stubs' fixture files)
+    intercept: list[Stub] = field(default_factory=list)  # the project's `[[intercept]]`
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -106,6 +110,8 @@ def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> E
         db=db,
         simulator_config=dict(config.get("simulator") or {}),
         trace=traces.TraceSettings.from_config(config),
+        project_dir=config.project_dir,
+        intercept=as_stubs(config.get("intercept"), "configuration: intercept"),
     )
 
 
@@ -168,7 +174,7 @@ async def execute_item(
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
         with (
             traces.capture_item(env.trace) as collector,
-            intercepts.item_scope(experiment, snapshot.item, outcome, budget),
+            intercepts.item_scope(env, experiment, snapshot.item, outcome, budget),
         ):
             if outcome.status == ItemResult.Status.OK:  # its fixtures and state could be made
                 await agent_step(

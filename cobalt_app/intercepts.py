@@ -36,11 +36,13 @@ from typing import Any
 
 from cobalt.config import ConfigError, active_config
 from cobalt.intercept import (
+    FIXTURES_DIR,
     MALFORMED,
     MISSING,
     Stub,
     ToolPlan,
     as_stubs,
+    fixture_path,
     read_fixture,
     reset_state,
     set_state,
@@ -295,26 +297,28 @@ def step_ended(span: Any) -> None:
 # ------------------------------------------------------------------ around one item
 
 
-def project_stubs() -> list[Stub]:
-    """The project's `[[intercept]]` stubs (every experiment's)."""
-    config = active_config()
-    return as_stubs(config.get("intercept"), "configuration: intercept")
-
-
 @contextlib.contextmanager
 def item_scope(
-    experiment: Any, item: dict[str, Any], outcome: Any, budget: BudgetSettings | None = None
+    env: Any,
+    experiment: Any,
+    item: dict[str, Any],
+    outcome: Any,
+    budget: BudgetSettings | None = None,
 ) -> Iterator[ItemIntercepts | None]:
     """The item's stubs, state and budget for the block (see the module). Afterwards: the
     final state goes to the output's metadata (`state`), a budget reached makes the item an
-    error, the steps' marks are counted in its metadata (`intercepted`)."""
+    error. A fixture that cannot be read makes the item an error before its agent runs."""
     own = item.get("fixtures") if isinstance(item, dict) else None
+    project_dir = getattr(env, "project_dir", None) or active_config().project_dir
     try:
         stubs = [
             *as_stubs(own, "the item's fixtures"),
             *experiment.intercept,
-            *project_stubs(),
+            *getattr(env, "intercept", ()),
         ]
+        for stub in stubs:
+            if stub.fixture is not None:
+                _fixture_exists(stub, project_dir)
     except ConfigError as exc:
         outcome.status, outcome.error = "error", str(exc)
         yield None
@@ -323,7 +327,7 @@ def item_scope(
     if not stubs and experiment.state is None and not budget.any and tool_tapes.idle():
         yield None  # most items of most runs: nothing to intercept
         return
-    scope = ItemIntercepts(stubs=stubs, project_dir=active_config().project_dir, budget=budget)
+    scope = ItemIntercepts(stubs=stubs, project_dir=project_dir, budget=budget)
     scope.tools = tool_tapes.for_item()
     if experiment.state is not None:
         try:
@@ -343,6 +347,15 @@ def item_scope(
             reset_state(state_token)
         _current.reset(token)
     _after(scope, outcome)
+
+
+def _fixture_exists(stub: Stub, project_dir: Path) -> None:
+    path = fixture_path(stub.fixture, where=stub.describe(), project_dir=project_dir)
+    if not path.is_file():
+        raise ConfigError(
+            f"{stub.describe()}: fixture file {path} does not exist (fixtures live in the "
+            f"project's {FIXTURES_DIR}/ folder)."
+        )
 
 
 def _after(scope: ItemIntercepts, outcome: Any) -> None:
