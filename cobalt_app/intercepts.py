@@ -49,7 +49,7 @@ from cobalt.intercept import (
     set_tool_handler,
 )
 from cobalt.run_settings import BudgetSettings
-from cobalt_app import runaway, tool_tapes, trace_spans
+from cobalt_app import framework_tools, runaway, tool_tapes, trace_spans
 from cobalt_app.tracebacks import user_traceback
 
 BUDGET_EXCEEDED = "budget exceeded"  # how an item's error starts
@@ -223,6 +223,7 @@ def plan(name: str, arguments: dict[str, Any]) -> ToolPlan | None:
 
 
 set_tool_handler(plan)
+framework_tools.install()
 
 
 # ------------------------------------------------------------------ budgets

@@ -190,3 +190,47 @@ def test_a_tool_call_not_recorded_fails_its_item_naming_the_call(project: Projec
     ]
     assert found["b"].status == "error"
     assert found["b"].error.startswith("no recorded result for tool lookup(q='y')")
+
+
+LC_CALLS: list[str] = []
+
+
+def langchain_tool():
+    from langchain_core.tools import tool
+
+    @tool
+    def search_docs(q: str) -> str:
+        """Search the help centre."""
+        LC_CALLS.append(q)
+        return f"live docs for {q}"
+
+    return search_docs
+
+
+@pytestmark_db
+def test_a_langchain_tool_is_stubbed_recorded_and_replayed(project: Project):
+    search_docs = langchain_tool()
+
+    def runner(ctx):
+        message = search_docs.invoke(
+            {"name": "search_docs", "args": {"q": ctx.item["q"]}, "id": "c1", "type": "tool_call"}
+        )
+        return [message.content, search_docs.invoke({"q": ctx.item["q"] + "?"})]
+
+    data = Dataset(items=[{"id": "a", "q": "refund"}, {"id": "b", "q": "shipping"}])
+    stub = cobalt.stub("tool:search_docs", returns="stubbed docs", times=1)
+    stubbed = execute_one(project, define("lc-stub", data, runner, intercept=[stub]))
+    for result in ItemResult.objects.filter(run=stubbed):
+        assert result.output == ["stubbed docs", f"live docs for {result.input['q']}?"]
+        assert result.metadata["intercepted"] == {"stubbed": 1}
+    LC_CALLS.clear()
+    execute_one(project, define("lc", data, runner), overrides={"replay": "record"})
+    assert sorted(LC_CALLS) == ["refund", "refund?", "shipping", "shipping?"]
+    LC_CALLS.clear()
+    replayed = execute_one(project, define("lc", data, runner), overrides={"replay": "replay"})
+    assert LC_CALLS == []
+    for result in ItemResult.objects.filter(run=replayed):
+        q = result.input["q"]
+        assert result.status == "ok", result.error
+        assert result.output == [f"live docs for {q}", f"live docs for {q}?"]
+        assert result.metadata["intercepted"] == {"replayed": 2}

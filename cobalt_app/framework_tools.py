@@ -1,0 +1,79 @@
+"""The tools of agent frameworks, answered like `@cobalt.tool`s (stubs, replay, record).
+
+LangChain: every tool built with `@tool`, `StructuredTool` or `Tool` runs its function
+through `StructuredTool._run`/`_arun` or `Tool._run`/`_arun`; once `langchain_core.tools` is
+imported (an import hook: nothing is imported for an agent that does not use it), those four
+are wrapped so that each call asks the engine first (`cobalt.tracing.call_tool`). A call
+the engine has nothing to do with runs as before, untouched; one it answers or records gets a
+`tool` step of its own in the trace. LangChain still builds its `ToolMessage`, callbacks and
+errors around the answer as for the real function.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import wrapt
+
+from cobalt.tracing import call_tool, call_tool_async
+
+LANGCHAIN = "langchain_core.tools"
+NOT_ARGUMENTS = ("config", "run_manager", "callbacks")
+_lock = threading.Lock()
+_hooked = False
+
+
+def install() -> None:
+    """Wrap the frameworks' tool calls when (if) they are imported; once per process."""
+    global _hooked
+    with _lock:
+        if _hooked:
+            return
+        _hooked = True
+    if importlib.util.find_spec("langchain_core") is not None:
+        wrapt.register_post_import_hook(_wrap_langchain, LANGCHAIN)
+
+
+def _arguments(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    given = {k: v for k, v in kwargs.items() if k not in NOT_ARGUMENTS}
+    if len(args) == 1 and not given:
+        return {"input": args[0]}
+    if args:
+        given["args"] = list(args)
+    return given
+
+
+def _sync(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)  # LangChain reads `_run`'s signature: it stays the original's
+    def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return call_tool(
+            self.name, _arguments(args, kwargs), lambda: original(self, *args, **kwargs)
+        )
+
+    _run.cobalt_wrapped = True  # type: ignore[attr-defined]
+    return _run
+
+
+def _async(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await call_tool_async(
+            self.name, _arguments(args, kwargs), lambda: original(self, *args, **kwargs)
+        )
+
+    _arun.cobalt_wrapped = True  # type: ignore[attr-defined]
+    return _arun
+
+
+def _wrap_langchain(module: Any) -> None:
+    from langchain_core.tools import StructuredTool, Tool
+
+    for cls in (StructuredTool, Tool):
+        if not getattr(cls._run, "cobalt_wrapped", False):
+            cls._run = _sync(cls._run)
+        if not getattr(cls._arun, "cobalt_wrapped", False):
+            cls._arun = _async(cls._arun)
