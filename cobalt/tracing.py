@@ -172,6 +172,17 @@ async def call_tool_async(
         return result
 
 
+async def call_in_step_async(
+    name: str, arguments: dict[str, Any], real: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`call_tool_async` for a framework that opens the tool's step itself (PydanticAI's
+    "running tool" span is the current one): that step is marked, no other is made."""
+    plan = intercept.plan_tool(name, arguments)
+    if plan is None:
+        return await real()
+    return await _planned_async(plan, Step(trace.get_current_span()), real)
+
+
 def _planned(plan: intercept.ToolPlan, step: Step, real: Callable[[], Any]) -> Any:
     """A sync tool call as the engine planned it (`cobalt.intercept.plan_tool`): answered
     (after its delay) or run, its result handed to `plan.done`."""

@@ -1,5 +1,9 @@
 """The tools of agent frameworks, answered like `@cobalt.tool`s (stubs, replay, record).
 
+PydanticAI: every tool function is called through `FunctionSchema.call(args, ctx)` inside
+the tool's own "running tool" span; that call is wrapped (once `pydantic_ai` is imported) and
+asks the engine first, marking that span (`cobalt.tracing.call_in_step_async`).
+
 LangChain: every tool built with `@tool`, `StructuredTool` or `Tool` runs its function
 through `StructuredTool._run`/`_arun` or `Tool._run`/`_arun`; once `langchain_core.tools` is
 imported (an import hook: nothing is imported for an agent that does not use it), those four
@@ -19,9 +23,10 @@ from typing import Any
 
 import wrapt
 
-from cobalt.tracing import call_tool, call_tool_async
+from cobalt.tracing import call_in_step_async, call_tool, call_tool_async
 
 LANGCHAIN = "langchain_core.tools"
+PYDANTIC_AI = "pydantic_ai._function_schema"
 NOT_ARGUMENTS = ("config", "run_manager", "callbacks")
 _lock = threading.Lock()
 _hooked = False
@@ -36,6 +41,8 @@ def install() -> None:
         _hooked = True
     if importlib.util.find_spec("langchain_core") is not None:
         wrapt.register_post_import_hook(_wrap_langchain, LANGCHAIN)
+    if importlib.util.find_spec("pydantic_ai") is not None:
+        wrapt.register_post_import_hook(_wrap_pydantic_ai, PYDANTIC_AI)
 
 
 def _arguments(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -77,3 +84,20 @@ def _wrap_langchain(module: Any) -> None:
             cls._run = _sync(cls._run)
         if not getattr(cls._arun, "cobalt_wrapped", False):
             cls._arun = _async(cls._arun)
+
+
+def _wrap_pydantic_ai(module: Any) -> None:
+    schema = module.FunctionSchema
+    original = schema.call
+    if getattr(original, "cobalt_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    async def call(self: Any, args_dict: dict[str, Any], ctx: Any) -> Any:
+        name = getattr(ctx, "tool_name", None) or getattr(self.function, "__name__", "tool")
+        return await call_in_step_async(
+            name, dict(args_dict), lambda: original(self, args_dict, ctx)
+        )
+
+    call.cobalt_wrapped = True  # type: ignore[attr-defined]
+    schema.call = call

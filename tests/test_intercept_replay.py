@@ -14,6 +14,7 @@ import pytest
 import cobalt
 from cobalt import Dataset, Evaluator
 from cobalt_app.models import ItemResult
+from cobalt_app.trace_store import read_traces
 from tests.conftest import Project
 from tests.fake_provider import FakeProvider
 from tests.helpers import define, execute_one
@@ -234,3 +235,33 @@ def test_a_langchain_tool_is_stubbed_recorded_and_replayed(project: Project):
         assert result.status == "ok", result.error
         assert result.output == [f"live docs for {q}", f"live docs for {q}?"]
         assert result.metadata["intercepted"] == {"replayed": 2}
+
+
+@pytestmark_db
+def test_a_pydantic_ai_tool_is_stubbed_in_its_own_step(project: Project, fake_provider):
+    from openai import AsyncOpenAI
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=AsyncOpenAI()))
+    agent = Agent(model, instructions="Answer with the weather.")
+    ran = []
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    async def runner(ctx):
+        return (await agent.run(ctx.item["input"])).output
+
+    data = Dataset(items=[{"id": "oslo", "input": 'Weather? [[tool:{"city": "Oslo"}]]'}])
+    stub = cobalt.stub("tool:get_weather", fn=lambda city: f"snow in {city}")
+    run = execute_one(project, define("pydantic-stub", data, runner, intercept=[stub]))
+    (result,) = ItemResult.objects.filter(run=run)
+    assert result.output == "tool said: snow in Oslo", result.error
+    assert ran == []
+    tools = [s for s in read_traces([result.id])[result.id].steps if s["kind"] == "tool"]
+    assert [(s["name"], s.get("intercepted")) for s in tools] == [("get_weather", "stubbed")]
