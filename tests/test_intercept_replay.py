@@ -265,3 +265,52 @@ def test_a_pydantic_ai_tool_is_stubbed_in_its_own_step(project: Project, fake_pr
     assert ran == []
     tools = [s for s in read_traces([result.id])[result.id].steps if s["kind"] == "tool"]
     assert [(s["name"], s.get("intercepted")) for s in tools] == [("get_weather", "stubbed")]
+
+
+@pytestmark_db
+def test_an_openai_agents_sdk_tool_is_stubbed_in_its_own_step(project: Project, fake_provider):
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_trace_processors,
+    )
+    from openai import AsyncOpenAI
+
+    set_trace_processors([])  # no export to OpenAI; Cobalt adds its own processor
+    ran = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    agent = Agent(
+        name="weather",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=AsyncOpenAI()),
+    )
+
+    async def runner(ctx):
+        return (await Runner.run(agent, ctx.item["input"])).final_output
+
+    data = Dataset(
+        items=[
+            {"id": "oslo", "input": 'Weather? [[tool:{"city": "Oslo"}]]'},
+            {"id": "down", "input": 'Weather? [[tool:{"city": "Rome"}]]',
+             "fixtures": [{"tool": "get_weather", "raises": "the weather API is down"}]},
+        ]
+    )  # fmt: skip
+    stub = cobalt.stub("tool:get_weather", fn=lambda city: f"snow in {city}")
+    run = execute_one(project, define("agents-stub", data, runner, intercept=[stub]))
+    found = {r.item_key: r for r in ItemResult.objects.filter(run=run)}
+    assert found["oslo"].output == "tool said: snow in Oslo", found["oslo"].error
+    assert found["down"].output.startswith("tool said: An error occurred while running the tool")
+    assert ran == []
+    for key, mark in (("oslo", "stubbed"), ("down", "injected")):
+        steps = read_traces([found[key].id])[found[key].id].steps
+        tools = [s for s in steps if s["kind"] == "tool"]
+        assert [(s["name"], s.get("intercepted")) for s in tools] == [("get_weather", mark)]
