@@ -415,7 +415,12 @@ def summary(steps: Sequence[dict[str, Any]]) -> str:
     failed = sum(1 for s in tool_steps(steps) if s.get("status") == "error")
     text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
     text += _plural(tools, "tool call")
-    return text + (f" ({failed} failed)" if failed else "")
+    text += f" ({failed} failed)" if failed else ""
+    marks: dict[str, int] = {}
+    for step in steps:
+        if step.get("intercepted"):
+            marks[step["intercepted"]] = marks.get(step["intercepted"], 0) + 1
+    return text + "".join(f", {n} {mark}" for mark, n in sorted(marks.items()))
 
 
 def _plural(n: int, word: str) -> str:

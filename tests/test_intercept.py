@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 
 import openai
@@ -59,7 +60,7 @@ def run_agent(project, runner=agent, data=None, **options) -> dict[str, ItemResu
     return results(run)
 
 
-def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project):
+def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project, client):
     stub = cobalt.stub("tool:search", returns=[{"title": "Refunds within 30 days"}])
     found = run_agent(project, intercept=[stub])
     assert CALLED == []
@@ -71,6 +72,11 @@ def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project)
         assert step["intercepted"] == "stubbed" and step["kind"] == "tool"
     run = next(iter(found.values())).run
     assert run.summary["intercepted"] == {"stubbed": 2}
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert re.search(r'id="run-intercepts".*2 stubbed', page, re.S)
+    item = next(iter(found.values()))
+    panel = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    assert 'class="tag intercepted stubbed"' in panel and "1 tool call, 1 stubbed" in panel
 
 
 def test_an_items_fixtures_come_first_and_times_hands_back_to_the_real_tool(project):
