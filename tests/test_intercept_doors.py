@@ -9,9 +9,10 @@ from mcp import ClientSession
 import cobalt
 from cobalt import Dataset
 from cobalt.config import ConfigError, load_config
-from cobalt_app.models import ItemResult
+from cobalt_app.models import ItemResult, Run
 from tests.conftest import Project
 from tests.helpers import define, execute_one
+from tests.test_api import api, api_project, token, user, wait_finished  # noqa: F401 - fixtures
 from tests.test_mcp import run_session, text_of
 
 RUNAWAY = """
@@ -95,3 +96,21 @@ def test_bad_budget_and_intercept_tables_are_refused_with_their_names(tmp_path):
     (tmp_path / "cobalt.toml").write_text('[[intercept]]\ntool = "search"\nstatus = 500\n')
     with pytest.raises(ConfigError, match=r"intercept\[0\]: stub 'tool:search': `status`"):
         load_config(tmp_path)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_starts_a_run_with_a_tool_call_budget(api_project, api):  # noqa: F811
+    api_project.write("experiments/runaway.cobalt.py", RUNAWAY)
+    response = api.post(
+        "/api/runs/", {"file": "experiments/runaway.cobalt.py", "maxToolCalls": 2}, format="json"
+    )
+    assert response.status_code == 202, response.content
+    body = wait_finished(api, response.json()["id"])
+    assert Run.objects.get(id=body["id"]).config["maxToolCalls"] == 2
+    (item,) = api.get(f"/api/runs/{body['id']}/items/").json()["results"]
+    assert item["status"] == "error"
+    assert item["error"].startswith("budget exceeded: max_tool_calls=2")
+    refused = api.post(
+        "/api/runs/", {"file": "experiments/runaway.cobalt.py", "maxToolCalls": 0}, format="json"
+    )
+    assert refused.status_code == 400 and "maxToolCalls" in refused.json()
