@@ -40,6 +40,7 @@ from cobalt.intercept import (
     MALFORMED,
     MISSING,
     Stub,
+    ToolError,
     ToolPlan,
     as_stubs,
     fixture_path,
@@ -57,14 +58,6 @@ BUDGET_EXCEEDED = "budget exceeded"  # how an item's error starts
 
 class BudgetExceeded(runaway.AgentStopped):
     """Raised inside an agent whose item reached one of its budgets."""
-
-
-class ToolError(RuntimeError):
-    """What a tool stub's `raises=` (or a recorded failure of the tool, replayed) raises."""
-
-
-class StateError(Exception):
-    """The experiment's `state(item)` function failed for this item."""
 
 
 @dataclass
@@ -119,6 +112,7 @@ _current: contextvars.ContextVar[ItemIntercepts | None] = contextvars.ContextVar
 
 
 def current() -> ItemIntercepts | None:
+    """The running item's intercepts (None outside an item, or with nothing to intercept)."""
     return _current.get()
 
 
