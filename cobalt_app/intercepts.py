@@ -176,6 +176,10 @@ def route_answer(stub: Stub, request: Any = None) -> RouteAnswer:
         return RouteAnswer(0, {}, b"", timeout=True, delay=stub.delay)
     headers = dict(stub.headers or {})
     status = stub.status or 200
+    if stub.returns is not MISSING:  # always a JSON body, even a string
+        content = json.dumps(stub.returns, ensure_ascii=False).encode("utf-8")
+        headers.setdefault("content-type", "application/json")
+        return RouteAnswer(status, headers, content, delay=stub.delay)
     if stub.malformed:
         value: Any = MALFORMED
     elif stub.fixture is not None:
@@ -184,8 +188,6 @@ def route_answer(stub: Stub, request: Any = None) -> RouteAnswer:
         value = stub.fn(request)
     elif stub.body is not MISSING:
         value = stub.body
-    elif stub.returns is not MISSING:
-        value = stub.returns
     else:
         value = ""
     if isinstance(value, bytes):

@@ -336,3 +336,21 @@ def test_the_intercepted_evaluator_counts_calls_with_arguments_matching(project)
     assert "called 3 time(s) (wanted exactly 1)" in scores["at-most-one"].reason
     assert scores["route"].score == 0.0
     assert "no call of it in the trace" in scores["route"].reason
+
+
+def test_a_route_stub_builds_the_response_the_transports_send():
+    from cobalt_app.intercepts import route_answer
+
+    answer = route_answer(cobalt.stub("GET https://api.example.com/*", returns={"hits": 1}))
+    assert (answer.status, answer.content) == (200, b'{"hits": 1}')
+    assert answer.headers["content-type"] == "application/json"
+    down = route_answer(cobalt.stub("GET https://api.example.com/*", status=503, body="down"))
+    assert (down.status, down.content, down.headers["content-type"]) == (503, b"down", "text/plain")
+    slow = route_answer(cobalt.stub("* https://api.example.com/*", timeout=True, delay=0.2))
+    assert slow.timeout and slow.delay == 0.2
+    broken = route_answer(cobalt.stub("GET https://api.example.com/*", malformed=True))
+    assert broken.content == MALFORMED.encode()
+    by_fn = route_answer(
+        cobalt.stub("POST https://api.example.com/*", fn=lambda r: {"got": r}), "rq"
+    )
+    assert by_fn.content == b'{"got": "rq"}'
