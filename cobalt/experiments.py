@@ -18,6 +18,8 @@ from typing import Any
 from cobalt.callers import in_call_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
+from cobalt.intercept import Stub, as_stubs
+from cobalt.run_settings import BUDGET_KEYS, BUDGETS, check_budget
 from cobalt.variants import Variant, declare, default_label
 
 
@@ -68,6 +70,9 @@ class Experiment:
     variant: Variant | None = None
     sweep_of: str | None = None  # the declaring experiment's name
     sweep_id: str | None = None  # set by the launcher for the sweep being run
+    intercept: list[Stub] = field(default_factory=list)  # `cobalt.stub(...)` declarations
+    state: Callable[[dict[str, Any]], Any] | None = None  # an item's state (`cobalt.state()`)
+    budget: dict[str, Any] = field(default_factory=dict)  # max_llm_calls, ... given here
 
     @property
     def is_async(self) -> bool:
@@ -89,6 +94,9 @@ class Experiment:
                 "maxTurns": self.conversation.max_turns,
                 "turnTimeout": self.conversation.turn_timeout,
             }
+        for name, value in self.budget.items():
+            if value is not None:
+                settings[BUDGET_KEYS[name]] = value
         return settings
 
 
@@ -126,6 +134,12 @@ def define(
     turn_timeout: float | None = None,
     variants: Any = None,
     default_variant: dict[str, Any] | None = None,
+    intercept: list[Any] | None = None,
+    state: Callable[[dict[str, Any]], Any] | None = None,
+    max_llm_calls: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
 ) -> Experiment:
     """The checked `Experiment` of `cobalt.experiment(...)`'s arguments.
 
@@ -141,6 +155,17 @@ def define(
         _check_conversation(name, dataset, max_turns, turn_timeout)
     declared = [] if variants is None else declare(name, variants)
     _check_default(name, declared, default_variant)
+    if state is not None and not callable(state):
+        raise TypeError(
+            f"experiment {name!r}: `state` must be a function of the item returning its state "
+            f"(e.g. state=lambda item: {{'orders': dict(item['orders'])}}), not "
+            f"{type(state).__name__}."
+        )
+    budget = dict(zip(BUDGETS, (max_llm_calls, max_tool_calls, max_tokens, max_cost), strict=True))
+    for key, value in budget.items():
+        check_budget(key, value, f"experiment {name!r}")
+    stubs = as_stubs(intercept, f"experiment {name!r}: intercept")
+    _check_fixtures(name, dataset)
     file, line = _caller()
     definition = Experiment(
         name=name,
@@ -158,6 +183,9 @@ def define(
         conversation=Conversation(max_turns, turn_timeout) if conversation else None,
         variants=declared,
         default_variant=dict(default_variant) if default_variant else None,
+        intercept=stubs,
+        state=state,
+        budget={k: v for k, v in budget.items() if v is not None},
     )
     names = [e.name for e in definition.evaluators]
     duplicates = {n for n in names if names.count(n) > 1}
@@ -238,6 +266,14 @@ def _check_default(name: str, declared: list[Variant], default: Any) -> None:
             f"experiment {name!r}: `default_variant` {default!r} matches none of the variants "
             f"({', '.join(v.label for v in declared)})."
         )
+
+
+def _check_fixtures(name: str, dataset: Dataset) -> None:
+    """Each item's `fixtures` (stubs of its own, `cobalt.intercept.parse_stub`) are checked
+    when the experiment is declared: a mistake names the item, not a failure at run time."""
+    for position, item in enumerate(dataset.items, start=1):
+        if isinstance(item, dict) and item.get("fixtures") is not None:
+            as_stubs(item["fixtures"], f"experiment {name!r}, item #{position}: fixtures")
 
 
 def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeout: Any) -> None:

@@ -59,6 +59,11 @@ _guard: contextvars.ContextVar[ItemGuard | None] = contextvars.ContextVar(
 )
 
 
+def current_guard() -> ItemGuard | None:
+    """The running item's guard (None outside a runner call)."""
+    return _guard.get()
+
+
 def refuse(what: str | Callable[[], str]) -> None:
     """Raise `AgentStopped` when the calling item's agent is being stopped (the interception
     layer calls this before letting a call through; `what` names the call)."""

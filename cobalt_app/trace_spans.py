@@ -160,6 +160,9 @@ def step_of(
         step["traceId"] = str(a["cobalt.trace_id"])
         step["spanId"] = str(a.get("cobalt.span_id", ""))
         step["startUnixMs"] = round(span.start_time / 1e6, 3)
+    mark = a.get("cobalt.intercepted")  # stubbed, injected, replayed (`cobalt_app.intercepts`)
+    if mark:
+        step["intercepted"] = str(mark)
     return step
 
 
@@ -418,7 +421,12 @@ def summary(steps: Sequence[dict[str, Any]]) -> str:
     failed = sum(1 for s in tool_steps(steps) if s.get("status") == "error")
     text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
     text += _plural(tools, "tool call")
-    return text + (f" ({failed} failed)" if failed else "")
+    text += f" ({failed} failed)" if failed else ""
+    marks: dict[str, int] = {}
+    for step in steps:
+        if step.get("intercepted"):
+            marks[step["intercepted"]] = marks.get(step["intercepted"], 0) + 1
+    return text + "".join(f", {n} {mark}" for mark, n in sorted(marks.items()))
 
 
 def _plural(n: int, word: str) -> str:

@@ -51,6 +51,12 @@ def experiment(
     turn_timeout: float | None = None,
     variants: Any = None,
     default_variant: dict[str, Any] | None = None,
+    intercept: list[Any] | None = None,
+    state: Callable[[dict[str, Any]], Any] | None = None,
+    max_llm_calls: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
 ) -> Any:
     """Declare an experiment: as a call with a runner, or as a decorator without one.
 
@@ -58,7 +64,10 @@ def experiment(
     is logged once and never stops the run. `conversation=True`: each item is a conversation
     (its `turns`, or a simulated `user`), the runner is called once per turn with
     `ctx.messages` and returns the next reply. `variants` (a grid `{"model": [...], ...}` or a
-    list of dicts) runs it once per variant as one sweep; the runner reads `ctx.variant`."""
+    list of dicts) runs it once per variant as one sweep; the runner reads `ctx.variant`.
+    `intercept=[cobalt.stub(...)]`: what tools and HTTP routes answer; `state=lambda item:
+    ...`: each item's state (`cobalt.state()`); `max_llm_calls`, `max_tool_calls`,
+    `max_tokens`, `max_cost`: each item's budget."""
     options: dict[str, Any] = {
         "evaluators": evaluators,
         "runs": runs,
@@ -72,6 +81,12 @@ def experiment(
         "turn_timeout": turn_timeout,
         "variants": variants,
         "default_variant": default_variant,
+        "intercept": intercept,
+        "state": state,
+        "max_llm_calls": max_llm_calls,
+        "max_tool_calls": max_tool_calls,
+        "max_tokens": max_tokens,
+        "max_cost": max_cost,
     }
     if runner is None:
 
