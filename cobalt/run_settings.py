@@ -72,6 +72,26 @@ class CalibrationSettings:
 
 
 @dataclass(frozen=True)
+class ReplayTable:
+    """`[replay]`: how `--replay` matches a request with its recording (`ignore`: request body
+    fields left out, dotted paths; `hosts`: kept for old configurations, every request is
+    recorded now) and which hosts it lets through live (`allow_hosts`: a local vector
+    database, a service the test starts itself; every other connection is answered from the
+    recording or refused)."""
+
+    ignore: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any] | None) -> ReplayTable:
+        return cls(**{k: tuple(v) for k, v in _given(cls, table).items()})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How a run executes. The project sets the defaults of the first three and of the
     tables; an experiment (`experiment(..., concurrency=...)`) or a run's options override
@@ -85,6 +105,7 @@ class RunSettings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     trace: TraceSettings = field(default_factory=TraceSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    recording: ReplayTable = field(default_factory=ReplayTable)  # `[replay]`
     rate_limits: dict[str, Any] = field(default_factory=dict)  # calls per minute, by provider
     # Only in a run's stored settings:
     repeat_flaky: int | None = None  # `--repeat-flaky N`
@@ -106,6 +127,7 @@ class RunSettings:
             calibration=CalibrationSettings(
                 **_given(CalibrationSettings, config.get("calibration"))
             ),
+            recording=ReplayTable.from_config(config.get("replay")),
         )
 
     @classmethod

@@ -20,7 +20,15 @@ from django.utils import timezone
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import recordings, runaway, storable, trace_spans, trace_store, traces
+from cobalt_app import (
+    recordings,
+    runaway,
+    storable,
+    trace_spans,
+    trace_store,
+    traces,
+    transports,
+)
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
     Conversation,
@@ -96,7 +104,7 @@ class EvalEnv:
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
     # Every run: a timed-out item's HTTP requests are refused (`runaway`).
-    recordings.install(lazily=True)
+    transports.install(lazily=True)
     judge_config = dict(config.get("judge") or {})
     return EvalEnv(
         hub=ProviderHub(judge_config, limiter=limiter_for(config)),

@@ -59,6 +59,12 @@ _guard: contextvars.ContextVar[ItemGuard | None] = contextvars.ContextVar(
 )
 
 
+def in_item() -> bool:
+    """Whether the calling code is an item's agent (its runner call, and what it started
+    with the context: tasks, `asyncio.to_thread`)."""
+    return _guard.get() is not None
+
+
 def refuse(what: str | Callable[[], str]) -> None:
     """Raise `AgentStopped` when the calling item's agent is being stopped (the interception
     layer calls this before letting a call through; `what` names the call)."""

@@ -1,0 +1,221 @@
+"""Replay never goes live (issue 34, the HTTP half): every outbound connection of an item in
+`--replay` is answered from its recording or refused, whatever the client.
+
+The agents are real clients (httpx sync and async, aiohttp, requests, urllib3, a raw socket,
+LiteLLM, a LangChain tool) calling a small threaded HTTP server of the test's own on
+127.0.0.1 (or the fake provider), which is stopped before replaying: a request that reached
+for it would fail its item. Runs are in-process through the real engine (`tests.helpers`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import Project
+from tests.helpers import run_with
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Tool(BaseHTTPRequestHandler):
+    """A tool's API: answers JSON naming the request and a counter (unique per reply)."""
+
+    def _answer(self) -> None:
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.count += 1  # type: ignore[attr-defined]
+            n = server.count  # type: ignore[attr-defined]
+        length = int(self.headers.get("content-length") or 0)
+        sent = self.rfile.read(length).decode() if length else ""
+        server.seen.append({"path": self.path, "headers": dict(self.headers)})  # type: ignore[attr-defined]
+        body = json.dumps({"n": n, "path": self.path, "sent": sent}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class ToolServer:
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Tool)
+        self.server.count, self.server.seen, self.server.lock = 0, [], threading.Lock()  # type: ignore[attr-defined]
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.stopped = False
+
+    @property
+    def seen(self) -> list[dict]:
+        return self.server.seen  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.fixture
+def tool() -> Iterator[ToolServer]:
+    server = ToolServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def outcomes(run) -> dict[str, tuple[str, object, str]]:
+    """item key -> (status, output, error)."""
+    from cobalt_app.models import ItemResult
+
+    rows = ItemResult.objects.filter(run_id=run.id).values_list(
+        "item_key", "status", "output", "error"
+    )
+    return {key: (status, output, error or "") for key, status, output, error in rows}
+
+
+def traces_of(run) -> dict[str, list[dict]]:
+    from cobalt_app import trace_store
+    from cobalt_app.models import ItemResult
+
+    keys = dict(ItemResult.objects.filter(run_id=run.id).values_list("id", "item_key"))
+    return {keys[item_id]: steps for item_id, steps in trace_store.read(keys).items()}
+
+
+ITEMS = [{"id": f"q{i}", "q": f"word{i}"} for i in range(3)]
+
+
+def every_client(base: str):
+    """An async runner sending one request through each client; the output joins the replies'
+    counters (a replayed run shows the recorded ones)."""
+
+    async def runner(ctx):
+        import aiohttp
+        import httpx
+        import requests
+        import urllib3
+
+        q = ctx.item["q"]
+        counters = []
+
+        def sync_part() -> None:
+            counters.append(requests.get(f"{base}/requests?q={q}", timeout=5).json()["n"])
+            with urllib3.PoolManager() as pool:
+                counters.append(json.loads(pool.request("GET", f"{base}/urllib3?q={q}").data)["n"])
+            with httpx.Client() as client:
+                counters.append(client.post(f"{base}/httpx", json={"q": q}).json()["n"])
+
+        await asyncio.to_thread(sync_part)
+        async with httpx.AsyncClient() as client:
+            counters.append((await client.get(f"{base}/httpx-async", params={"q": q})).json()["n"])
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{base}/aiohttp", json={"q": q}) as reply:
+                counters.append((await reply.json())["n"])
+            async with session.get(f"{base}/aiohttp-stream?q={q}") as reply:
+                chunks = [chunk async for chunk in reply.content.iter_chunked(4)]
+                counters.append(json.loads(b"".join(chunks))["n"])
+        return " ".join(map(str, counters))
+
+    return runner
+
+
+def test_every_client_is_recorded_then_replayed_with_its_server_stopped(
+    project: Project, tool: ToolServer
+):
+    runner = every_client(tool.url)
+    recorded = run_with(
+        project, [], runner, name="clients", items=ITEMS, overrides={"replay": "record"}
+    )
+    first = outcomes(recorded)
+    assert {status for status, _, _ in first.values()} == {"ok"}, first
+    assert len(tool.seen) == 6 * len(ITEMS)
+    marks = {step["mark"] for steps in traces_of(recorded).values() for step in steps}
+    assert marks == {"recorded"}
+    tool.stop()
+
+    replayed = run_with(
+        project, [], runner, name="clients", items=ITEMS, overrides={"replay": "replay"}
+    )
+    again = outcomes(replayed)
+    assert again == first
+    steps = traces_of(replayed)["q0"]
+    assert [s["kind"] for s in steps] == ["http"] * 6
+    assert {s["mark"] for s in steps} == {"replayed"}
+    assert {s["method"] for s in steps} == {"GET", "POST"}
+    assert all(s["statusCode"] == 200 and s["url"].startswith(tool.url) for s in steps)
+
+
+def test_a_request_replay_cannot_answer_is_refused_naming_host_and_port(
+    project: Project, tool: ToolServer
+):
+    """No recording for the item: its request is refused, even if the agent swallows the
+    error; the server sees nothing."""
+
+    def runner(ctx):
+        import requests
+
+        with contextlib.suppress(BaseException):  # an agent that swallows everything
+            requests.get(f"{tool.url}/search?q=x", timeout=5)
+        return "went on"
+
+    run = run_with(
+        project, [], runner, name="refused", items=ITEMS[:1], overrides={"replay": "replay"}
+    )
+    [(status, _, error)] = outcomes(run).values()
+    assert status == "error"
+    assert error.startswith("no recorded response for GET")
+    assert f"127.0.0.1:{tool.port}" in error
+    assert tool.seen == []
+
+
+def test_a_raw_socket_is_refused_in_replay_and_allowed_hosts_pass(
+    project: Project, tool: ToolServer
+):
+    def runner(ctx):
+        with socket.create_connection(("127.0.0.1", tool.port), timeout=5) as sock:
+            sock.sendall(b"GET /raw HTTP/1.0\r\n\r\n")
+            return sock.recv(100).split(b"\r\n")[0].decode()
+
+    run = run_with(project, [], runner, name="raw", items=ITEMS[:1], overrides={"replay": "replay"})
+    [(status, _, error)] = outcomes(run).values()
+    assert status == "error"
+    assert f"replay refused a live connection to 127.0.0.1:{tool.port}" in error
+    assert tool.seen == []
+
+    project.write(
+        "cobalt.toml", 'test_dir = "experiments"\n[replay]\nallow_hosts = ["localhost"]\n'
+    )
+    run = run_with(project, [], runner, name="raw", items=ITEMS[:1], overrides={"replay": "replay"})
+    assert list(outcomes(run).values()) == [("ok", "HTTP/1.0 200 OK", "")]
+
+    def through_requests(ctx):
+        import requests
+
+        return requests.get(f"http://localhost:{tool.port}/vectors").json()["path"]
+
+    run = run_with(
+        project,
+        [],
+        through_requests,
+        name="allowed",
+        items=ITEMS[:1],
+        overrides={"replay": "replay"},
+    )
+    assert list(outcomes(run).values()) == [("ok", "/vectors", "")]
+    [step] = next(iter(traces_of(run).values()))
+    assert step["mark"] == "live"
