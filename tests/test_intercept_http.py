@@ -36,7 +36,8 @@ class Tool(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         sent = self.rfile.read(length).decode() if length else ""
         server.seen.append({"path": self.path, "headers": dict(self.headers)})  # type: ignore[attr-defined]
-        body = json.dumps({"n": n, "path": self.path, "sent": sent}).encode()
+        path = self.path.split("?")[0]
+        body = json.dumps({"n": n, "path": path, "sent": sent}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -219,3 +220,83 @@ def test_a_raw_socket_is_refused_in_replay_and_allowed_hosts_pass(
     assert list(outcomes(run).values()) == [("ok", "/vectors", "")]
     [step] = next(iter(traces_of(run).values()))
     assert step["mark"] == "live"
+
+
+SECRET = "sk-tool-SECRET-0004"
+
+
+def test_a_langchain_tool_on_requests_replays_offline_and_its_secrets_are_not_recorded(
+    project: Project, tool: ToolServer
+):
+    from langchain_core.tools import tool as langchain_tool
+
+    @langchain_tool
+    def search(query: str) -> str:
+        """Search the knowledge base."""
+        import requests
+
+        reply = requests.get(
+            f"{tool.url}/search",
+            params={"q": query, "key": SECRET},
+            headers={"Authorization": f"Bearer {SECRET}"},
+            timeout=5,
+        )
+        return f"{reply.json()['n']}:{reply.json()['path']}"
+
+    def runner(ctx):
+        return search.invoke({"query": ctx.item["q"]})
+
+    recorded = run_with(project, [], runner, name="lc", items=ITEMS, overrides={"replay": "record"})
+    first = outcomes(recorded)
+    assert sorted(output for _, output, _ in first.values()) == [
+        "1:/search",
+        "2:/search",
+        "3:/search",
+    ]
+    assert tool.seen[0]["headers"]["Authorization"] == f"Bearer {SECRET}"  # it went out
+    tool.stop()
+    replayed = run_with(project, [], runner, name="lc", items=ITEMS, overrides={"replay": "replay"})
+    assert outcomes(replayed) == first
+
+    from cobalt_app import recording_store
+
+    stored = json.dumps(list(recording_store.load_experiment("lc").values()))
+    assert SECRET not in stored
+    assert "Authorization" not in stored
+    assert "key=" not in stored
+    assert "/search?q=word0" in stored
+    steps = traces_of(replayed)["q0"]
+    assert SECRET not in json.dumps(steps)
+    http = [s for s in steps if s["kind"] == "http"]
+    assert [(s["method"], s["mark"], s["url"]) for s in http] == [
+        ("GET", "replayed", f"{tool.url}/search?q=word0")
+    ]
+
+
+def test_twenty_items_in_flight_are_each_answered_from_their_own_recording(
+    project: Project, tool: ToolServer
+):
+    """Every item sends the same requests; only the server's counter tells the replies apart."""
+    items = [{"id": f"item-{i}"} for i in range(40)]
+
+    async def runner(ctx):
+        import aiohttp
+        import requests
+
+        await asyncio.sleep(0.001 * (hash(ctx.item["id"]) % 10))
+        async with aiohttp.ClientSession() as session, session.get(f"{tool.url}/same") as reply:
+            first = (await reply.json())["n"]
+        second = await asyncio.to_thread(lambda: requests.get(f"{tool.url}/same").json()["n"])
+        return f"{first} {second}"
+
+    options = {"concurrency": 20}
+    recorded = run_with(
+        project, [], runner, name="iso", items=items, overrides={"replay": "record", **options}
+    )
+    first = outcomes(recorded)
+    assert len({output for _, output, _ in first.values()}) == len(items)  # all different
+    tool.stop()
+    replayed = run_with(
+        project, [], runner, name="iso", items=items, overrides={"replay": "replay", **options}
+    )
+    assert outcomes(replayed) == first
