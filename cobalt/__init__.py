@@ -1,6 +1,6 @@
 """Cobalt — Cypress for AI agents.
 
-from cobalt import experiment, Evaluator, Dataset, define_config, load_config, span, tool
+from cobalt import experiment, Evaluator, Dataset, define_config, load_config, span, tool, stub
 
 This module is the roof: it re-exports the public API, the bottom floor's types and rules
 (`cobalt.*`) and the doors above the engine (`experiment()` from `cobalt_cli.script`,
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from cobalt.dataset import Dataset, DatasetError
     from cobalt.evaluator import EvalContext, EvalResult, Evaluator
     from cobalt.experiments import RunContext
+    from cobalt.intercept import Stub, state, stub
     from cobalt.report import ExperimentReport
     from cobalt.results_file import load_results, read_results
     from cobalt.tracing import span, tool
@@ -36,6 +37,7 @@ _SOURCES = {
     "Evaluator": "cobalt.evaluator",
     "ExperimentReport": "cobalt.report",
     "RunContext": "cobalt.experiments",
+    "Stub": "cobalt.intercept",
     "assert_scores": "cobalt_cli.assertions",
     "define_config": "cobalt.config",
     "experiment": "cobalt_cli.script",
@@ -43,6 +45,8 @@ _SOURCES = {
     "load_results": "cobalt.results_file",
     "read_results": "cobalt.results_file",
     "span": "cobalt.tracing",
+    "state": "cobalt.intercept",
+    "stub": "cobalt.intercept",
     "tool": "cobalt.tracing",
 }
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "Evaluator",
     "ExperimentReport",
     "RunContext",
+    "Stub",
     "assert_scores",
     "define_config",
     "experiment",
@@ -60,6 +65,8 @@ __all__ = [
     "load_results",
     "read_results",
     "span",
+    "state",
+    "stub",
     "tool",
 ]
 

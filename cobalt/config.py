@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cobalt.errors import CobaltError
+from cobalt.errors import ConfigError
 from cobalt.results_file import FORMATS as RESULTS_FORMATS
 from cobalt.run_settings import RUN_DEFAULTS as RUN
 
@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "env": {},
     "trace": RUN.trace.as_dict(),
     "calibration": RUN.calibration.as_dict(),
+    "budget": RUN.budget.as_dict(),
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
@@ -60,6 +61,7 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dashboard": ("host", "port", "open"),
     "trace": tuple(RUN.trace.as_dict()),
     "calibration": tuple(RUN.calibration.as_dict()),
+    "budget": tuple(RUN.budget.as_dict()),
     "mcp": ("result_tokens",),
     "results": ("format", "compress", "large_run"),  # cobalt/results_file.py
     # Dataset platforms (cobalt/remote.py), when their variables are not set:
@@ -69,7 +71,7 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "basalt": ("api_key", "api_url"),
     "retention": ("runs", "traces", "recordings", "keep_last", "baselines"),
 }
-SETTINGS = tuple(dict.fromkeys([*DEFAULTS, "prices", "replay", *TABLE_SETTINGS]))
+SETTINGS = tuple(dict.fromkeys([*DEFAULTS, "prices", "replay", "intercept", *TABLE_SETTINGS]))
 SETTING_HINTS = {"reporters": "choose the reporter per run: `cobalt run --reporter json`"}
 
 # Environment variables that override configuration keys (dotted paths).
@@ -89,10 +91,6 @@ ENV_OVERRIDES: dict[str, tuple[str, type]] = {
 
 TTL_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class ConfigError(CobaltError, ValueError):
-    """The configuration file or an override is invalid; the message says where and what to do."""
 
 
 class NoProjectError(ConfigError):
@@ -405,6 +403,8 @@ SETTING_RULES: tuple[SettingRule, ...] = (
     SettingRule("ci", check=lambda value, *, source: check_ci(value, source=source)),
     SettingRule("webhooks", check=lambda value, *, source: check_webhooks(value, source=source)),
     SettingRule("replay", check=lambda value, *, source: check_replay(value, source=source)),
+    SettingRule("budget", check=lambda value, *, source: check_budget_table(value, source=source)),
+    SettingRule("intercept", check=lambda value, *, source: check_intercept(value, source=source)),
     SettingRule("results", check=lambda value, *, source: check_results(value, source=source)),
     SettingRule("retention", check=lambda value, *, source: check_retention(value, source=source)),
     SettingRule(
@@ -616,6 +616,26 @@ def check_webhooks(webhooks: Any, *, source: str) -> None:
             raise ConfigError(f"{where}.retries` must be a whole number from 0 to 10.")
         if "timeout" in hook and not (_is_number(hook["timeout"]) and hook["timeout"] > 0):
             raise ConfigError(f"{where}.timeout` must be a number of seconds above 0.")
+
+
+def check_budget_table(budget: Any, *, source: str) -> None:
+    """`[budget]`: `max_llm_calls`, `max_tool_calls`, `max_tokens`, `max_cost` per item."""
+    from cobalt.run_settings import check_budget
+
+    if not isinstance(budget, dict):
+        raise ConfigError(f"{source}: `budget` must be a table (a dict).")
+    for name, value in budget.items():
+        try:
+            check_budget(name, value, f"{source}: budget")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def check_intercept(intercept: Any, *, source: str) -> None:
+    """`[[intercept]]`: stubs for every experiment of the project (`cobalt.intercept`)."""
+    from cobalt.intercept import as_stubs
+
+    as_stubs(intercept, f"{source}: intercept")
 
 
 def check_replay(replay: Any, *, source: str) -> None:

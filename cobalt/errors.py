@@ -29,3 +29,7 @@ class ConflictError(CobaltError):
     """The request clashes with the current state (a run already going, already finished)."""
 
     http_status = 409
+
+
+class ConfigError(CobaltError, ValueError):
+    """The configuration file or an override is invalid; the message says where and what to do."""

@@ -18,6 +18,8 @@ from typing import Any
 from cobalt.callers import in_call_path
 from cobalt.dataset import Dataset
 from cobalt.evaluator import Evaluator
+from cobalt.intercept import Stub, as_stubs
+from cobalt.run_settings import BUDGET_KEYS, BUDGETS, check_budget
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Experiment:
     file: str | None = None
     line: int | None = None  # of the `experiment(...)` call, for messages that point at it
     conversation: Conversation | None = None
+    intercept: list[Stub] = field(default_factory=list)  # `cobalt.stub(...)` declarations
+    state: Callable[[dict[str, Any]], Any] | None = None  # an item's state (`cobalt.state()`)
+    budget: dict[str, Any] = field(default_factory=dict)  # max_llm_calls, ... given here
 
     @property
     def is_async(self) -> bool:
@@ -75,6 +80,9 @@ class Experiment:
                 "maxTurns": self.conversation.max_turns,
                 "turnTimeout": self.conversation.turn_timeout,
             }
+        for name, value in self.budget.items():
+            if value is not None:
+                settings[BUDGET_KEYS[name]] = value
         return settings
 
 
@@ -110,6 +118,12 @@ def define(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
+    intercept: list[Any] | None = None,
+    state: Callable[[dict[str, Any]], Any] | None = None,
+    max_llm_calls: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
 ) -> Experiment:
     """The checked `Experiment` of `cobalt.experiment(...)`'s arguments.
 
@@ -123,6 +137,17 @@ def define(
         )
     if conversation:
         _check_conversation(name, dataset, max_turns, turn_timeout)
+    if state is not None and not callable(state):
+        raise TypeError(
+            f"experiment {name!r}: `state` must be a function of the item returning its state "
+            f"(e.g. state=lambda item: {{'orders': dict(item['orders'])}}), not "
+            f"{type(state).__name__}."
+        )
+    budget = dict(zip(BUDGETS, (max_llm_calls, max_tool_calls, max_tokens, max_cost), strict=True))
+    for key, value in budget.items():
+        check_budget(key, value, f"experiment {name!r}")
+    stubs = as_stubs(intercept, f"experiment {name!r}: intercept")
+    _check_fixtures(name, dataset)
     file, line = _caller()
     definition = Experiment(
         name=name,
@@ -138,6 +163,9 @@ def define(
         file=file,
         line=line,
         conversation=Conversation(max_turns, turn_timeout) if conversation else None,
+        intercept=stubs,
+        state=state,
+        budget={k: v for k, v in budget.items() if v is not None},
     )
     names = [e.name for e in definition.evaluators]
     duplicates = {n for n in names if names.count(n) > 1}
@@ -200,6 +228,14 @@ def _check(
         raise ValueError(f"experiment {name!r}: `concurrency` must be at least 1.")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"experiment {name!r}: `timeout` must be above 0 seconds.")
+
+
+def _check_fixtures(name: str, dataset: Dataset) -> None:
+    """Each item's `fixtures` (stubs of its own, `cobalt.intercept.parse_stub`) are checked
+    when the experiment is declared: a mistake names the item, not a failure at run time."""
+    for position, item in enumerate(dataset.items, start=1):
+        if isinstance(item, dict) and item.get("fixtures") is not None:
+            as_stubs(item["fixtures"], f"experiment {name!r}, item #{position}: fixtures")
 
 
 def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeout: Any) -> None:

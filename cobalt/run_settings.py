@@ -92,6 +92,46 @@ class ReplayTable:
 
 
 @dataclass(frozen=True)
+class BudgetSettings:
+    """`[budget]` (or `experiment(..., max_tool_calls=...)`, `cobalt run --max-tool-calls`):
+    per item, the agent's next model call, tool call or step past a limit raises inside it
+    and the item is an error naming the budget (`cobalt_app.intercepts`). None: no limit."""
+
+    max_llm_calls: int | None = None
+    max_tool_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None  # dollars, as priced in the trace
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in asdict(self).values())
+
+
+BUDGETS = tuple(f.name for f in fields(BudgetSettings))
+# A run's stored settings (`run.config`): budget → key.
+BUDGET_KEYS = {
+    "max_llm_calls": "maxLlmCalls",
+    "max_tool_calls": "maxToolCalls",
+    "max_tokens": "maxTokens",
+    "max_cost": "maxCost",
+}
+
+
+def check_budget(name: str, value: Any, where: str) -> None:
+    """A budget is None or a number above 0 (a whole one but for `max_cost`)."""
+    if value is None:
+        return
+    whole = name != "max_cost"
+    kinds = int if whole else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        what = "a whole number above 0" if whole else "dollars above 0"
+        raise ValueError(f"{where}: `{name}` must be {what}, not {value!r}.")
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How a run executes. The project sets the defaults of the first three and of the
     tables; an experiment (`experiment(..., concurrency=...)`) or a run's options override
@@ -106,6 +146,7 @@ class RunSettings:
     trace: TraceSettings = field(default_factory=TraceSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     recording: ReplayTable = field(default_factory=ReplayTable)  # `[replay]`
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
     rate_limits: dict[str, Any] = field(default_factory=dict)  # calls per minute, by provider
     # Only in a run's stored settings:
     repeat_flaky: int | None = None  # `--repeat-flaky N`
@@ -128,6 +169,7 @@ class RunSettings:
                 **_given(CalibrationSettings, config.get("calibration"))
             ),
             recording=ReplayTable.from_config(config.get("replay")),
+            budget=BudgetSettings(**_given(BudgetSettings, config.get("budget"))),
         )
 
     @classmethod
@@ -135,7 +177,11 @@ class RunSettings:
         """A run's settings as stored in `run.config` when it was created."""
         stored = stored or {}
         values = {key: stored.get(name) for key, name in RUN_KEYS.items()}
-        settings = cls(**{k: v for k, v in values.items() if v is not None})
+        budget = {key: stored.get(name) for key, name in BUDGET_KEYS.items()}
+        settings = cls(
+            **{k: v for k, v in values.items() if v is not None},
+            budget=BudgetSettings(**{k: v for k, v in budget.items() if v is not None}),
+        )
         return settings._coerced()
 
     def _coerced(self) -> RunSettings:

@@ -14,15 +14,19 @@ again); `kind` is one of `llm`, `tool`, `agent`, `retrieval`, `other`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
+
+from cobalt import intercept
 
 KINDS = ("llm", "tool", "agent", "retrieval", "other")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,8 +115,13 @@ def tool(function: F | None = None, *, name: str | None = None) -> Any:
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                with span(tool_name, kind="tool", input=arguments(args, kwargs)) as step:
-                    result = await fn(*args, **kwargs)
+                given = arguments(args, kwargs)
+                with span(tool_name, kind="tool", input=given) as step:
+                    plan = intercept.plan_tool(tool_name, given)
+                    if plan is None:
+                        result = await fn(*args, **kwargs)
+                    else:
+                        result = await _planned_async(plan, step, lambda: fn(*args, **kwargs))
                     step.output = result
                     return result
 
@@ -120,8 +129,13 @@ def tool(function: F | None = None, *, name: str | None = None) -> Any:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with span(tool_name, kind="tool", input=arguments(args, kwargs)) as step:
-                result = fn(*args, **kwargs)
+            given = arguments(args, kwargs)
+            with span(tool_name, kind="tool", input=given) as step:
+                plan = intercept.plan_tool(tool_name, given)
+                if plan is None:
+                    result = fn(*args, **kwargs)
+                else:
+                    result = _planned(plan, step, lambda: fn(*args, **kwargs))
                 step.output = result
                 return result
 
@@ -130,3 +144,45 @@ def tool(function: F | None = None, *, name: str | None = None) -> Any:
     if function is not None:
         return decorate(function)
     return decorate
+
+
+def _planned(plan: intercept.ToolPlan, step: Step, real: Callable[[], Any]) -> Any:
+    """A sync tool call as the engine planned it (`cobalt.intercept.plan_tool`): answered
+    (after its delay) or run, its result handed to `plan.done`."""
+    if plan.mark:
+        step._span.set_attribute(intercept.MARK_ATTRIBUTE, plan.mark)
+    if plan.delay:
+        time.sleep(plan.delay)
+    if plan.answer is not None:
+        return plan.answer()
+    try:
+        result = real()
+    except Exception as exc:
+        if plan.done is not None:
+            plan.done(None, exc)
+        raise
+    if plan.done is not None:
+        plan.done(result, None)
+    return result
+
+
+async def _planned_async(
+    plan: intercept.ToolPlan, step: Step, real: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`_planned` for an async tool (a stub's `fn` may be async too)."""
+    if plan.mark:
+        step._span.set_attribute(intercept.MARK_ATTRIBUTE, plan.mark)
+    if plan.delay:
+        await asyncio.sleep(plan.delay)
+    if plan.answer is not None:
+        value = plan.answer()
+        return await value if inspect.isawaitable(value) else value
+    try:
+        result = await real()
+    except Exception as exc:
+        if plan.done is not None:
+            plan.done(None, exc)
+        raise
+    if plan.done is not None:
+        plan.done(result, None)
+    return result

@@ -13,14 +13,17 @@ import inspect
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from django.utils import timezone
 
 from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
-from cobalt.run_settings import RUN_DEFAULTS
+from cobalt.intercept import Stub, as_stubs
+from cobalt.run_settings import RUN_DEFAULTS, BudgetSettings
 from cobalt_app import (
+    intercepts,
     recordings,
     runaway,
     storable,
@@ -100,6 +103,8 @@ class EvalEnv:
     simulator_config: dict[str, Any] = field(default_factory=dict)  # conversations
     trace: traces.TraceSettings = field(default_factory=traces.TraceSettings)
     replay: recordings.ReplaySettings | None = None  # --record / --replay: the run's
+    project_dir: Path | None = None  # where `fixtures/` is (stubs' fixture files)
+    intercept: list[Stub] = field(default_factory=list)  # the project's `[[intercept]]`
 
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
@@ -114,6 +119,8 @@ def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> E
         db=db,
         simulator_config=dict(config.get("simulator") or {}),
         trace=traces.TraceSettings.from_config(config),
+        project_dir=config.project_dir,
+        intercept=as_stubs(config.get("intercept"), "configuration: intercept"),
     )
 
 
@@ -160,8 +167,10 @@ async def execute_item(
     timeout: float,
     threads: Threads,
     grace: float = RUN_DEFAULTS.timeout_grace,
+    budget: BudgetSettings | None = None,
 ) -> ItemOutcome:
-    """Run the agent on one item, then score its output with every evaluator."""
+    """Run the agent on one item, then score its output with every evaluator (its tools'
+    stubs, state and `budget`: `intercepts`)."""
     outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
     context = RunContext(
         item=snapshot.item,
@@ -172,19 +181,21 @@ async def execute_item(
     )
     started = time.perf_counter()
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
-        with traces.capture_item(env.trace) as collector:
-            if experiment.conversation is not None:
-                await converse_item(
+        with (
+            traces.capture_item(env.trace) as collector,
+            intercepts.item_scope(env, experiment, snapshot.item, outcome, budget),
+        ):
+            if outcome.status == ItemResult.Status.OK:  # its fixtures and state could be made
+                await agent_step(
                     experiment, context, env, outcome, timeout=timeout, threads=threads, grace=grace
-                )
-            else:
-                await run_item(
-                    experiment, context, outcome, timeout=timeout, threads=threads, grace=grace
                 )
     outcome.latency_ms = (time.perf_counter() - started) * 1000
     outcome.finished_at = timezone.now()
     captured = traces.captured(collector, env.trace)
     outcome.trace, outcome.trace_missing = captured.steps, captured.missing
+    marked = intercepts.marks(outcome.trace)
+    if marked and isinstance(outcome.metadata, dict):  # the results file and the run's badges
+        outcome.metadata = {**outcome.metadata, "intercepted": marked}
     if experiment.conversation is None:
         outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
     elif not outcome.tokens and outcome.trace:  # no turn reported usage: the model calls did
@@ -202,6 +213,25 @@ async def execute_item(
             outcome.stored = None
             storable.prepare(outcome)
     return outcome
+
+
+async def agent_step(
+    experiment: Experiment,
+    context: RunContext,
+    env: EvalEnv,
+    outcome: ItemOutcome,
+    *,
+    timeout: float,
+    threads: Threads,
+    grace: float,
+) -> None:
+    """The agent's part of an item: one runner call, or a conversation."""
+    if experiment.conversation is not None:
+        await converse_item(
+            experiment, context, env, outcome, timeout=timeout, threads=threads, grace=grace
+        )
+    else:
+        await run_item(experiment, context, outcome, timeout=timeout, threads=threads, grace=grace)
 
 
 async def rescore_item(

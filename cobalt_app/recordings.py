@@ -324,6 +324,8 @@ class Tape:
         self.earlier = recorded
         self.by_key: dict[str, list[dict[str, Any]]] = {}
         for exchange in recorded:
+            if "request" not in exchange:
+                continue  # a tool call (`tool_tapes`)
             request = exchange["request"]
             method, url, body = redacted_request(request["method"], request["url"], request["body"])
             key = match_key(method, url, body, settings.ignore)
@@ -360,9 +362,10 @@ class Tape:
                 return candidates[min(nth, len(candidates) - 1)]
             if self.mode == NEW_ONLY:
                 return None
+            requests = sum("request" in exchange for exchange in self.earlier)
             message = f"{MISSING} for {describe(call.method, call.url, call.body)}: " + (
-                f"it differs from the {len(self.earlier)} recorded request(s) of this item"
-                if self.earlier
+                f"it differs from the {requests} recorded request(s) of this item"
+                if requests
                 else "this item has no recording"
             )
             message += (

@@ -30,6 +30,7 @@ from django.utils import timezone
 from cobalt import results_file, stats, verdict
 from cobalt.run_settings import RunSettings
 from cobalt_app import calibration, labels, recordings, storable, trace_store
+from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import FAILED, scores_by_item
 
@@ -113,9 +114,30 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
         "traceNotCaptured": trace_store.not_captured(run.id),
+        **intercept_summary(run),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
+
+
+def intercept_summary(run: Run) -> dict[str, Any]:
+    """`intercepted`: the steps stubbed, injected and replayed over the run's items (their
+    metadata, `cobalt_app.intercepts.marks`); `budgetStopped`: items stopped by a budget.
+    Nothing when there were none."""
+    found: dict[str, Any] = {}
+    counted: dict[str, int] = defaultdict(int)
+    rows = ItemResult.objects.filter(run=run, metadata__has_key="intercepted").values_list(
+        "metadata__intercepted", flat=True
+    )
+    for marks in rows:
+        for mark, n in (marks if isinstance(marks, dict) else {}).items():
+            counted[str(mark)] += int(n) if isinstance(n, int) else 0
+    if counted:
+        found["intercepted"] = dict(sorted(counted.items()))
+    stopped = ItemResult.objects.filter(run=run, error__startswith=BUDGET_EXCEEDED).count()
+    if stopped:
+        found["budgetStopped"] = stopped
+    return found
 
 
 def run_duration_ms(run: Run) -> float | None:

@@ -6,7 +6,7 @@ the context, as do `asyncio.to_thread` and `contextvars.copy_context().run` in a
 agent starts. When the timeout passes, the guard is stopped and:
 
 - the interception layer refuses the agent's next call: an HTTP request through `httpx` or
-  `httpx2` (the transports `recordings.install()` wraps: the OpenAI and Anthropic SDKs send
+  `httpx2` (the transports `transports.install()` wraps: the OpenAI and Anthropic SDKs send
   through them) and any trace span it starts (a model call of an instrumented SDK, a
   `@cobalt.tool`, a framework's tool step) raise `AgentStopped` inside the agent;
 - a sync runner still running on its thread is interrupted at its next Python instruction
@@ -63,6 +63,11 @@ def in_item() -> bool:
     """Whether the calling code is an item's agent (its runner call, and what it started
     with the context: tasks, `asyncio.to_thread`)."""
     return _guard.get() is not None
+
+
+def current_guard() -> ItemGuard | None:
+    """The running item's guard (None outside a runner call)."""
+    return _guard.get()
 
 
 def refuse(what: str | Callable[[], str]) -> None:

@@ -156,6 +156,9 @@ def step_of(
     }
     if a.get("cobalt.replayed"):  # answered from a recording (`cobalt_app.recordings`)
         step["replayed"] = True
+    mark = a.get("cobalt.intercepted")  # stubbed, injected, replayed (`cobalt_app.intercepts`)
+    if mark:
+        step["intercepted"] = str(mark)
     if kind == "http":  # a plain HTTP request of the agent (`cobalt_app.http_intercept`)
         step.update(http_fields(a))
     return step

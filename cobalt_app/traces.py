@@ -45,7 +45,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import runaway, trace_spans
+from cobalt_app import intercepts, runaway, trace_spans
 
 logger = logging.getLogger("cobalt.traces")
 
@@ -103,6 +103,7 @@ class ItemSpanProcessor(SpanProcessor):
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         # A timed-out item's agent starts no step: its model and tool calls raise.
         runaway.refuse(lambda: f"step {span.name!r}")
+        intercepts.step_started(span)  # the item's budget (`max_llm_calls`, ...)
         collector = _current.get()
         if collector is None:
             parent = span.parent
@@ -118,6 +119,7 @@ class ItemSpanProcessor(SpanProcessor):
         collector.open_ids.add(span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
+        intercepts.step_ended(span)
         collector = self._owners.pop(span.context.span_id, None)
         if collector is not None and not collector.closed:
             collector.open_ids.discard(span.context.span_id)

@@ -130,6 +130,19 @@ RecordNew = Annotated[
     bool, typer.Option("--record-new", help="Replay what is recorded; record what is new.")
 ]
 
+MaxLlmCalls = Annotated[
+    int | None, typer.Option(min=1, help="Per item: stop the agent past N model calls.")
+]
+MaxToolCalls = Annotated[
+    int | None, typer.Option(min=1, help="Per item: stop the agent past N tool calls.")
+]
+MaxTokens = Annotated[
+    int | None, typer.Option(min=1, help="Per item: stop the agent once N tokens are used.")
+]
+MaxCost = Annotated[
+    float | None, typer.Option(min=0.000001, help="Per item: stop the agent once $X is spent.")
+]
+
 
 @dataclass
 class RunRequest:
@@ -155,6 +168,10 @@ class RunRequest:
     record: bool
     replay: bool
     record_new: bool
+    max_llm_calls: int | None = None
+    max_tool_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
     mode: str | None = None  # the replay mode, once the flags are checked
 
 
@@ -180,6 +197,10 @@ def run(
     record: Record = False,
     replay: Replay = False,
     record_new: RecordNew = False,
+    max_llm_calls: MaxLlmCalls = None,
+    max_tool_calls: MaxToolCalls = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
 ) -> None:
     """Run experiments and print scores as they stream in."""
     interrupts.raise_on_signals()  # SIGTERM and SIGHUP cancel the run as Ctrl-C does
@@ -208,6 +229,10 @@ def run_watching(config: Config, asked: RunRequest) -> int:
         "--concurrency": asked.concurrency,
         "--runs": asked.runs,
         "--timeout": asked.timeout,
+        "--max-llm-calls": asked.max_llm_calls,
+        "--max-tool-calls": asked.max_tool_calls,
+        "--max-tokens": asked.max_tokens,
+        "--max-cost": asked.max_cost,
     }
     run_args = [part for flag, value in given.items() if value for part in (flag, str(value))]
     run_args += ["--no-cache"] * asked.no_cache + ["--quiet"] * asked.quiet
@@ -291,6 +316,10 @@ def start_runs(config: Config, asked: RunRequest, reporter: Any, ci_options: Any
         "timeout": asked.timeout,
         "replay": asked.mode,
         "repeat_flaky": asked.repeat_flaky,
+        "maxLlmCalls": asked.max_llm_calls,
+        "maxToolCalls": asked.max_tool_calls,
+        "maxTokens": asked.max_tokens,
+        "maxCost": asked.max_cost,
     }
     result.runs = launcher.execute(
         experiments, config, reporter=reporter, no_cache=asked.no_cache, overrides=overrides

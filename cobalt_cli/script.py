@@ -49,13 +49,21 @@ def experiment(
     conversation: bool = False,
     max_turns: int = 10,
     turn_timeout: float | None = None,
+    intercept: list[Any] | None = None,
+    state: Callable[[dict[str, Any]], Any] | None = None,
+    max_llm_calls: int | None = None,
+    max_tool_calls: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: float | None = None,
 ) -> Any:
     """Declare an experiment: as a call with a runner, or as a decorator without one.
 
     `on_progress(done, total)` (sync or async) is called as items finish; an exception in it
     is logged once and never stops the run. `conversation=True`: each item is a conversation
     (its `turns`, or a simulated `user`), the runner is called once per turn with
-    `ctx.messages` and returns the next reply."""
+    `ctx.messages` and returns the next reply. `intercept=[cobalt.stub(...)]`: what tools
+    and HTTP routes answer; `state=lambda item: ...`: each item's state (`cobalt.state()`);
+    `max_llm_calls`, `max_tool_calls`, `max_tokens`, `max_cost`: each item's budget."""
     options: dict[str, Any] = {
         "evaluators": evaluators,
         "runs": runs,
@@ -67,6 +75,12 @@ def experiment(
         "conversation": conversation,
         "max_turns": max_turns,
         "turn_timeout": turn_timeout,
+        "intercept": intercept,
+        "state": state,
+        "max_llm_calls": max_llm_calls,
+        "max_tool_calls": max_tool_calls,
+        "max_tokens": max_tokens,
+        "max_cost": max_cost,
     }
     if runner is None:
 

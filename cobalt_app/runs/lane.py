@@ -52,7 +52,13 @@ def step_for(
 
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(
-            experiment, claim.snapshot, env, timeout=timeout, threads=threads, grace=grace
+            experiment,
+            claim.snapshot,
+            env,
+            timeout=timeout,
+            threads=threads,
+            grace=grace,
+            budget=settings.budget,
         )
 
     return execute

@@ -18,7 +18,7 @@ from django.db import OperationalError, transaction
 from cobalt import results_file
 from cobalt.config import Config, active_config
 from cobalt.experiments import Experiment
-from cobalt.run_settings import RunSettings
+from cobalt.run_settings import BUDGET_KEYS, RunSettings
 from cobalt_app import aio, calibration, results, services, storable, webhooks
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import RETRY_STATUSES, UNFINISHED
@@ -40,6 +40,9 @@ def run_settings(
         default_concurrency=project.concurrency, default_timeout=project.timeout
     )
     settings["timeoutGrace"] = project.timeout_grace  # team workers follow the run's
+    for name, key in BUDGET_KEYS.items():  # `[budget]`, unless the experiment set its own
+        if key not in settings and getattr(project.budget, name) is not None:
+            settings[key] = getattr(project.budget, name)
     settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return settings
 

@@ -283,6 +283,7 @@ async def cobalt_run_tool(
     name_filter: str | None,
     concurrency: int | None,
     replay: str | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> CallToolResult:
     relay = ProgressRelay(asyncio.get_running_loop())
     with active_runs.tracking():
@@ -294,6 +295,7 @@ async def cobalt_run_tool(
             name_filter=name_filter,
             concurrency=concurrency,
             replay=replay,
+            budget=budget,
         )
 
 
@@ -306,7 +308,9 @@ async def run_and_report(
     name_filter: str | None,
     concurrency: int | None,
     replay: str | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> CallToolResult:
+    """`budget`: the items' budgets as the run stores them (`maxToolCalls`, ...)."""
     failure: Exception | None = None
     recordings.stand_in_keys(replay)
     async with project.lock:
@@ -317,7 +321,7 @@ async def run_and_report(
         async with anyio.create_task_group() as group:
             group.start_soon(relay.forward, ctx)
             try:
-                overrides = {"concurrency": concurrency, "replay": replay}
+                overrides = {"concurrency": concurrency, "replay": replay, **(budget or {})}
                 runs = await execute(loaded, relay, overrides)
             except Exception as exc:  # re-raised outside the task group, unwrapped
                 failure = exc

@@ -140,15 +140,41 @@ def run_tool(target: Project | Workspace) -> Tool:
                 "(replay what is recorded, record the rest). Default: live."
             ),
         ] = None,
+        maxLlmCalls: Annotated[
+            int | None, Field(ge=1, description="Per item: stop the agent past N model calls.")
+        ] = None,
+        maxToolCalls: Annotated[
+            int | None, Field(ge=1, description="Per item: stop the agent past N tool calls.")
+        ] = None,
+        maxTokens: Annotated[
+            int | None, Field(ge=1, description="Per item: stop the agent once N tokens are used.")
+        ] = None,
+        maxCost: Annotated[
+            float | None, Field(gt=0, description="Per item: stop the agent once $X is spent.")
+        ] = None,
         project: ProjectArgument = None,
     ) -> Annotated[CallToolResult, RunOutput]:
         arguments = {"file": file, "filter": filter, "concurrency": concurrency}
         if replay is not None:
             arguments["replay"] = replay
+        budget = {
+            "maxLlmCalls": maxLlmCalls,
+            "maxToolCalls": maxToolCalls,
+            "maxTokens": maxTokens,
+            "maxCost": maxCost,
+        }
+        budget = {k: v for k, v in budget.items() if v is not None}
+        arguments.update(budget)
 
         def run(here: Project) -> Awaitable[CallToolResult]:
             return cobalt_run_tool(
-                here, ctx, file=file, name_filter=filter, concurrency=concurrency, replay=replay
+                here,
+                ctx,
+                file=file,
+                name_filter=filter,
+                concurrency=concurrency,
+                replay=replay,
+                budget=budget,
             )
 
         return await answer(target, ctx, project, "cobalt_run", arguments, run, on_thread=False)
