@@ -17,14 +17,16 @@ of `[replay] allow_hosts`; `socket_guard` refuses every other connection.
 
 Each request of an item becomes a step of kind "http" in its trace (`trace_spans`): method,
 URL (redacted), status, duration and its mark: `live`, `recorded`, `replayed`, `stubbed`,
-`fault` (an injected failure) or `refused`. A model call made inside an instrumented SDK's
-span is that span's step already: it gets no step of its own (the span says "replayed").
+`injected` (a fault) or `refused`; the request's body is its input. A model call made
+inside an instrumented SDK's span is that span's step already: it gets no step of its own
+(the span says "replayed", "stubbed" or "injected").
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,17 +37,13 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from cobalt_app import recordings, runaway, trace_spans, traces
+from cobalt.intercept import INJECTED, REPLAYED, STUBBED
+from cobalt.intercept import MARK_ATTRIBUTE as INTERCEPTED_ATTRIBUTE
+from cobalt_app import intercepts, recordings, runaway, trace_spans, traces
 
-LIVE, RECORDED, REPLAYED, STUBBED, FAULT, REFUSED = (
-    "live",
-    "recorded",
-    "replayed",
-    "stubbed",
-    "fault",
-    "refused",
-)
-MARKS = (LIVE, RECORDED, REPLAYED, STUBBED, FAULT, REFUSED)
+LIVE, RECORDED, REFUSED = "live", "recorded", "refused"
+MARKS = (LIVE, RECORDED, REPLAYED, STUBBED, INJECTED, REFUSED)
+ANSWERED = (REPLAYED, STUBBED, INJECTED)  # also `cobalt.intercepted` (the run's badges)
 MARK_ATTRIBUTE = "cobalt.http.mark"
 TIMEOUT_MESSAGE = "timed out (a fault injected by Cobalt)"
 
@@ -76,21 +74,37 @@ def canned_of(exchange: dict[str, Any]) -> Canned:
     return Canned(status=response["status"], headers=headers, body=body)
 
 
+@dataclass(frozen=True)
+class Request:
+    """The request a route stub's `fn` receives, the same whatever the client."""
+
+    method: str
+    url: str
+    content: bytes | None
+
+    @property
+    def text(self) -> str:
+        return (self.content or b"").decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content or b"null")
+
+
 def _stub_for(method: str, url: str, body: Callable[[], bytes | None]) -> Canned | None:
-    """The item's route stub or fault for this request (`cobalt_app.intercepts`)."""
-    matcher = _route_matcher
-    if matcher is None:
+    """The item's route stub or fault for this request (`cobalt_app.intercepts`: the item's
+    `fixtures`, the experiment's and the project's declarations), as a canned answer."""
+    stub = intercepts.match_route(method, url)
+    if stub is None:
         return None
-    return matcher(method, url, body)
-
-
-# Set by `cobalt_app.intercepts` when it is imported: (method, url, body) -> Canned | None.
-_route_matcher: Callable[[str, str, Callable[[], bytes | None]], Canned | None] | None = None
-
-
-def use_route_matcher(matcher: Callable[..., Canned | None]) -> None:
-    global _route_matcher
-    _route_matcher = matcher
+    answer = intercepts.route_answer(stub, Request(method, url, body()))
+    return Canned(
+        status=answer.status,
+        headers=list(answer.headers.items()),
+        body=answer.content,
+        delay=answer.delay,
+        timeout=answer.timeout,
+        mark=stub.mark,
+    )
 
 
 class Outbound:
@@ -119,24 +133,34 @@ class Outbound:
 
     def finish(self, status: int) -> None:
         """The reply came (status known): the step ends."""
-        if self.model_span is not None and self.mark == REPLAYED:
-            self.model_span.set_attribute(recordings.REPLAYED_ATTRIBUTE, True)
-        span, self.span = self.span, None
+        span = self._marked()
         if span is not None:
             span.set_attribute("http.response.status_code", status)
-            span.set_attribute(MARK_ATTRIBUTE, self.mark)
             if status >= 400:
                 span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
             span.end()
 
     def failed(self, error: BaseException | str) -> None:
         """No reply: the client raised (or Cobalt refused the request, or a timeout fault)."""
-        span, self.span = self.span, None
+        span = self._marked()
         if span is not None:
-            span.set_attribute(MARK_ATTRIBUTE, self.mark)
             text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             span.set_status(Status(StatusCode.ERROR, text))
             span.end()
+
+    def _marked(self) -> Any:
+        """The step's span (None: no step of its own), marked; it is ended only once."""
+        answered = self.mark in ANSWERED
+        if self.model_span is not None and answered:
+            if self.mark == REPLAYED:
+                self.model_span.set_attribute(recordings.REPLAYED_ATTRIBUTE, True)
+            self.model_span.set_attribute(INTERCEPTED_ATTRIBUTE, self.mark)
+        span, self.span = self.span, None
+        if span is not None:
+            span.set_attribute(MARK_ATTRIBUTE, self.mark)
+            if answered:
+                span.set_attribute(INTERCEPTED_ATTRIBUTE, self.mark)
+        return span
 
     @contextlib.contextmanager
     def sent(self) -> Iterator[None]:
@@ -169,13 +193,13 @@ def begin(method: str, url: str, body: Callable[[], bytes | None]) -> Outbound |
     collecting = traces.collecting()
     out = Outbound(method.upper(), url)
     if collecting:
-        _start_step(out)
+        _start_step(out, body)
     stub = _stub_for(out.method, url, body)
     if stub is not None:
         out.canned, out.mark = stub, stub.mark
         return out
     if tape is None:
-        return out
+        return out if out.span is not None else None
     host = (urlsplit(url).hostname or "").lower()
     if tape.settings.allows(host):
         return out  # live, in every mode: not recorded
@@ -193,7 +217,10 @@ def begin(method: str, url: str, body: Callable[[], bytes | None]) -> Outbound |
     return out
 
 
-def _start_step(out: Outbound) -> None:
+INPUT_BYTES = 8192  # of a request's body kept as its step's input (then cut to max_chars)
+
+
+def _start_step(out: Outbound, body: Callable[[], bytes | None]) -> None:
     current = otel_trace.get_current_span()
     attributes = getattr(current, "attributes", None)
     if current.is_recording() and attributes and trace_spans.kind_of(attributes) == "llm":
@@ -207,6 +234,7 @@ def _start_step(out: Outbound) -> None:
             "cobalt.kind": "http",
             "http.request.method": out.method,
             "url.full": recordings.clean_url(out.url),
+            "cobalt.input": (body() or b"")[:INPUT_BYTES].decode("utf-8", "replace"),
         },
         start_time=time.time_ns(),
     )
