@@ -26,6 +26,7 @@ from cobalt_app import (
     intercepts,
     recordings,
     runaway,
+    socket_guard,
     storable,
     trace_spans,
     trace_store,
@@ -180,6 +181,8 @@ async def execute_item(
         dataset=experiment.dataset,
     )
     started = time.perf_counter()
+    if env.replay is not None and env.replay.mode == recordings.REPLAY:
+        socket_guard.install()  # no other connection goes out either
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
         with (
             traces.capture_item(env.trace) as collector,

@@ -432,10 +432,8 @@ def item_scope(
 async def _taped(
     settings: ReplaySettings, env: Any, experiment: str, snapshot: Any, outcome: Any
 ) -> AsyncIterator[None]:
-    from cobalt_app import recording_store, socket_guard
+    from cobalt_app import recording_store
 
-    if settings.mode == REPLAY:
-        socket_guard.install()
     key, run_index = snapshot.item_key, snapshot.run_index
     earlier = []
     if settings.mode != RECORD:

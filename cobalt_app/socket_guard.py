@@ -75,6 +75,8 @@ def _wrap_create_connection(original: Any) -> Any:
 def install() -> None:
     """Guard the process's sockets (once): a no-op for every connection outside a replay."""
     global _installed
+    if _installed:
+        return
     with _lock:
         if _installed:
             return

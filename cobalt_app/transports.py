@@ -11,7 +11,7 @@ from typing import Any
 
 import wrapt
 
-from cobalt_app import transport_aiohttp, transport_httpx, transport_urllib3
+from cobalt_app import item_threads, transport_aiohttp, transport_httpx, transport_urllib3
 
 # module -> its wrapper; requests sends through urllib3, LiteLLM through aiohttp
 LIBRARIES: dict[str, Callable[[Any], None]] = {
@@ -29,6 +29,7 @@ def install(*, lazily: bool = False) -> None:
     trace's HTTP steps, and in every run to refuse the calls of a timed-out item
     (`runaway`). `lazily`: a library not imported yet is wrapped when it is (importing them
     all costs a run that uses none a good part of a second)."""
+    item_threads.install()  # a request from a thread the agent started is still its item's
     with _lock:
         for name in LIBRARIES:
             if lazily and name not in sys.modules:

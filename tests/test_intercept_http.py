@@ -300,3 +300,50 @@ def test_twenty_items_in_flight_are_each_answered_from_their_own_recording(
         project, [], runner, name="iso", items=items, overrides={"replay": "replay", **options}
     )
     assert outcomes(replayed) == first
+
+
+def test_requests_from_threads_the_agent_starts_are_its_items_too(
+    project: Project, tool: ToolServer
+):
+    """A plain thread, a thread pool and `run_in_executor`: recorded, then replayed offline;
+    nothing goes out unanswered."""
+    import concurrent.futures
+
+    def fetch(path: str) -> int:
+        import requests
+
+        return requests.get(f"{tool.url}/{path}", timeout=5).json()["n"]
+
+    def in_thread(found: list[int]) -> None:
+        try:
+            found.append(fetch("thread"))
+        except BaseException:  # noqa: BLE001 - a thread that dies quietly: its item still knows
+            found.append(-1)
+
+    async def runner(ctx):
+        found: list[int] = []
+        thread = threading.Thread(target=in_thread, args=(found,))
+        thread.start()
+        thread.join()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            found.append(pool.submit(fetch, "pool").result())
+        loop = asyncio.get_running_loop()
+        found.append(await loop.run_in_executor(None, fetch, "executor"))
+        return found
+
+    recorded = run_with(
+        project, [], runner, name="threads", items=ITEMS, overrides={"replay": "record"}
+    )
+    first = outcomes(recorded)
+    assert {status for status, _, _ in first.values()} == {"ok"}, first
+    tool.stop()
+    replayed = run_with(
+        project, [], runner, name="threads", items=ITEMS, overrides={"replay": "replay"}
+    )
+    assert outcomes(replayed) == first
+    assert {len(steps) for steps in traces_of(replayed).values()} == {3}
+    more = run_with(
+        project, [], runner, name="threads", items=[{"id": "new"}], overrides={"replay": "replay"}
+    )
+    [(status, _, error)] = outcomes(more).values()
+    assert status == "error" and f"GET {tool.url}/thread" in error
