@@ -14,6 +14,11 @@ time alone).
    interleaved, with the provider and the tool server still up (nothing reaches them in
    replay: the bench checks their counters). Target: replayed < 0.5x live.
 Both the whole process (wall) and the run's own duration (its results file) are printed.
+3. `--micro`: what interception costs one request, in-process: `--requests` requests through
+   requests, httpx and aiohttp (kept-alive connections to a local server answering at once),
+   sent by an item's code (intercepted: each becomes a traced step) and by code outside an
+   item (passed straight through); the difference per request, against the 100 ms a tool
+   or a model call takes.
 """
 
 from __future__ import annotations
@@ -74,9 +79,10 @@ async def run(ctx):
 
 class SlowTool(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body written apart: no 40 ms delayed ACK
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        time.sleep(0.1)
+        time.sleep(self.server.latency)  # type: ignore[attr-defined]
         with self.server.lock:  # type: ignore[attr-defined]
             self.server.count += 1  # type: ignore[attr-defined]
             n = self.server.count  # type: ignore[attr-defined]
@@ -91,8 +97,9 @@ class SlowTool(BaseHTTPRequestHandler):
         pass
 
 
-def start_tools() -> ThreadingHTTPServer:
+def start_tools(latency: float = 0.1) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlowTool)
+    server.latency = latency  # type: ignore[attr-defined]
     server.daemon_threads = True
     server.count, server.lock = 0, threading.Lock()  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -146,12 +153,75 @@ def bench(args: argparse.Namespace, env: dict[str, str], tmp: Path, tools: Any) 
     )
 
 
+def micro(count: int) -> None:
+    import asyncio
+
+    import aiohttp
+    import django
+    import httpx
+    import requests
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cobalt_project.settings")
+    django.setup()
+    from cobalt_app import runaway, traces, transports
+
+    transports.install()
+    server = start_tools(latency=0.0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/search"
+
+    async def send_all() -> dict[str, float]:
+        spent = {}
+        with requests.Session() as session:
+            started = time.perf_counter()
+            for _ in range(count):
+                session.get(url).json()
+            spent["requests"] = time.perf_counter() - started
+        with httpx.Client() as client:
+            started = time.perf_counter()
+            for _ in range(count):
+                client.get(url).json()
+            spent["httpx"] = time.perf_counter() - started
+        async with aiohttp.ClientSession() as client:
+            started = time.perf_counter()
+            for _ in range(count):
+                async with client.get(url) as reply:
+                    await reply.json()
+            spent["aiohttp"] = time.perf_counter() - started
+        return spent
+
+    async def in_item() -> dict[str, float]:
+        token = runaway._guard.set(runaway.ItemGuard())  # what the engine sets per item
+        try:
+            with traces.enabled(), traces.capture_item(traces.TraceSettings()) as collector:
+                spent = await send_all()
+            assert len(collector.spans) == 3 * count, len(collector.spans)
+            return spent
+        finally:
+            runaway._guard.reset(token)
+
+    rounds = [(asyncio.run(send_all()), asyncio.run(in_item())) for _ in range(3)]
+    server.shutdown()
+    print(f"{count} requests per client to a local server answering at once (best of 3)")
+    for client in ("requests", "httpx", "aiohttp"):
+        plain = min(r[0][client] for r in rounds) / count * 1e6
+        caught = min(r[1][client] for r in rounds) / count * 1e6
+        print(
+            f"  {client:<9}: {plain:7.0f} us plain, {caught:7.0f} us intercepted and traced: "
+            f"+{caught - plain:5.0f} us a request = {(caught - plain) / 1e3:.3f}% of 100 ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--against", type=Path, help="Another Cobalt tree (the base commit).")
+    parser.add_argument("--micro", action="store_true", help="Only the per-request cost (3).")
+    parser.add_argument("--requests", type=int, default=500)
     args = parser.parse_args()
+    if args.micro:
+        micro(args.requests)
+        return
     compile_sources()
     if args.against:
         compile_sources(args.against)

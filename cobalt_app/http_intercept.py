@@ -226,14 +226,15 @@ def _start_step(out: Outbound, body: Callable[[], bytes | None]) -> None:
     if current.is_recording() and attributes and trace_spans.kind_of(attributes) == "llm":
         out.model_span = current  # an instrumented SDK's model call: its step already
         return
-    parts = urlsplit(recordings.clean_url(out.url))
+    cleaned = recordings.clean_url(out.url)
+    parts = urlsplit(cleaned)
     out.span = _tracer.start_span(
         f"{out.method} {parts.netloc}{parts.path}",
         kind=SpanKind.CLIENT,
         attributes={
             "cobalt.kind": "http",
             "http.request.method": out.method,
-            "url.full": recordings.clean_url(out.url),
+            "url.full": cleaned,
             "cobalt.input": (body() or b"")[:INPUT_BYTES].decode("utf-8", "replace"),
         },
         start_time=time.time_ns(),
