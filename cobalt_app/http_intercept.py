@@ -151,9 +151,9 @@ class Outbound:
     def _marked(self) -> Any:
         """The step's span (None: no step of its own), marked; it is ended only once."""
         answered = self.mark in ANSWERED
-        if self.model_span is not None and answered:
-            if self.mark == REPLAYED:
-                self.model_span.set_attribute(recordings.REPLAYED_ATTRIBUTE, True)
+        if self.model_span is not None and self.mark == REPLAYED:
+            self.model_span.set_attribute(recordings.REPLAYED_ATTRIBUTE, True)
+        elif self.model_span is not None and answered:  # a model call stubbed or broken
             self.model_span.set_attribute(INTERCEPTED_ATTRIBUTE, self.mark)
         span, self.span = self.span, None
         if span is not None:

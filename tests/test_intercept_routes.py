@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 import cobalt
 from cobalt import Dataset
@@ -134,3 +136,8 @@ def test_route_stubs_and_faults_answer_every_client_without_going_out(
         "stubbed": 4,
         "injected": 4,
     }
+
+    item = run.items.get(item_key="aiohttp")  # its item panel shows each request's status
+    page = Client().get(reverse("cobalt:item", args=[run.id, item.id])).content.decode()
+    assert page.count('class="http-status"') == 9
+    assert ">500</code>" in page and ">no reply</code>" in page and ">live</span>" in page
