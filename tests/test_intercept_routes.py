@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 import cobalt
-from cobalt import Dataset
+from cobalt import Dataset, Evaluator
 from tests.conftest import Project
 from tests.helpers import define, execute_one
 from tests.test_intercept_http import ToolServer, outcomes, traces_of
@@ -58,6 +58,12 @@ async def send(client: str, method: str, url: str, body: dict | None = None) -> 
         return "timed out", type(exc).__name__
 
 
+def run_evaluations(run) -> list:
+    from cobalt_app.models import Evaluation
+
+    return list(Evaluation.objects.filter(run=run).select_related("item"))
+
+
 def agent(base: str):
     async def runner(ctx) -> dict:
         client = ctx.item["client"]
@@ -95,7 +101,16 @@ def test_route_stubs_and_faults_answer_every_client_without_going_out(
     # The item's own declaration: the first call of /flaky fails, the next goes out.
     flaky = {"route": f"GET {base}/flaky", "status": 500, "body": "down", "times": 1}
     data = [{"id": client, "client": client, "fixtures": [flaky]} for client in CLIENTS]
-    experiment = define("routes", Dataset(items=data), agent(base), intercept=stubs)
+    evaluators = [  # what was sent, read from the item's HTTP steps
+        Evaluator(name="flaky-twice", type="intercepted", route=f"GET {base}/flaky", times=2),
+        Evaluator(
+            name="asked", type="intercepted", route=f"POST {base}/echo", arguments={"ask": "*"}
+        ),
+        Evaluator(name="no-delete", type="intercepted", route=f"DELETE {base}/*", times=0),
+    ]
+    experiment = define(
+        "routes", Dataset(items=data), agent(base), intercept=stubs, evaluators=evaluators
+    )
     run = execute_one(project, experiment)
 
     found = outcomes(run)
@@ -116,6 +131,9 @@ def test_route_stubs_and_faults_answer_every_client_without_going_out(
         assert output["delayed"] == [200, "ok"]
         assert output["waited"] is True
     assert [s["path"] for s in tool.seen] == ["/flaky"] * len(CLIENTS)  # nothing else went out
+    scores = {(e.item.item_key, e.evaluator): (e.score, e.reason) for e in run_evaluations(run)}
+    assert {score for score, _ in scores.values()} == {1.0}, scores
+    assert len(scores) == 3 * len(CLIENTS)
 
     steps = traces_of(run)["aiohttp"]
     marks = [(s["name"].split("/", 1)[1], s["mark"], s["statusCode"]) for s in steps]
