@@ -95,9 +95,11 @@ class NoRecordedResponse(BaseException):  # noqa: N818 - reads as the message it
 
 
 HEADERS = {
-    RECORD: "recording the agent's model calls (`--replay` answers them next time)",
-    REPLAY: "replaying the agent's model calls from recordings (none reaches the provider)",
-    NEW_ONLY: "replaying the agent's recorded model calls, recording new ones",
+    RECORD: "recording the agent's model calls and HTTP requests (`--replay` answers them)",
+    REPLAY: "replaying the agent's model calls and HTTP requests from recordings "
+    "(nothing goes out)",
+    NEW_ONLY: "replaying the agent's recorded model calls, recording new ones (its HTTP "
+    "requests too)",
 }
 
 
