@@ -17,8 +17,9 @@ Both the whole process (wall) and the run's own duration (its results file) are 
 3. `--micro`: what interception costs one request, in-process: `--requests` requests through
    requests, httpx and aiohttp (kept-alive connections to a local server answering at once),
    sent by an item's code (intercepted: each becomes a traced step) and by code outside an
-   item (passed straight through); the difference per request, against the 100 ms a tool
-   or a model call takes.
+   item (passed straight through); the CPU time each costs (steadier than wall time on a
+   shared machine), and the difference per request against the 100 ms a tool or a model
+   call takes.
 """
 
 from __future__ import annotations
@@ -172,21 +173,21 @@ def micro(count: int) -> None:
     async def send_all() -> dict[str, float]:
         spent = {}
         with requests.Session() as session:
-            started = time.perf_counter()
+            started = time.process_time()
             for _ in range(count):
                 session.get(url).json()
-            spent["requests"] = time.perf_counter() - started
+            spent["requests"] = time.process_time() - started
         with httpx.Client() as client:
-            started = time.perf_counter()
+            started = time.process_time()
             for _ in range(count):
                 client.get(url).json()
-            spent["httpx"] = time.perf_counter() - started
+            spent["httpx"] = time.process_time() - started
         async with aiohttp.ClientSession() as client:
-            started = time.perf_counter()
+            started = time.process_time()
             for _ in range(count):
                 async with client.get(url) as reply:
                     await reply.json()
-            spent["aiohttp"] = time.perf_counter() - started
+            spent["aiohttp"] = time.process_time() - started
         return spent
 
     async def in_item() -> dict[str, float]:
@@ -201,7 +202,10 @@ def micro(count: int) -> None:
 
     rounds = [(asyncio.run(send_all()), asyncio.run(in_item())) for _ in range(3)]
     server.shutdown()
-    print(f"{count} requests per client to a local server answering at once (best of 3)")
+    print(
+        f"{count} requests per client to a local server answering at once: CPU time of this "
+        "process (the server's threads included) per request, best of 3"
+    )
     for client in ("requests", "httpx", "aiohttp"):
         plain = min(r[0][client] for r in rounds) / count * 1e6
         caught = min(r[1][client] for r in rounds) / count * 1e6
