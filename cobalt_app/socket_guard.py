@@ -47,7 +47,8 @@ def _check(host: Any, port: Any) -> None:
     shown = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
     raise tape.refuse(
         f"{recordings.MISSING}: replay refused a live connection to {shown} (not an HTTP "
-        "request Cobalt records: httpx, aiohttp, requests/urllib3); let it through with "
+        "request Cobalt records: httpx, aiohttp, requests/urllib3, urllib.request); let it "
+        "through with "
         "`[replay] allow_hosts`, or run it live"
     )
 

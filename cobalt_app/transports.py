@@ -11,14 +11,22 @@ from typing import Any
 
 import wrapt
 
-from cobalt_app import item_threads, transport_aiohttp, transport_httpx, transport_urllib3
+from cobalt_app import (
+    item_threads,
+    transport_aiohttp,
+    transport_httpx,
+    transport_stdlib,
+    transport_urllib3,
+)
 
-# module -> its wrapper; requests sends through urllib3, LiteLLM through aiohttp
+# module -> its wrapper; requests sends through urllib3, LiteLLM through aiohttp, and
+# urllib.request through http.client
 LIBRARIES: dict[str, Callable[[Any], None]] = {
     "httpx": transport_httpx.wrap,
     "httpx2": transport_httpx.wrap,
     "aiohttp": transport_aiohttp.wrap,
     "urllib3": transport_urllib3.wrap,
+    "http.client": transport_stdlib.wrap,  # urllib.request
 }
 _lock = threading.RLock()  # the import hook wraps too, maybe inside `install`
 _hooked: set[str] = set()

@@ -106,6 +106,8 @@ def every_client(base: str):
     counters (a replayed run shows the recorded ones)."""
 
     async def runner(ctx):
+        import urllib.request
+
         import aiohttp
         import httpx
         import requests
@@ -120,6 +122,8 @@ def every_client(base: str):
                 counters.append(json.loads(pool.request("GET", f"{base}/urllib3?q={q}").data)["n"])
             with httpx.Client() as client:
                 counters.append(client.post(f"{base}/httpx", json={"q": q}).json()["n"])
+            with urllib.request.urlopen(f"{base}/stdlib?q={q}", timeout=5) as reply:
+                counters.append(json.loads(reply.read())["n"])
 
         await asyncio.to_thread(sync_part)
         async with httpx.AsyncClient() as client:
@@ -144,7 +148,7 @@ def test_every_client_is_recorded_then_replayed_with_its_server_stopped(
     )
     first = outcomes(recorded)
     assert {status for status, _, _ in first.values()} == {"ok"}, first
-    assert len(tool.seen) == 6 * len(ITEMS)
+    assert len(tool.seen) == 7 * len(ITEMS)
     marks = {step["mark"] for steps in traces_of(recorded).values() for step in steps}
     assert marks == {"recorded"}
     tool.stop()
@@ -155,7 +159,7 @@ def test_every_client_is_recorded_then_replayed_with_its_server_stopped(
     again = outcomes(replayed)
     assert again == first
     steps = traces_of(replayed)["q0"]
-    assert [s["kind"] for s in steps] == ["http"] * 6
+    assert [s["kind"] for s in steps] == ["http"] * 7
     assert {s["mark"] for s in steps} == {"replayed"}
     assert {s["method"] for s in steps} == {"GET", "POST"}
     assert all(s["statusCode"] == 200 and s["url"].startswith(tool.url) for s in steps)

@@ -22,7 +22,7 @@ from tests.test_intercept_http import ToolServer, outcomes, traces_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-CLIENTS = ("httpx", "httpx-async", "aiohttp", "requests")
+CLIENTS = ("httpx", "httpx-async", "aiohttp", "requests", "urllib")
 
 
 @pytest.fixture
@@ -52,9 +52,27 @@ async def send(client: str, method: str, url: str, body: dict | None = None) -> 
         if client == "aiohttp":
             async with aiohttp.ClientSession() as s, s.request(method, url, json=body) as reply:
                 return reply.status, await reply.text()
+        if client == "urllib":
+            return await asyncio.to_thread(stdlib, method, url, body)
         reply = await asyncio.to_thread(requests.request, method, url, json=body, timeout=5)
         return reply.status_code, reply.text
     except (httpx.TimeoutException, aiohttp.ServerTimeoutError, requests.Timeout) as exc:
+        return "timed out", type(exc).__name__
+
+
+def stdlib(method: str, url: str, body: dict | None) -> tuple:
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except TimeoutError as exc:
         return "timed out", type(exc).__name__
 
 
