@@ -43,6 +43,10 @@ STUBBED, INJECTED, REPLAYED = "stubbed", "injected", "replayed"  # marks on a tr
 MARK_ATTRIBUTE = "cobalt.intercepted"  # the span attribute carrying the mark
 
 
+class ToolError(RuntimeError):
+    """What a tool stub's `raises="message"` raises inside the agent."""
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "<missing>"

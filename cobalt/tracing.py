@@ -146,6 +146,43 @@ def tool(function: F | None = None, *, name: str | None = None) -> Any:
     return decorate
 
 
+def call_tool(name: str, arguments: dict[str, Any], real: Callable[[], Any]) -> Any:
+    """A framework's tool call (LangChain's, seen by `cobalt_app.framework_tools`) as the
+    engine plans it: run as is when there is nothing to do, else in a `tool` step of its own
+    (stubbed, replayed, or run and recorded)."""
+    plan = intercept.plan_tool(name, arguments)
+    if plan is None:
+        return real()
+    with span(name, kind="tool", input=arguments) as step:
+        result = _planned(plan, step, real)
+        step.output = result
+        return result
+
+
+async def call_tool_async(
+    name: str, arguments: dict[str, Any], real: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`call_tool` for an async tool call."""
+    plan = intercept.plan_tool(name, arguments)
+    if plan is None:
+        return await real()
+    with span(name, kind="tool", input=arguments) as step:
+        result = await _planned_async(plan, step, real)
+        step.output = result
+        return result
+
+
+async def call_in_step_async(
+    name: str, arguments: dict[str, Any], real: Callable[[], Awaitable[Any]]
+) -> Any:
+    """`call_tool_async` for a framework that opens the tool's step itself (PydanticAI's
+    "running tool" span is the current one): that step is marked, no other is made."""
+    plan = intercept.plan_tool(name, arguments)
+    if plan is None:
+        return await real()
+    return await _planned_async(plan, Step(trace.get_current_span()), real)
+
+
 def _planned(plan: intercept.ToolPlan, step: Step, real: Callable[[], Any]) -> Any:
     """A sync tool call as the engine planned it (`cobalt.intercept.plan_tool`): answered
     (after its delay) or run, its result handed to `plan.done`."""

@@ -40,6 +40,7 @@ from cobalt.intercept import (
     MALFORMED,
     MISSING,
     Stub,
+    ToolError,
     ToolPlan,
     as_stubs,
     fixture_path,
@@ -49,7 +50,7 @@ from cobalt.intercept import (
     set_tool_handler,
 )
 from cobalt.run_settings import BudgetSettings
-from cobalt_app import runaway, tool_tapes, trace_spans
+from cobalt_app import framework_tools, runaway, tool_tapes, trace_spans
 from cobalt_app.tracebacks import user_traceback
 
 BUDGET_EXCEEDED = "budget exceeded"  # how an item's error starts
@@ -57,14 +58,6 @@ BUDGET_EXCEEDED = "budget exceeded"  # how an item's error starts
 
 class BudgetExceeded(runaway.AgentStopped):
     """Raised inside an agent whose item reached one of its budgets."""
-
-
-class ToolError(RuntimeError):
-    """What a tool stub's `raises=` (or a recorded failure of the tool, replayed) raises."""
-
-
-class StateError(Exception):
-    """The experiment's `state(item)` function failed for this item."""
 
 
 @dataclass
@@ -119,6 +112,7 @@ _current: contextvars.ContextVar[ItemIntercepts | None] = contextvars.ContextVar
 
 
 def current() -> ItemIntercepts | None:
+    """The running item's intercepts (None outside an item, or with nothing to intercept)."""
     return _current.get()
 
 
@@ -182,6 +176,10 @@ def route_answer(stub: Stub, request: Any = None) -> RouteAnswer:
         return RouteAnswer(0, {}, b"", timeout=True, delay=stub.delay)
     headers = dict(stub.headers or {})
     status = stub.status or 200
+    if stub.returns is not MISSING:  # always a JSON body, even a string
+        content = json.dumps(stub.returns, ensure_ascii=False).encode("utf-8")
+        headers.setdefault("content-type", "application/json")
+        return RouteAnswer(status, headers, content, delay=stub.delay)
     if stub.malformed:
         value: Any = MALFORMED
     elif stub.fixture is not None:
@@ -190,8 +188,6 @@ def route_answer(stub: Stub, request: Any = None) -> RouteAnswer:
         value = stub.fn(request)
     elif stub.body is not MISSING:
         value = stub.body
-    elif stub.returns is not MISSING:
-        value = stub.returns
     else:
         value = ""
     if isinstance(value, bytes):
@@ -223,6 +219,7 @@ def plan(name: str, arguments: dict[str, Any]) -> ToolPlan | None:
 
 
 set_tool_handler(plan)
+framework_tools.install()
 
 
 # ------------------------------------------------------------------ budgets

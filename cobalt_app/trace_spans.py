@@ -439,7 +439,12 @@ def summary(steps: Sequence[dict[str, Any]]) -> str:
     text += _plural(tools, "tool call")
     text += f" ({failed} failed)" if failed else ""
     requests = len(http_steps(steps))
-    return text + (f", {_plural(requests, 'HTTP request')}" if requests else "")
+    text += f", {_plural(requests, 'HTTP request')}" if requests else ""
+    marks: dict[str, int] = {}
+    for step in steps:
+        if step.get("intercepted"):
+            marks[step["intercepted"]] = marks.get(step["intercepted"], 0) + 1
+    return text + "".join(f", {n} {mark}" for mark, n in sorted(marks.items()))
 
 
 def _plural(n: int, word: str) -> str:

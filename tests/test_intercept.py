@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 
 import openai
@@ -59,7 +60,7 @@ def run_agent(project, runner=agent, data=None, **options) -> dict[str, ItemResu
     return results(run)
 
 
-def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project):
+def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project, client):
     stub = cobalt.stub("tool:search", returns=[{"title": "Refunds within 30 days"}])
     found = run_agent(project, intercept=[stub])
     assert CALLED == []
@@ -71,6 +72,11 @@ def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project)
         assert step["intercepted"] == "stubbed" and step["kind"] == "tool"
     run = next(iter(found.values())).run
     assert run.summary["intercepted"] == {"stubbed": 2}
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert re.search(r'id="run-intercepts".*2 stubbed', page, re.S)
+    item = next(iter(found.values()))
+    panel = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    assert 'class="tag intercepted stubbed"' in panel and "1 tool call, 1 stubbed" in panel
 
 
 def test_an_items_fixtures_come_first_and_times_hands_back_to_the_real_tool(project):
@@ -330,3 +336,21 @@ def test_the_intercepted_evaluator_counts_calls_with_arguments_matching(project)
     assert "called 3 time(s) (wanted exactly 1)" in scores["at-most-one"].reason
     assert scores["route"].score == 0.0
     assert "no call of it in the trace" in scores["route"].reason
+
+
+def test_a_route_stub_builds_the_response_the_transports_send():
+    from cobalt_app.intercepts import route_answer
+
+    answer = route_answer(cobalt.stub("GET https://api.example.com/*", returns={"hits": 1}))
+    assert (answer.status, answer.content) == (200, b'{"hits": 1}')
+    assert answer.headers["content-type"] == "application/json"
+    down = route_answer(cobalt.stub("GET https://api.example.com/*", status=503, body="down"))
+    assert (down.status, down.content, down.headers["content-type"]) == (503, b"down", "text/plain")
+    slow = route_answer(cobalt.stub("* https://api.example.com/*", timeout=True, delay=0.2))
+    assert slow.timeout and slow.delay == 0.2
+    broken = route_answer(cobalt.stub("GET https://api.example.com/*", malformed=True))
+    assert broken.content == MALFORMED.encode()
+    by_fn = route_answer(
+        cobalt.stub("POST https://api.example.com/*", fn=lambda r: {"got": r}), "rq"
+    )
+    assert by_fn.content == b'{"got": "rq"}'

@@ -13,6 +13,7 @@ import pytest
 
 import cobalt
 from cobalt import Dataset, Evaluator
+from cobalt_app import recording_store
 from cobalt_app.models import ItemResult
 from tests.conftest import Project
 from tests.fake_provider import FakeProvider
@@ -141,12 +142,15 @@ pytestmark_db = pytest.mark.django_db(transaction=True)
 CALLS: list[str] = []
 
 
+SECRET = "sk-tool-SECRET-0042"
+
+
 @cobalt.tool
-def lookup(q: str) -> dict:
+def lookup(q: str, api_key: str = SECRET) -> dict:
     CALLS.append(q)
     if q == "broken":
-        raise ValueError("the index is corrupt")
-    return {"answer": q.upper()}
+        raise ValueError(f"the index is corrupt (key {api_key})")
+    return {"answer": q.upper(), "echo": f"called with {api_key}"}
 
 
 def asks(ctx) -> list:
@@ -160,7 +164,8 @@ def asks(ctx) -> list:
 
 
 @pytestmark_db
-def test_a_tool_call_not_recorded_fails_its_item_naming_the_call(project: Project):
+def test_a_tool_call_not_recorded_fails_its_item_naming_the_call(project: Project, monkeypatch):
+    monkeypatch.setenv("SEARCH_API_KEY", SECRET)  # a secret of the process: never stored
     data = [{"id": "a", "questions": ["refund", "broken"]}, {"id": "b", "questions": ["x"]}]
     first = execute_one(
         project,
@@ -168,7 +173,9 @@ def test_a_tool_call_not_recorded_fails_its_item_naming_the_call(project: Projec
         overrides={"replay": "record"},
     )
     recorded = {r.item_key: r.output for r in ItemResult.objects.filter(run=first)}
-    assert recorded["a"] == [{"answer": "REFUND"}, "ValueError: the index is corrupt"]
+    assert recorded["a"][0]["answer"] == "REFUND"
+    stored = json.dumps(list(recording_store.load_experiment("lookups").values()))
+    assert '"tool": "lookup"' in stored and SECRET not in stored
     CALLS.clear()
     changed = [data[0], {"id": "b", "questions": ["y"]}]
     second = execute_one(
@@ -184,9 +191,9 @@ def test_a_tool_call_not_recorded_fails_its_item_naming_the_call(project: Projec
     assert CALLS == []  # no tool ran
     found = {r.item_key: r for r in ItemResult.objects.filter(run=second)}
     assert found["a"].status == "ok"
-    assert found["a"].output == [
-        {"answer": "REFUND"},
-        "ToolFailed: ValueError: the index is corrupt (replayed from the recording)",
-    ]
+    replayed_answer, replayed_error = found["a"].output
+    assert replayed_answer["answer"] == "REFUND" and SECRET not in replayed_answer["echo"]
+    assert replayed_error.startswith("ToolFailed: ValueError: the index is corrupt (key ")
+    assert replayed_error.endswith("(replayed from the recording)")
     assert found["b"].status == "error"
     assert found["b"].error.startswith("no recorded result for tool lookup(q='y')")

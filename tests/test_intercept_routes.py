@@ -114,7 +114,7 @@ def test_route_stubs_and_faults_answer_every_client_without_going_out(
         cobalt.stub(f"GET {base}/limited", status=429, body={"error": "slow down"}),
         cobalt.stub(f"GET {base}/bad", malformed=True),
         cobalt.stub(f"GET {base}/slow", timeout=True),
-        cobalt.stub(f"* {base}/late", returns="ok", delay=0.2),
+        cobalt.stub(f"* {base}/late", body="ok", delay=0.2),
     ]
     # The item's own declaration: the first call of /flaky fails, the next goes out.
     flaky = {"route": f"GET {base}/flaky", "status": 500, "body": "down", "times": 1}

@@ -107,6 +107,10 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
             "filter",
             "concurrency",
             "replay",
+            "maxLlmCalls",
+            "maxToolCalls",
+            "maxTokens",
+            "maxCost",
             "project",
         }
         assert tools["cobalt_results"].annotations.read_only_hint is True

@@ -97,8 +97,10 @@ def start_run(
     concurrency: int | None = None,
     tags: list[str] | None = None,
     timeout: float = START_TIMEOUT,
+    budget: dict[str, Any] | None = None,
 ) -> str:
-    """Start one experiment on the engine's loop; return its run id once the run exists."""
+    """Start one experiment on the engine's loop; return its run id once the run exists
+    (`budget`: the items' budgets as the run stores them, `maxToolCalls`, ...)."""
     signal = _StartSignal()
     failure: list[str] = []
 
@@ -123,7 +125,7 @@ def start_run(
         [experiment],
         config,
         reporter=signal,
-        overrides={"concurrency": concurrency},
+        overrides={"concurrency": concurrency, **(budget or {})},
         tags=tags or [],
     )
     future = asyncio.run_coroutine_threadsafe(launched, aio.loop_thread().loop)

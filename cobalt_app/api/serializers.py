@@ -479,6 +479,18 @@ class StartRunSerializer(serializers.Serializer):
     concurrency = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENCY
     )
+    maxLlmCalls = serializers.IntegerField(  # noqa: N815 - the API's camelCase
+        required=False, allow_null=True, min_value=1, help_text="Per item: model calls at most."
+    )
+    maxToolCalls = serializers.IntegerField(  # noqa: N815
+        required=False, allow_null=True, min_value=1, help_text="Per item: tool calls at most."
+    )
+    maxTokens = serializers.IntegerField(  # noqa: N815
+        required=False, allow_null=True, min_value=1, help_text="Per item: tokens at most."
+    )
+    maxCost = serializers.FloatField(  # noqa: N815
+        required=False, allow_null=True, min_value=0.000001, help_text="Per item: dollars."
+    )
     tags = serializers.ListField(
         child=serializers.CharField(max_length=100), required=False, max_length=50, default=list
     )

@@ -260,8 +260,13 @@ class RunListView(CobaltAPIView, generics.ListAPIView):
         form.is_valid(raise_exception=True)
         data = form.validated_data
         experiment = data["experiment"]
+        budget = {k: data.get(k) for k in ("maxLlmCalls", "maxToolCalls", "maxTokens", "maxCost")}
         run_id = jobs.start_run(
-            experiment, config, concurrency=data.get("concurrency"), tags=data["tags"]
+            experiment,
+            config,
+            concurrency=data.get("concurrency"),
+            tags=data["tags"],
+            budget=budget,
         )
         run = run_get(run_id)
         body = {
