@@ -271,10 +271,20 @@ def test_a_langchain_tool_on_requests_replays_offline_and_its_secrets_are_not_re
     assert "/search?q=word0" in stored
     steps = traces_of(replayed)["q0"]
     assert SECRET not in json.dumps(steps)
-    http = [s for s in steps if s["kind"] == "http"]
-    assert [(s["method"], s["mark"], s["url"]) for s in http] == [
-        ("GET", "replayed", f"{tool.url}/search?q=word0")
+    # Cobalt knows LangChain tools: replay answers the tool itself (its request not even
+    # made); recording kept both the tool's result and its HTTP exchange.
+    assert [(s["kind"], s["name"], s.get("intercepted")) for s in steps] == [
+        ("tool", "search", "replayed")
     ]
+    recorded_steps = traces_of(recorded)["q0"]
+    assert [(s["kind"], s.get("mark")) for s in recorded_steps] == [
+        ("tool", None),
+        ("http", "recorded"),
+    ]
+    assert (
+        recorded_steps[1]["parent"] == 0
+        and recorded_steps[1]["url"] == f"{tool.url}/search?q=word0"
+    )
 
 
 def test_twenty_items_in_flight_are_each_answered_from_their_own_recording(
