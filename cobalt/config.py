@@ -680,17 +680,17 @@ def check_intercept(intercept: Any, *, source: str) -> None:
 
 
 def check_replay(replay: Any, *, source: str) -> None:
-    """`[replay]`: `ignore` (request body fields left out of matching, dotted paths) and
-    `hosts` (more hosts whose requests are model calls)."""
+    """`[replay]` (`cobalt.run_settings.ReplayTable`): `ignore` (request body fields left out
+    of matching, dotted paths), `allow_hosts` (reached live in `--replay`) and `hosts`."""
     if not isinstance(replay, dict):
         raise ConfigError(f"{source}: `replay` must be a table (a dict).")
     for key, value in replay.items():
-        if key not in ("ignore", "hosts"):
+        if key not in ("ignore", "hosts", "allow_hosts"):
             raise ConfigError(
-                f"{source}: `replay.{key}` is not a replay setting; use ignore, hosts."
+                f"{source}: `replay.{key}` is not a replay setting; use ignore, allow_hosts."
             )
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            example = '["metadata.trace_id"]' if key == "ignore" else '["llm.internal"]'
+            example = '["metadata.trace_id"]' if key == "ignore" else '["localhost"]'
             raise ConfigError(
                 f"{source}: `replay.{key}` must be a list of strings, e.g. {example}."
             )

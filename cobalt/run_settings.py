@@ -87,6 +87,26 @@ class CalibrationSettings:
 
 
 @dataclass(frozen=True)
+class ReplayTable:
+    """`[replay]`: how `--replay` matches a request with its recording (`ignore`: request body
+    fields left out, dotted paths; `hosts`: kept for old configurations, every request is
+    recorded now) and which hosts it lets through live (`allow_hosts`: a local vector
+    database, a service the test starts itself; every other connection is answered from the
+    recording or refused)."""
+
+    ignore: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any] | None) -> ReplayTable:
+        return cls(**{k: tuple(v) for k, v in _given(cls, table).items()})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
 class BudgetSettings:
     """`[budget]` (or `experiment(..., max_tool_calls=...)`, `cobalt run --max-tool-calls`):
     per item, the agent's next model call, tool call or step past a limit raises inside it
@@ -141,6 +161,7 @@ class RunSettings:
     trace: TraceSettings = field(default_factory=TraceSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     receiver: ReceiverSettings = field(default_factory=ReceiverSettings)
+    recording: ReplayTable = field(default_factory=ReplayTable)  # `[replay]`
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     rate_limits: dict[str, Any] = field(default_factory=dict)  # calls per minute, by provider
     # Only in a run's stored settings:
@@ -164,6 +185,7 @@ class RunSettings:
                 **_given(CalibrationSettings, config.get("calibration"))
             ),
             receiver=ReceiverSettings(**_given(ReceiverSettings, config.get("receiver"))),
+            recording=ReplayTable.from_config(config.get("replay")),
             budget=BudgetSettings(**_given(BudgetSettings, config.get("budget"))),
         )
 

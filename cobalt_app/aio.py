@@ -354,6 +354,8 @@ class _DatabasePool(ThreadPoolExecutor):
     claim of 200 items: 1 ms of work, 18 ms of waiting). The loop's lanes call `make_way`
     between items: while a call is under way, a `time.sleep(0)` hands the GIL over."""
 
+    cobalt_own = True  # Cobalt's own: its calls never run in an item's context (`item_threads`)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.under_way: set[concurrent.futures.Future[Any]] = set()

@@ -22,7 +22,17 @@ from cobalt.config import Config, parse_ttl
 from cobalt.experiments import Experiment, RunContext
 from cobalt.intercept import Stub, as_stubs
 from cobalt.run_settings import RUN_DEFAULTS, BudgetSettings
-from cobalt_app import intercepts, recordings, runaway, storable, trace_spans, trace_store, traces
+from cobalt_app import (
+    intercepts,
+    recordings,
+    runaway,
+    socket_guard,
+    storable,
+    trace_spans,
+    trace_store,
+    traces,
+    transports,
+)
 from cobalt_app.aio import DatabaseThread, Threads
 from cobalt_app.conversation import (
     Conversation,
@@ -100,7 +110,7 @@ class EvalEnv:
 
 def make_env(config: Config, db: DatabaseThread, *, no_cache: bool = False) -> EvalEnv:
     # Every run: a timed-out item's HTTP requests are refused (`runaway`).
-    recordings.install(lazily=True)
+    transports.install(lazily=True)
     judge_config = dict(config.get("judge") or {})
     return EvalEnv(
         hub=ProviderHub(judge_config, limiter=limiter_for(config)),
@@ -171,6 +181,8 @@ async def execute_item(
         dataset=experiment.dataset,
     )
     started = time.perf_counter()
+    if env.replay is not None and env.replay.mode == recordings.REPLAY:
+        socket_guard.install()  # no other connection goes out either
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
         with (
             traces.capture_item(env.trace) as collector,

@@ -1,24 +1,24 @@
-"""Record and replay the agent's model calls, item by item (`cobalt run --record/--replay`).
+"""Record and replay every HTTP request of the agent, item by item (`cobalt run --record/--replay`).
 
 `item_scope()` goes around the runner call of `engine.execute_item` (both modes), where the
-trace capture goes. It sets a context variable naming the item's *tape*; the transports of
-`httpx` and `httpx2` (the official OpenAI and Anthropic SDKs send through one of them, sync
-and async) are wrapped once per process and do nothing unless that variable names a tape
-(but refuse the calls of an item whose timeout passed: `runaway`).
-asyncio tasks copy the context and the engine runs sync runners in a copy of it, so with 40
-items in flight each request finds its own item's tape: an item is never answered from
-another item's recording.
+trace capture goes. It sets a context variable naming the item's *tape*; the HTTP clients'
+transports (`cobalt_app.http_intercept`: httpx and httpx2, which the OpenAI and Anthropic SDKs
+send through; aiohttp, under LiteLLM and the OpenAI SDK's aiohttp option; urllib3, under
+requests and many SDKs) are wrapped once per process and ask the tape what to do with each
+request; in replay a guard on the sockets (`cobalt_app.socket_guard`) refuses every other
+connection the item opens. asyncio tasks copy the context and the engine runs sync runners in
+a copy of it, so with 40 items in flight each request finds its own item's tape: an item is
+never answered from another item's recording.
 
-Why not vcrpy or respx: both patch the same httpx entry points but hold one cassette (or one
+Why not vcrpy or respx: both patch the same entry points but hold one cassette (or one
 router) per process while active, and decide nothing per request from the context; giving
 every item its own would mean one global cassette dispatching on a context variable anyway,
 plus their request matchers and YAML files on top. The wrapper here is that dispatch alone.
 
-What is a model call: a request to a known provider host (`api.openai.com`,
-`api.anthropic.com`, Azure OpenAI) or to any host on a model endpoint path
-(`/chat/completions`, `/messages`, `/embeddings`, `/responses`, ...: every OpenAI-compatible
-base URL), plus the hosts of `[replay] hosts`. Other requests (the agent's tools fetching
-pages) pass through untouched.
+What is recorded: every request the item's agent sends (its model calls and its tools' HTTP
+calls alike), but those to the hosts of `[replay] allow_hosts`, which go out live in replay
+too (a local vector database). In replay, nothing else goes out: a request is answered from
+the recording or refused.
 
 Matching: method, URL (without credentials) and the canonical JSON of the body (keys sorted,
 the `[replay] ignore` fields and DEFAULT_IGNORED removed); headers never. Both sides are
@@ -48,21 +48,17 @@ import collections
 import contextlib
 import contextvars
 import hashlib
-import importlib
-import importlib.util
 import json
 import os
-import sys
+import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import wrapt
-
 from cobalt.redaction import is_secret_query
-from cobalt_app import runaway
+from cobalt.run_settings import RunSettings
 from cobalt_app.storable import redacted
 
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
@@ -99,9 +95,11 @@ class NoRecordedResponse(BaseException):  # noqa: N818 - reads as the message it
 
 
 HEADERS = {
-    RECORD: "recording the agent's model calls (`--replay` answers them next time)",
-    REPLAY: "replaying the agent's model calls from recordings (none reaches the provider)",
-    NEW_ONLY: "replaying the agent's recorded model calls, recording new ones",
+    RECORD: "recording the agent's model calls and HTTP requests (`--replay` answers them)",
+    REPLAY: "replaying the agent's model calls and HTTP requests from recordings "
+    "(nothing goes out)",
+    NEW_ONLY: "replaying the agent's recorded model calls, recording new ones (its HTTP "
+    "requests too)",
 }
 
 
@@ -139,20 +137,38 @@ class ReplaySettings:
     mode: str
     ignore: tuple[str, ...] = DEFAULT_IGNORED
     hosts: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()  # reached live in replay (`[replay] allow_hosts`)
     run_id: str = ""
     _loaded: dict[str, asyncio.Future] = field(default_factory=dict, repr=False)
+    _addresses: frozenset[str] | None = field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, config: Any, mode: str, run_id: str = "") -> ReplaySettings:
         if mode not in MODES:
             raise ValueError(f"replay mode {mode!r}: use one of {', '.join(MODES)}")
-        table = config.get("replay") or {}
+        table = RunSettings.from_config(config).recording
         return cls(
             mode=mode,
-            ignore=DEFAULT_IGNORED + tuple(table.get("ignore") or ()),
-            hosts=tuple(h.lower() for h in table.get("hosts") or ()),
+            ignore=DEFAULT_IGNORED + table.ignore,
+            hosts=tuple(h.lower() for h in table.hosts),
+            allow_hosts=tuple(h.lower() for h in table.allow_hosts),
             run_id=run_id,
         )
+
+    def allows(self, host: str) -> bool:
+        """Whether replay lets a request to `host` (a name or an address) go out live."""
+        return bool(self.allow_hosts) and host.lower().strip("[]") in self.allowed_addresses()
+
+    def allowed_addresses(self) -> frozenset[str]:
+        """The allowed hosts and the addresses they resolve to (a socket sees addresses)."""
+        found = self._addresses
+        if found is None:
+            names = set(self.allow_hosts)
+            for host in self.allow_hosts:
+                with contextlib.suppress(OSError, UnicodeError):
+                    names.update(info[4][0] for info in socket.getaddrinfo(host, None))
+            found = self._addresses = frozenset(names)
+        return found
 
     async def recorded(self, db: Any, experiment: str, item_key: str, run_index: int) -> list:
         """The item's recorded exchanges; all of the experiment's are read once per run (the
@@ -322,14 +338,17 @@ class Tape:
         self.replayed = 0
         self.lock = threading.Lock()
 
-    def call(self, method: str, url: str, raw: bytes) -> Call | None:
-        """The request as a model call to record or replay, or None to let it through."""
-        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-
-        if not is_model_call(url, self.settings.hosts) or not is_instrumentation_enabled():
-            return None  # not a provider, or a judge's/simulated user's call (untraced)
-        method, url, body = redacted_request(method, url, parse_body(raw))
+    def call(self, method: str, url: str, raw: bytes | None) -> Call:
+        """The request as stored and matched (see the module docstring)."""
+        method, url, body = redacted_request(method, url, parse_body(raw or b""))
         return Call(method, url, body, match_key(method, url, body, self.settings.ignore))
+
+    def refuse(self, message: str) -> NoRecordedResponse:
+        """The error of a request replay may not send: kept as the item's error, whatever
+        the agent does with the exception."""
+        with self.lock:
+            self.missed = self.missed or message
+        return NoRecordedResponse(message)
 
     def answer(self, call: Call) -> dict[str, Any] | None:
         """The recorded reply to serve, None to go live (record, or new-only on a miss);
@@ -351,7 +370,10 @@ class Tape:
                 if requests
                 else "this item has no recording"
             )
-            message += "; record it with `cobalt run --record` (or `--record-new`)"
+            message += (
+                "; record it with `cobalt run --record` (or `--record-new`), or let its host "
+                "through with `[replay] allow_hosts`"
+            )
             self.missed = self.missed or message
         raise NoRecordedResponse(message)
 
@@ -389,165 +411,8 @@ _tape: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("cobalt_tape
 
 
 def current_tape() -> Tape | None:
-    """The running item's tape (None: a live run, or outside an item)."""
+    """The tape of the item whose code is running here (None: no record/replay)."""
     return _tape.get()
-
-
-# ------------------------------------------------------------------ the transport wrapper
-
-
-def _replayed(module: Any, exchange: dict[str, Any]) -> Any:
-    response = exchange["response"]
-    body = response_body(response)
-    headers = [*response["headers"].items(), ("content-length", str(len(body)))]
-    with contextlib.suppress(Exception):  # the model call's span, when traces are captured
-        from opentelemetry import trace as otel_trace
-
-        otel_trace.get_current_span().set_attribute(REPLAYED_ATTRIBUTE, True)
-    return module.Response(response["status"], headers=headers, stream=module.ByteStream(body))
-
-
-def _worth_keeping(status: int) -> bool:
-    return status != TRANSIENT and status < 500
-
-
-def _live_headers(request: Any) -> None:
-    # A plain body is what gets stored (readable, comparable): no compression.
-    request.headers["Accept-Encoding"] = "identity"
-
-
-def _capturing_stream(module: Any, inner: Any, done: Callable[[bytes], None]) -> Any:
-    class Capturing(module.SyncByteStream):
-        def __init__(self) -> None:
-            self.chunks: list[bytes] = []
-            self.finished = False
-
-        def __iter__(self) -> Iterator[bytes]:
-            for chunk in inner:
-                self.chunks.append(chunk)
-                yield chunk
-
-        def close(self) -> None:
-            try:
-                inner.close()
-            finally:
-                if not self.finished:
-                    self.finished = True
-                    done(b"".join(self.chunks))
-
-    return Capturing()
-
-
-def _capturing_async_stream(module: Any, inner: Any, done: Callable[[bytes], None]) -> Any:
-    class Capturing(module.AsyncByteStream):
-        def __init__(self) -> None:
-            self.chunks: list[bytes] = []
-            self.finished = False
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            async for chunk in inner:
-                self.chunks.append(chunk)
-                yield chunk
-
-        async def aclose(self) -> None:
-            try:
-                await inner.aclose()
-            finally:
-                if not self.finished:
-                    self.finished = True
-                    done(b"".join(self.chunks))
-
-    return Capturing()
-
-
-def _described(request: Any) -> Callable[[], str]:
-    return lambda: f"{request.method} {clean_url(str(request.url))}"
-
-
-def _wrap_sync(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    def handle_request(self: Any, request: Any) -> Any:
-        runaway.refuse(_described(request))
-        tape = _tape.get()
-        if tape is None:
-            return original(self, request)
-        call = tape.call(request.method, str(request.url), request.read())
-        if call is None:
-            return original(self, request)
-        exchange = tape.answer(call)
-        if exchange is not None:
-            return _replayed(module, exchange)
-        _live_headers(request)
-        response = original(self, request)
-        if _worth_keeping(response.status_code):
-            status, headers = response.status_code, response.headers
-            response.stream = _capturing_stream(
-                module, response.stream, lambda body: tape.keep(call, status, headers, body)
-            )
-        return response
-
-    handle_request.cobalt_wrapped = True  # type: ignore[attr-defined]
-    return handle_request
-
-
-def _wrap_async(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    async def handle_async_request(self: Any, request: Any) -> Any:
-        runaway.refuse(_described(request))
-        tape = _tape.get()
-        if tape is None:
-            return await original(self, request)
-        call = tape.call(request.method, str(request.url), await request.aread())
-        if call is None:
-            return await original(self, request)
-        exchange = tape.answer(call)
-        if exchange is not None:
-            return _replayed(module, exchange)
-        _live_headers(request)
-        response = await original(self, request)
-        if _worth_keeping(response.status_code):
-            status, headers = response.status_code, response.headers
-            response.stream = _capturing_async_stream(
-                module, response.stream, lambda body: tape.keep(call, status, headers, body)
-            )
-        return response
-
-    handle_async_request.cobalt_wrapped = True  # type: ignore[attr-defined]
-    return handle_async_request
-
-
-HTTP_LIBRARIES = ("httpx", "httpx2")
-_install_lock = threading.RLock()  # the import hook wraps too, maybe inside `install`
-
-
-def install(*, lazily: bool = False) -> None:
-    """Wrap the transports of httpx and httpx2 (those installed), once per process: for
-    record/replay, and in every run to refuse the calls of a timed-out item (`runaway`).
-    `lazily`: a library not imported yet is wrapped when it is (importing both costs a run
-    that uses neither a good part of a second)."""
-    with _install_lock:
-        for name in HTTP_LIBRARIES:
-            if lazily and name not in sys.modules:
-                if name not in _hooked and importlib.util.find_spec(name) is not None:
-                    _hooked.add(name)
-                    wrapt.register_post_import_hook(_wrap_module, name)
-                continue
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            _wrap_module(module)
-
-
-def _wrap_module(module: Any) -> None:
-    with _install_lock:
-        sync, asynchronous = module.HTTPTransport, module.AsyncHTTPTransport
-        if not getattr(sync.handle_request, "cobalt_wrapped", False):
-            sync.handle_request = _wrap_sync(module, sync.handle_request)
-        if not getattr(asynchronous.handle_async_request, "cobalt_wrapped", False):
-            handle = asynchronous.handle_async_request
-            asynchronous.handle_async_request = _wrap_async(module, handle)
-
-
-_hooked: set[str] = set()
 
 
 # ------------------------------------------------------------------ around one item
@@ -571,7 +436,6 @@ async def _taped(
 ) -> AsyncIterator[None]:
     from cobalt_app import recording_store
 
-    install()
     key, run_index = snapshot.item_key, snapshot.run_index
     earlier = []
     if settings.mode != RECORD:

@@ -5,10 +5,11 @@ An item's runner call carries an `ItemGuard` in a context variable (`guarded()` 
 the context, as do `asyncio.to_thread` and `contextvars.copy_context().run` in a thread the
 agent starts. When the timeout passes, the guard is stopped and:
 
-- the interception layer refuses the agent's next call: an HTTP request through `httpx` or
-  `httpx2` (the transports `recordings.install()` wraps: the OpenAI and Anthropic SDKs send
-  through them) and any trace span it starts (a model call of an instrumented SDK, a
-  `@cobalt.tool`, a framework's tool step) raise `AgentStopped` inside the agent;
+- the interception layer refuses the agent's next call: an HTTP request through httpx,
+  aiohttp or requests/urllib3 (the transports `transports.install()` wraps: the OpenAI and
+  Anthropic SDKs, LiteLLM, most tools send through them) and any trace span it starts (a
+  model call of an instrumented SDK, a `@cobalt.tool`, a framework's tool step) raise
+  `AgentStopped` inside the agent;
 - a sync runner still running on its thread is interrupted at its next Python instruction
   (`aio.Threads.interrupt`, again every REPEAT seconds if the code swallows it);
 - an async runner's task is cancelled, again every REPEAT seconds if it swallows that.
@@ -57,6 +58,12 @@ class ItemGuard:
 _guard: contextvars.ContextVar[ItemGuard | None] = contextvars.ContextVar(
     "cobalt_item_guard", default=None
 )
+
+
+def in_item() -> bool:
+    """Whether the calling code is an item's agent (its runner call, and what it started
+    with the context: tasks, `asyncio.to_thread`)."""
+    return _guard.get() is not None
 
 
 def current_guard() -> ItemGuard | None:
@@ -196,5 +203,5 @@ def did_not_stop(timeout: float, grace: float, what: str) -> str:
     return (
         f"timed out after {timeout:g}s and {DID_NOT_STOP} within {grace:g}s "
         f"(timeout_grace): {what} was left running; its model calls and HTTP requests "
-        "through httpx are refused"
+        "(httpx, aiohttp, requests) are refused"
     )

@@ -3,6 +3,8 @@
 A step is a small dict in the results-file shape (`name`, `kind`, `parent`, `startMs`,
 `durationMs`, `model`, `inputTokens`, `outputTokens`, `cost`, `status`, `error`, `input`,
 `output`; null where unknown), `parent` being the index of the parent step in the same list.
+A step of kind "http" (a plain HTTP request, `cobalt_app.http_intercept`) also has `method`,
+`url`, `statusCode` and `mark` (`http_fields`).
 Attributes are read in the vocabularies the instrumentations use: OpenInference
 (`openinference.span.kind`, `llm.*`, `input.value`), the OpenTelemetry GenAI conventions
 (`gen_ai.*`, PydanticAI) and Cobalt's own (`cobalt.kind`, `cobalt.input`, `cobalt.output`).
@@ -24,7 +26,7 @@ from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text, process_secrets
 
-KINDS = ("llm", "tool", "agent", "retrieval", "other")
+KINDS = ("llm", "tool", "agent", "retrieval", "http", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
 OPENINFERENCE_KINDS = {
     "LLM": "llm",
@@ -163,7 +165,21 @@ def step_of(
     mark = a.get("cobalt.intercepted")  # stubbed, injected, replayed (`cobalt_app.intercepts`)
     if mark:
         step["intercepted"] = str(mark)
+    if kind == "http":  # a plain HTTP request of the agent (`cobalt_app.http_intercept`)
+        step.update(http_fields(a))
     return step
+
+
+def http_fields(a: dict[str, Any]) -> dict[str, Any]:
+    """An HTTP step's own fields: `method`, `url` (redacted), `statusCode` (null: no reply)
+    and `mark`: live, recorded, replayed, stubbed, fault (injected) or refused (replay)."""
+    status = _int(a.get("http.response.status_code"))
+    return {
+        "method": str(a.get("http.request.method") or ""),
+        "url": str(a.get("url.full") or ""),
+        "statusCode": status,
+        "mark": str(a.get("cobalt.http.mark") or "live"),
+    }
 
 
 def steps_of(
@@ -372,6 +388,8 @@ def render(steps: Sequence[dict[str, Any]], *, max_chars: int = 200) -> str:
         parts = [f"{'  ' * depth}[{step.get('kind')}] {step.get('name')}"]
         if step.get("model"):
             parts.append(f"model={step['model']}")
+        if step.get("kind") == "http":
+            parts.append(f"status={step.get('statusCode')} {step.get('mark')}")
         for key in ("input", "output"):
             if step.get(key):
                 text = str(step[key])
@@ -415,6 +433,10 @@ def timeline(
     return rows
 
 
+def http_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in steps if s.get("kind") == "http"]
+
+
 def summary(steps: Sequence[dict[str, Any]]) -> str:
     """`3 steps: 2 model calls, 1 tool call` (the terminal's and the panel's one-liner)."""
     calls, tools = len(model_calls(steps)), len(tool_steps(steps))
@@ -422,6 +444,8 @@ def summary(steps: Sequence[dict[str, Any]]) -> str:
     text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
     text += _plural(tools, "tool call")
     text += f" ({failed} failed)" if failed else ""
+    requests = len(http_steps(steps))
+    text += f", {_plural(requests, 'HTTP request')}" if requests else ""
     marks: dict[str, int] = {}
     for step in steps:
         if step.get("intercepted"):

@@ -387,6 +387,14 @@ def captured(collector: Collector | None, settings: TraceSettings) -> Captured:
     return Captured(steps, missing)
 
 
+def collecting() -> bool:
+    """Whether a span started here would join an item's trace."""
+    if _current.get() is not None:
+        return True
+    current = trace.get_current_span()
+    return current.is_recording() and current.get_span_context().span_id in PROCESSOR._owners
+
+
 def untraced() -> contextlib.AbstractContextManager[None]:
     """No instrumentation span inside (the judges' own model calls: they are not the agent's,
     and a user's exporter should not receive them)."""

@@ -129,10 +129,16 @@ Watch = Annotated[
     bool, typer.Option("--watch", help="Then rerun the experiments whose files or inputs change.")
 ]
 Record = Annotated[
-    bool, typer.Option("--record", help="Record the agent's model calls, item by item.")
+    bool,
+    typer.Option("--record", help="Record the agent's model calls and HTTP requests, per item."),
 ]
 Replay = Annotated[
-    bool, typer.Option("--replay", help="Answer the agent's model calls from the recordings.")
+    bool,
+    typer.Option(
+        "--replay",
+        help="Answer the agent's model calls and HTTP requests from the recordings; "
+        "nothing else goes out ([replay] allow_hosts excepted).",
+    ),
 ]
 RecordNew = Annotated[
     bool, typer.Option("--record-new", help="Replay what is recorded; record what is new.")

@@ -224,6 +224,14 @@ def test_redaction_hides_keys_and_database_passwords(tmp_path):
         ({"ci": {"nope": 1}}, "`ci.nope` is not a CI setting"),
         ({"webhooks": {}}, "`webhooks` must be a list of tables ([[webhooks]] in TOML)."),
         ({"replay": {"hosts": "x"}}, "`replay.hosts` must be a list of strings"),
+        (
+            {"replay": {"allow_hosts": "localhost"}},
+            '`replay.allow_hosts` must be a list of strings, e.g. ["localhost"]',
+        ),
+        (
+            {"replay": {"allow": ["x"]}},
+            "`replay.allow` is not a replay setting; use ignore, allow_hosts.",
+        ),
         ({"results": {"format": "xml"}}, "`results.format` must be one of"),
         ({"retention": {"keep_last": 0}}, "`retention.keep_last` must be a whole number"),
         ({"judge": {"modle": "m"}}, "`judge.modle` is not a Cobalt setting; did you mean"),

@@ -257,7 +257,10 @@ def test_a_changed_input_fails_only_its_own_item_with_the_request_named(
         '(model gpt-4o-mini, last message "Which city is the capital of Italy, please?…")'
     ), error
     assert "differs from the 1 recorded request(s) of this item" in error
-    assert error.endswith("record it with `cobalt run --record` (or `--record-new`)")
+    assert error.endswith(
+        "record it with `cobalt run --record` (or `--record-new`), "
+        "or let its host through with `[replay] allow_hosts`"
+    )
     assert "no recorded response for POST" in replayed.stdout
     others = [i for i in changed if i is not changed[2]]
     assert [output(items[(i["id"], 0)]) for i in others] == [i["expected_output"] for i in others]

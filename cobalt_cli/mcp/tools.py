@@ -138,7 +138,8 @@ def run_tool(target: Project | Workspace) -> Tool:
         replay: Annotated[
             Literal["record", "replay", "new-only"] | None,
             Field(
-                description="The agent's model calls: `record` them, `replay` them from the "
+                description="The agent's model calls and HTTP requests: `record` them, "
+                "`replay` them from the "
                 "recordings (offline; a changed request fails its item), or `new-only` "
                 "(replay what is recorded, record the rest). Default: live."
             ),
