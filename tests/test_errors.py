@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from django.contrib.auth import get_user_model
-from mcp.server.mcpserver.exceptions import ToolError
+from cobalt_cli.mcp.sdk import ToolError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
