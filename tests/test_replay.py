@@ -256,8 +256,9 @@ def test_a_changed_input_fails_only_its_own_item_with_the_request_named(
         f"no recorded response for POST {live['OPENAI_BASE_URL']}/chat/completions "
         '(model gpt-4o-mini, last message "Which city is the capital of Italy, please?…")'
     ), error
-    assert "differs from the 1 recorded request(s) of this item" in error
-    assert error.endswith("record it with `cobalt run --record` (or `--record-new`)")
+    assert "the closest of the item's 1 recorded request(s) (#1) differs in messages." in error
+    assert "capital of [-Italy?-] {+Italy, please?+}" in error  # only what changed, quoted
+    assert error.endswith("record it again with `cobalt run --record` (or `--record-new`)")
     assert "no recorded response for POST" in replayed.stdout
     others = [i for i in changed if i is not changed[2]]
     assert [output(items[(i["id"], 0)]) for i in others] == [i["expected_output"] for i in others]
