@@ -102,10 +102,14 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
 def empty(experiment: Experiment, experiment_file: str) -> str:
     """ "Dataset is empty in <file>" (the original's words, which its users search for): the
     dataset's file, or the experiment file that holds an inline dataset."""
+    from cobalt.dataset import INLINE_SOURCE
+
     dataset = experiment.dataset
     named = f"the dataset {dataset.name!r}" if dataset.name else "the inline dataset"
+    inline = dataset.source in ("", INLINE_SOURCE)
     return (
-        f"Dataset is empty in {dataset.source or experiment_file}: {named} has no items, so "
+        f"Dataset is empty in {experiment_file if inline else dataset.source}: {named} has "
+        "no items, so "
         "there is nothing to run; check the file, the query or the filter/slice that produced it"
     )
 
