@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt import results_file, stats, verdict
+from cobalt import results_file, stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
 from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
@@ -73,6 +73,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         judge_tokens += tokens
         judge_cost += cost
     unpriced = unpriced_models(run)
+    estimated = trace_store.estimated_usage(run.id)  # model calls without usage
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     per_evaluator = {
@@ -104,7 +105,11 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "judgeCost": judge_cost,
         # Models that spent tokens and have no price: counted as $0, so the cost is a floor.
         "unpricedModels": unpriced,
-        "costComplete": not unpriced,
+        # Model calls that reported no usage: tokens counted or estimated from their text, or
+        # unknown (see `token_counts`); the cost is then not complete either.
+        "estimatedUsage": estimated,
+        "estimatedUsageNote": usage_notes.estimated_usage_note({"estimatedUsage": estimated}),
+        "costComplete": not unpriced and not estimated,
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")

@@ -47,9 +47,8 @@ def test_the_changed_words_are_quoted_after_a_long_framework_prompt():
     )
     assert message.startswith(f"no recorded response for POST {URL} (model gpt-4o-mini, ")
     assert "the closest of the item's 1 recorded request(s) (#1) differs in " in message
-    assert (
-        'in messages.1.content: "… is the capital of [-France?-] {+Peru?+} Answer in one'
-        in (message)
+    assert 'in messages.1.content: "… is the capital of [-France?-] {+Peru?+} Answer in one' in (
+        message
     )
     assert "expert assistant" not in message  # the prefix is not quoted
     assert message.endswith("record it again with `cobalt run --record` (or `--record-new`)")
