@@ -72,8 +72,6 @@ def compute_summary(run: Run) -> dict[str, Any]:
         tokens, cost = simulator_usage(run)
         judge_tokens += tokens
         judge_cost += cost
-    unpriced = unpriced_models(run)
-    estimated = trace_store.estimated_usage(run.id)  # model calls without usage
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     per_evaluator = {
@@ -103,13 +101,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "estimatedCost": agent_cost + judge_cost,
         "agentCost": agent_cost,
         "judgeCost": judge_cost,
-        # Models that spent tokens and have no price: counted as $0, so the cost is a floor.
-        "unpricedModels": unpriced,
-        # Model calls that reported no usage: tokens counted or estimated from their text, or
-        # unknown (see `token_counts`); the cost is then not complete either.
-        "estimatedUsage": estimated,
-        "estimatedUsageNote": usage_notes.estimated_usage_note({"estimatedUsage": estimated}),
-        "costComplete": not unpriced and not estimated,
+        **cost_completeness(run),
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
@@ -120,6 +112,20 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "traceNotCaptured": trace_store.not_captured(run.id),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
+    }
+
+
+def cost_completeness(run: Run) -> dict[str, Any]:
+    """What the run's cost leaves out: models without a price (counted as $0, so the cost is
+    a floor) and model calls that reported no usage (their tokens counted or estimated from
+    their text, or unknown: see `token_counts`)."""
+    unpriced = unpriced_models(run)
+    estimated = trace_store.estimated_usage(run.id)
+    return {
+        "unpricedModels": unpriced,
+        "estimatedUsage": estimated,
+        "estimatedUsageNote": usage_notes.estimated_usage_note({"estimatedUsage": estimated}),
+        "costComplete": not unpriced and not estimated,
     }
 
 
