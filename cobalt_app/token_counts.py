@@ -40,6 +40,8 @@ BUNDLED_CACHES = (
     ("llama_index.core", "_static/tiktoken_cache"),
     ("litellm", "litellm_core_utils/tokenizers"),
 )
+# The keys of OpenInference's message attributes whose values are text the model read or wrote.
+_TEXT_KEYS = (".message.content", ".message_content.text", ".function.arguments", ".function.name")
 _env_lock = threading.Lock()
 
 
@@ -89,13 +91,6 @@ def span_text(attributes: Any, side: str) -> tuple[str, int]:
         if isinstance(value, str) and value.strip():
             return value, 1
     return "", 0
-
-
-_TEXT_KEYS = (".message.content", ".message_content.text", ".function.arguments", ".function.name")
-
-
-def is_openai_model(model: str | None) -> bool:
-    return bool(model) and _encoding_name(model) is not None
 
 
 def _encoding_name(model: str) -> str | None:
