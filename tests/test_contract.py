@@ -487,8 +487,9 @@ def test_dict_evaluators_and_context_mappers_of_the_original_work(
     (request,) = fake_provider_server.requests
     assert "Topic math, question 2+2?: 4" in request["json"]["messages"][-1]["content"]
     assert evaluations["broken"]["error"].startswith(
-        "`context` must be a function of the item, output and metadata (an EvalContext) that "
-        "returns a dict of extra variables, or a dict of variable → field path"
+        "`context` must be a function of the item, output and metadata (an EvalContext, also "
+        "a mapping) that returns a dict of extra variables or the whole context changed "
+        '({**ctx, "item": {...}}), or a dict of variable → field path'
     )
 
 
