@@ -179,7 +179,11 @@ def runs_without_output(runs: list[Any]) -> list[str]:
         total = summary.get("totalItems") or 0
         if run.status == "cancelled" or not total or counts.get("ok", 0):
             continue
-        parts = [f"{counts[s]} {s}" for s in ("error", "timeout") if counts.get(s)]
+        parts = [
+            f"{counts[s]} {s}{'s' * (counts[s] != 1)}"
+            for s in ("error", "timeout")
+            if counts.get(s)
+        ]
         lines.append(
             f"no item of {run.name!r} produced an output ({', '.join(parts) or 'none ran'} "
             f"of {total}): nothing was scored; exit {EXIT_FAILED}"

@@ -59,7 +59,7 @@ def test_a_run_without_reporter_uses_the_configured_one_and_fails_when_nothing_r
     events = [json.loads(line)["event"] for line in done.stdout.splitlines()]
     assert events[0] == "run.started" and events[-1] == "run.finished"
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "no item of 'down' produced an output (2 error of 2): nothing was scored; exit 1" in (
+    assert "no item of 'down' produced an output (2 errors of 2): nothing was scored; exit 1" in (
         done.stderr
     )
     console = cobalt_cli(project, "run", "--reporter", "console")  # the flag still wins

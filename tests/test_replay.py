@@ -419,7 +419,8 @@ def test_ignored_body_fields_do_not_break_the_match(capitals: Project, provider:
     provider.stop()
     strict = cobalt(capitals, live, "run", "--replay", keys=False)
     assert {i["status"] for i in latest_results(capitals, "capitals")["items"]} == {"error"}
-    assert strict.returncode == 0
+    assert strict.returncode == 1  # no item produced an output: not a passing run
+    assert "no item of 'capitals' produced an output (5 errors of 5)" in strict.stderr
     capitals.write("cobalt.toml", '[replay]\nignore = ["metadata.trace_id"]\n')
     relaxed = cobalt(capitals, live, "run", "--replay", keys=False)
     assert relaxed.returncode == 0, relaxed.stderr
