@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     "receiver": RUN.receiver.as_dict(),
     "targets": {},  # [targets.NAME]: HTTP targets (cobalt/http_target.py), checked when used
     "budget": RUN.budget.as_dict(),
+    # The original's setting (`reporters: ['cli', 'json']`): the terminal reporter of a run
+    # started without --reporter (`terminal_reporter`).
+    "reporters": [],
 }
 
 # What each table may hold; a key Cobalt does not know is a mistake (`concurency = 3` would
@@ -75,7 +78,10 @@ TABLE_SETTINGS: dict[str, tuple[str, ...]] = {
     "retention": ("runs", "traces", "recordings", "keep_last", "baselines"),
 }
 SETTINGS = tuple(dict.fromkeys([*DEFAULTS, "prices", "replay", "intercept", *TABLE_SETTINGS]))
-SETTING_HINTS = {"reporters": "choose the reporter per run: `cobalt run --reporter json`"}
+SETTING_HINTS: dict[str, str] = {}
+# `reporters`: console (the original's cli) and json are `cobalt run --reporter` names; the
+# original's json file is the results file and its html report the dashboard, both always there.
+REPORTER_NAMES = ("console", "cli", "json", "html")
 
 # Environment variables that override configuration keys (dotted paths).
 ENV_OVERRIDES: dict[str, tuple[str, type]] = {
@@ -143,6 +149,15 @@ def define_config(config: dict[str, Any] | None = None, /, **kwargs: Any) -> dic
     merged.update(kwargs)
     _validate(merged, source="define_config()")
     return merged
+
+
+def terminal_reporter(config: Config) -> str:
+    """The reporter of a run started without `--reporter`: JSON lines when `reporters` asks
+    for json without the console (cli); the console otherwise."""
+    chosen = config.get("reporters") or []
+    if "json" in chosen and not {"console", "cli"} & set(chosen):
+        return "json"
+    return "console"
 
 
 def parse_ttl(value: str | int | float | None) -> float | None:
@@ -382,6 +397,12 @@ SETTING_RULES: tuple[SettingRule, ...] = (
         "timeout_grace", _is_seconds, "must be a number of seconds above 0 (got {value!r})."
     ),
     SettingRule("test_match", _is_globs, "must be a glob or a list of globs."),
+    SettingRule(
+        "reporters",
+        lambda value: isinstance(value, list) and all(r in REPORTER_NAMES for r in value),
+        "must be a list of: console (or cli), json, html (got {value!r}); "
+        "`cobalt run --reporter` chooses for one run.",
+    ),
     *(
         SettingRule(section, _is_table, "must be a table (a dict).")
         for section in (*TABLE_SETTINGS, "ci", "rate_limits", "env", "targets")
@@ -437,8 +458,9 @@ SETTING_RULES: tuple[SettingRule, ...] = (
 
 def _validate(data: dict[str, Any], *, source: str) -> None:
     _check_known(data, SETTINGS, source=source)
-    if isinstance(data.get("test_match"), str):  # one glob is a list of one
-        data["test_match"] = [data["test_match"]]
+    for key in ("test_match", "reporters"):  # one glob (reporter) is a list of one
+        if isinstance(data.get(key), str):
+            data[key] = [data[key]]
     for rule in SETTING_RULES:
         found, value = _lookup(data, rule.key)
         if not found:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,15 @@ class EvalResult:
     reason: str | None = None
 
 
+CONTEXT_KEYS = ("item", "input", "output", "metadata", "latency_ms", "context")
+
+
 @dataclass(frozen=True)
-class EvalContext:
-    """What a function evaluator receives; `context` holds the variables of its `context=`."""
+class EvalContext(Mapping[str, Any]):
+    """What a function evaluator receives; `context` holds the variables of its `context=`.
+
+    Attributes (`ctx.output`) and, as the original's context was a plain object, a read-only
+    mapping too (`ctx["item"]`, `{**ctx, "item": {...}}`), with the keys of CONTEXT_KEYS."""
 
     item: dict[str, Any]
     output: Any
@@ -53,6 +59,17 @@ class EvalContext:
     @property
     def input(self) -> Any:
         return self.item.get("input", self.item)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in CONTEXT_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CONTEXT_KEYS)
+
+    def __len__(self) -> int:
+        return len(CONTEXT_KEYS)
 
 
 class Evaluator:

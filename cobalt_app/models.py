@@ -239,6 +239,12 @@ class ItemTrace(models.Model):
     missing = models.TextField(
         blank=True, help_text="Why the trace was not captured (see `traces`); empty if it was."
     )
+    estimated = models.TextField(
+        blank=True,
+        default="",
+        help_text="The model calls that reported no usage, whose tokens were counted or "
+        "estimated (see `token_counts`), as JSON; empty if none.",
+    )
 
     def __str__(self) -> str:
         return f"trace of item {self.item_id}"

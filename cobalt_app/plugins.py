@@ -7,7 +7,8 @@ A plugin file registers its types with `@register("type-name", options=["keyword
 names either such a module, or one function that becomes the type named by the entry point:
 `fn(evaluator, target, env)`, sync or async, returning an `EvalOutcome`, an `EvalResult`, a
 `{"score", "reason"}` dict, a number or a bool. Such a function declares its options as an
-attribute, `fn.options = ["keyword"]` (none when absent).
+attribute, `fn.options = ["keyword"]`; a type registered without options (as the original's
+plugins are) is given whatever options the user writes, unchecked.
 
 A plugin that fails to load, or that would replace a built-in type, is an error naming it.
 """
@@ -100,7 +101,7 @@ def load_entry_point(entry_point: importlib.metadata.EntryPoint) -> None:
             )
         registered = {t.implementation for t in evaluators.REGISTRY.values()}
         if target not in registered:
-            options = getattr(target, "options", ())
+            options = getattr(target, "options", None)
             evaluators.register(entry_point.name, options=options)(adapt(target))
 
 

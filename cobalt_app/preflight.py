@@ -86,7 +86,8 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
     for experiment in experiments:
         experiment_at = location(config, experiment.file, experiment.line)
         if len(experiment.dataset) == 0:
-            found.append(Problem(experiment.name, experiment_at, "", "", empty(experiment)))
+            message = empty(experiment, location(config, experiment.file, None))
+            found.append(Problem(experiment.name, experiment_at, "", "", message))
         for evaluator in experiment.evaluators:
             messages = evaluator_problems(evaluator, judge_config, keys=not config.team_mode)
             evaluator_at = location(config, *evaluator.defined_at)
@@ -98,13 +99,18 @@ def problems(experiments: list[Experiment], config: Config) -> list[Problem]:
     return found
 
 
-def empty(experiment: Experiment) -> str:
+def empty(experiment: Experiment, experiment_file: str) -> str:
+    """ "Dataset is empty in <file>" (the original's words, which its users search for): the
+    dataset's file, or the experiment file that holds an inline dataset."""
+    from cobalt.dataset import INLINE_SOURCE
+
     dataset = experiment.dataset
     named = f"the dataset {dataset.name!r}" if dataset.name else "the inline dataset"
-    source = f" ({dataset.source})" if dataset.source and dataset.source != dataset.name else ""
+    inline = dataset.source in ("", INLINE_SOURCE)
     return (
-        f"{named}{source} has no items, so there is nothing to run; check the file, the query "
-        "or the filter/slice that produced it"
+        f"Dataset is empty in {experiment_file if inline else dataset.source}: {named} has "
+        "no items, so "
+        "there is nothing to run; check the file, the query or the filter/slice that produced it"
     )
 
 
@@ -116,6 +122,8 @@ def evaluator_problems(
         return [unknown_type(evaluator.type)]
     if registered.validate is not None:
         found = registered.validate(evaluator)  # its options included
+    elif not registered.options_declared:
+        found = []  # a plugin that declares no options takes any (the original's plugins)
     else:
         found = [
             unknown_option(option, registered)

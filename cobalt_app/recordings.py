@@ -259,10 +259,16 @@ def _without(body: Any, dotted: str) -> Any:
     return trimmed
 
 
-def match_key(method: str, url: str, body: Any, ignore: tuple[str, ...]) -> str:
-    """SHA-256 of method, URL and the body's canonical JSON without the ignored fields."""
+def matched_body(body: Any, ignore: tuple[str, ...]) -> Any:
+    """The body as it is matched: without the ignored fields."""
     for dotted in ignore:
         body = _without(body, dotted)
+    return body
+
+
+def match_key(method: str, url: str, body: Any, ignore: tuple[str, ...]) -> str:
+    """SHA-256 of method, URL and the body's canonical JSON without the ignored fields."""
+    body = matched_body(body, ignore)
     canonical = json.dumps(
         [method.upper(), url, body], sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
@@ -325,6 +331,7 @@ class Tape:
         self.mode = settings.mode
         self.earlier = recorded
         self.by_key: dict[str, list[dict[str, Any]]] = {}
+        self.requests: list[tuple[str, str, Any]] = []  # as matched: for the miss's message
         for exchange in recorded:
             if "request" not in exchange:
                 continue  # a tool call (`tool_tapes`)
@@ -332,6 +339,7 @@ class Tape:
             method, url, body = redacted_request(request["method"], request["url"], request["body"])
             key = match_key(method, url, body, settings.ignore)
             self.by_key.setdefault(key, []).append(exchange)
+            self.requests.append((method, url, matched_body(body, settings.ignore)))
         self.served: collections.Counter[str] = collections.Counter()
         self.made: list[dict[str, Any]] = []
         self.missed: str | None = None
@@ -364,18 +372,30 @@ class Tape:
                 return candidates[min(nth, len(candidates) - 1)]
             if self.mode == NEW_ONLY:
                 return None
-            requests = sum("request" in exchange for exchange in self.earlier)
-            message = f"{MISSING} for {describe(call.method, call.url, call.body)}: " + (
-                f"it differs from the {requests} recorded request(s) of this item"
-                if requests
-                else "this item has no recording"
-            )
-            message += (
-                "; record it with `cobalt run --record` (or `--record-new`), or let its host "
-                "through with `[replay] allow_hosts`"
-            )
+            message = self.missing(call)
             self.missed = self.missed or message
         raise NoRecordedResponse(message)
+
+    def missing(self, call: Call) -> str:
+        """ "no recorded response for …": the closest recorded request and what differs."""
+        from cobalt_app.replay_diff import closest
+
+        found = closest(
+            call.method, call.url, matched_body(call.body, self.settings.ignore), self.requests
+        )
+        message = f"{MISSING} for {describe(call.method, call.url, call.body)}: "
+        if found is None:
+            message += "this item has no recording"
+        else:
+            index, difference = found
+            message += (
+                f"the closest of the item's {len(self.requests)} recorded request(s) "
+                f"(#{index + 1}) differs {difference}"
+            )
+        return message + (
+            "; record it again with `cobalt run --record` (or `--record-new`), or let its host "
+            "through with `[replay] allow_hosts`"
+        )
 
     def keep(self, call: Call, status: int, headers: Any, body: bytes) -> None:
         exchange = {"request": call.stored(), "response": stored_response(status, headers, body)}

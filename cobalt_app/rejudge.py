@@ -212,11 +212,17 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         item__run=parent,
         item__item_index__gte=created[0].item_index,
         item__item_index__lte=created[-1].item_index,
-    ).values_list("item__item_index", "item__run_index", "data", "blobs", "missing")
+    ).values_list("item__item_index", "item__run_index", "data", "blobs", "missing", "estimated")
     ItemTrace.objects.bulk_create(  # stored as they are: the blobs they refer to are too
         [
-            ItemTrace(item_id=new_ids[(index, repetition)], data=data, blobs=blobs, missing=why)
-            for index, repetition, data, blobs, why in traces
+            ItemTrace(
+                item_id=new_ids[(index, repetition)],
+                data=data,
+                blobs=blobs,
+                missing=why,
+                estimated=estimated,
+            )
+            for index, repetition, data, blobs, why, estimated in traces
             if (index, repetition) in new_ids
         ],
         batch_size=500,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cobalt import results_file, stats, verdict
+from cobalt import results_file, stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
 from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
@@ -73,7 +73,6 @@ def compute_summary(run: Run) -> dict[str, Any]:
         tokens, cost = simulator_usage(run)
         judge_tokens += tokens
         judge_cost += cost
-    unpriced = unpriced_models(run)
     names = run.evaluator_names or sorted(set(scores) | set(eval_errors))
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     per_evaluator = {
@@ -103,9 +102,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "estimatedCost": agent_cost + judge_cost,
         "agentCost": agent_cost,
         "judgeCost": judge_cost,
-        # Models that spent tokens and have no price: counted as $0, so the cost is a floor.
-        "unpricedModels": unpriced,
-        "costComplete": not unpriced,
+        **cost_completeness(run),
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
@@ -138,6 +135,20 @@ def intercept_summary(run: Run) -> dict[str, Any]:
     if stopped:
         found["budgetStopped"] = stopped
     return found
+
+
+def cost_completeness(run: Run) -> dict[str, Any]:
+    """What the run's cost leaves out: models without a price (counted as $0, so the cost is
+    a floor) and model calls that reported no usage (their tokens counted or estimated from
+    their text, or unknown: see `token_counts`)."""
+    unpriced = unpriced_models(run)
+    estimated = trace_store.estimated_usage(run.id)
+    return {
+        "unpricedModels": unpriced,
+        "estimatedUsage": estimated,
+        "estimatedUsageNote": usage_notes.estimated_usage_note({"estimatedUsage": estimated}),
+        "costComplete": not unpriced and not estimated,
+    }
 
 
 def run_duration_ms(run: Run) -> float | None:

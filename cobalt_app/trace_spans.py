@@ -25,6 +25,7 @@ from cobalt.redaction import may_hold, redact, redact_text
 from cobalt.run_settings import RUN_DEFAULTS
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text, process_secrets
+from cobalt_app.token_counts import count_without_usage
 
 KINDS = ("llm", "tool", "agent", "retrieval", "http", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
@@ -114,6 +115,9 @@ def step_of(
             a, "llm.token_count.completion", "gen_ai.usage.output_tokens", "cobalt.output_tokens"
         )
     )
+    estimated = None
+    if kind == "llm" and input_tokens is None and output_tokens is None:  # no usage reported
+        input_tokens, output_tokens, estimated = count_without_usage(model, a)
     cost = None
     if kind == "llm" and (input_tokens is not None or output_tokens is not None):
         cost = estimate_cost(model, input_tokens or 0, output_tokens or 0)
@@ -167,6 +171,8 @@ def step_of(
         step["intercepted"] = str(mark)
     if kind == "http":  # a plain HTTP request of the agent (`cobalt_app.http_intercept`)
         step.update(http_fields(a))
+    if estimated:  # "tiktoken", "chars" or "unknown" (`token_counts`)
+        step["tokensEstimated"] = estimated
     return step
 
 
@@ -350,6 +356,20 @@ def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 wrappers.add(parent)
             parent = steps[parent].get("parent")
     return [s for i, s in enumerate(steps) if s.get("kind") == "llm" and i not in wrappers]
+
+
+def estimated_usage(steps: Sequence[dict[str, Any]]) -> str:
+    """The model calls of a trace whose tokens were counted without usage, as stored with it
+    (JSON: `[{"model", "method", "calls"}]`; "" when every call reported its usage)."""
+    found: dict[tuple[str, str], int] = {}
+    for call in model_calls(steps):
+        method = call.get("tokensEstimated")
+        if method:
+            key = (call.get("model") or "unknown model", method)
+            found[key] = found.get(key, 0) + 1
+    if not found:
+        return ""
+    return json.dumps([{"model": m, "method": how, "calls": n} for (m, how), n in found.items()])
 
 
 def tool_steps(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

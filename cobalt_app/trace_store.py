@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Count
 
-from cobalt_app import blob_store, received
+from cobalt_app import blob_store, received, trace_spans
 from cobalt_app.models import ItemResult, ItemTrace
 
-ROWS_PER_STATEMENT = 300  # 900 parameters: under SQLite's oldest limit (999)
+ROWS_PER_STATEMENT = 190  # 950 parameters: under SQLite's oldest limit (999)
 
 
 class Trace(NamedTuple):
@@ -36,8 +36,8 @@ def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
     stored = blob_store.pack([(steps, text) for _, text, steps, _ in traces], blobs)
     blob_store.save_blobs(blobs)
     rows = [
-        (item_id, *row, missing)
-        for (item_id, _, _, missing), row in zip(traces, stored, strict=True)
+        (item_id, *row, missing, trace_spans.estimated_usage(steps or []))
+        for (item_id, _, steps, missing), row in zip(traces, stored, strict=True)
     ]
     # Raw, many rows a statement: SQLite's `executemany` gives the GIL up at every row, each
     # time waiting for it while the event loop is busy (see `bulk_sql`).
@@ -45,10 +45,12 @@ def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
         for start in range(0, len(rows), ROWS_PER_STATEMENT):
             chunk = rows[start : start + ROWS_PER_STATEMENT]
             cursor.execute(
-                "INSERT INTO cobalt_app_itemtrace (item_id, data, blobs, missing) VALUES "
-                + ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+                "INSERT INTO cobalt_app_itemtrace (item_id, data, blobs, missing, estimated) "
+                "VALUES "
+                + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
                 + " ON CONFLICT (item_id) DO UPDATE SET data = excluded.data, "
-                "blobs = excluded.blobs, missing = excluded.missing",
+                "blobs = excluded.blobs, missing = excluded.missing, "
+                "estimated = excluded.estimated",
                 [value for row in chunk for value in row],
             )
     received.link_items(
@@ -93,6 +95,25 @@ def not_captured(run_id: str) -> list[dict[str, Any]]:
     )
     found = sorted(rows, key=lambda row: (-row[1], row[0]))
     return [{"why": why, "items": items} for why, items in found]
+
+
+def estimated_usage(run_id: str) -> list[dict[str, Any]]:
+    """The run's model calls that reported no usage (see `token_counts`), by model and how
+    their tokens were found: `{"model", "method", "calls", "items"}`, the most calls first.
+    Only items that have such calls are read."""
+    import json
+
+    found: dict[tuple[str, str], list[int]] = {}
+    rows = ItemTrace.objects.filter(item__run_id=run_id).exclude(estimated="")
+    for note in rows.values_list("estimated", flat=True):
+        for entry in json.loads(note):
+            counts = found.setdefault((entry["model"], entry["method"]), [0, 0])
+            counts[0] += entry["calls"]
+            counts[1] += 1
+    return [
+        {"model": model, "method": method, "calls": calls, "items": items}
+        for (model, method), (calls, items) in sorted(found.items(), key=lambda e: -e[1][0])
+    ]
 
 
 def _decoded(rows: list[tuple[int, bytes, str, str]]) -> dict[int, Trace]:

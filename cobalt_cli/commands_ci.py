@@ -166,3 +166,26 @@ def display(path: Path) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the `cobalt` app (CI mode lives in `cobalt run --ci`)."""
+
+
+def runs_without_output(runs: list[Any]) -> list[str]:
+    """A line per finished run none of whose items produced an output (each errored or timed
+    out): such a run scored nothing, and `cobalt run` exits 1 (EXIT_FAILED) for it, as for a
+    violated gate; 2 (EXIT_USAGE) stays for what was asked wrongly (flags, config, imports)."""
+    lines = []
+    for run in runs:
+        summary = run.summary or {}
+        counts = summary.get("itemStatus") or {}
+        total = summary.get("totalItems") or 0
+        if run.status == "cancelled" or not total or counts.get("ok", 0):
+            continue
+        parts = [
+            f"{counts[s]} {s}{'s' * (counts[s] != 1)}"
+            for s in ("error", "timeout")
+            if counts.get(s)
+        ]
+        lines.append(
+            f"no item of {run.name!r} produced an output ({', '.join(parts) or 'none ran'} "
+            f"of {total}): nothing was scored; exit {EXIT_FAILED}"
+        )
+    return lines

@@ -99,7 +99,11 @@ VariantsPicked = Annotated[
 Ci = Annotated[bool, typer.Option("--ci", help="Quality gates: exit 1 on a violated threshold.")]
 Junit = Annotated[Path | None, typer.Option("--junit", help="With --ci: write a JUnit XML report.")]
 ReporterName = Annotated[
-    str, typer.Option("--reporter", help="console, or json (JSON lines on stdout).")
+    str | None,
+    typer.Option(
+        "--reporter",
+        help="console, or json (JSON lines on stdout); default: `reporters` in the config.",
+    ),
 ]
 Baseline = Annotated[
     str | None,
@@ -173,7 +177,7 @@ class RunRequest:
     quiet: bool
     ci: bool
     junit: Path | None
-    reporter_name: str
+    reporter_name: str | None
     baseline: str | None
     significance: float | None
     repeat_flaky: int | None
@@ -203,7 +207,7 @@ def run(
     quiet: Quiet = False,
     ci: Ci = False,
     junit: Junit = None,
-    reporter_name: ReporterName = "console",
+    reporter_name: ReporterName = None,
     baseline: Baseline = None,
     significance: Significance = None,
     repeat_flaky: RepeatFlaky = None,
@@ -260,12 +264,15 @@ def run_watching(config: Config, asked: RunRequest) -> int:
 def run_once(config: Config, asked: RunRequest) -> int:
     """Run (or resume) the experiments asked, report them; the exit code. A user's error
     (`CobaltError`) goes up to the CLI's one catch; anything else is a bug's traceback."""
+    from rich.markup import escape as escape_markup
+
+    from cobalt.config import terminal_reporter
     from cobalt_cli import commands_ci
 
     ci_options = commands_ci.CiOptions(
         ci=asked.ci,
         junit=asked.junit,
-        reporter=asked.reporter_name,
+        reporter=asked.reporter_name or terminal_reporter(config),
         baseline=asked.baseline,
         significance=asked.significance,
     )
@@ -294,7 +301,10 @@ def run_once(config: Config, asked: RunRequest) -> int:
         return EXIT_USAGE
     if any(r.status == "cancelled" for r in result.runs):  # team mode: `cobalt cancel RUN`
         return EXIT_FAILED
-    return 0
+    silent = commands_ci.runs_without_output(result.runs)
+    for line in silent:
+        err().print(f"\n[red]✗[/] {escape_markup(line)}")
+    return EXIT_FAILED if silent else 0
 
 
 def resume_run(config: Config, asked: RunRequest, reporter: Any) -> LaunchResult:

@@ -14,6 +14,7 @@ from rich.table import Table
 from cobalt import verdict
 from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
+from cobalt.usage_notes import cost_text, estimated_usage_note
 from cobalt.version import __version__
 from cobalt_app import recordings, traces
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
@@ -218,9 +219,12 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
     console.print(f"  Avg latency:    {fmt_ms(summary.get('avgLatencyMs'))}")
     tokens = summary.get("totalTokens", 0)
     console.print(
-        f"  Total tokens:   {tokens:,} (estimated cost: ${summary.get('estimatedCost', 0):.4f};"
+        f"  Total tokens:   {tokens:,} (estimated cost: {cost_text(summary)};"
         f" agent {summary.get('agentTokens', 0):,}, judge {summary.get('judgeTokens', 0):,})"
     )
+    no_usage = estimated_usage_note(summary)
+    if no_usage:
+        console.print(f"  [yellow]{escape('⚠ ' + no_usage)}[/]")
     unpriced = summary.get("unpricedModels") or []
     if unpriced:
         verb = "has" if len(unpriced) == 1 else "have"

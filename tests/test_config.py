@@ -100,11 +100,7 @@ def test_an_invalid_env_override_names_the_variable(tmp_path, monkeypatch):
             "`judge.model`?",
         ),
         ('testDir = "evals"\n', "`testDir` is not a Cobalt setting; did you mean `test_dir`?"),
-        (
-            'reporters = ["cli", "json"]\n',
-            "`reporters` is not a Cobalt setting; choose the reporter per run: "
-            "`cobalt run --reporter json`",
-        ),
+        ('reporters = ["cli", "junit"]\n', "`reporters` must be a list of: console (or cli)"),
         ("[dashboard]\ncolour = 1\n", "the settings of [dashboard] are host, port, open"),
         ('langfuse = "pk-lf"\n', "`langfuse` must be a table"),
         (

@@ -280,13 +280,14 @@ def test_a_run_with_no_items_is_refused_naming_the_dataset(project, cobalt_cli):
     assert result.returncode == 2
     assert (
         "experiment 'nothing' (experiments/e.cobalt.py:3) cannot start:\n"
-        "  the dataset 'empty' (datasets/empty.jsonl) has no items, so there is nothing to run"
+        "  Dataset is empty in datasets/empty.jsonl: the dataset 'empty' has no items, so there "
+        "is nothing to run"
     ) in result.stderr
     ci = cobalt_cli(project, "run", "--ci")
     assert ci.returncode == 2
     assert (
-        "✗ experiment 'nothing' (experiments/e.cobalt.py:3): the dataset 'empty' "
-        "(datasets/empty.jsonl) has no items"
+        "✗ experiment 'nothing' (experiments/e.cobalt.py:3): Dataset is empty in "
+        "datasets/empty.jsonl: the dataset 'empty' has no items"
     ) in ci.stdout
     assert "Dataset:" not in result.stdout + ci.stdout and project.results_files() == []
 
@@ -486,8 +487,9 @@ def test_dict_evaluators_and_context_mappers_of_the_original_work(
     (request,) = fake_provider_server.requests
     assert "Topic math, question 2+2?: 4" in request["json"]["messages"][-1]["content"]
     assert evaluations["broken"]["error"].startswith(
-        "`context` must be a function of the item, output and metadata (an EvalContext) that "
-        "returns a dict of extra variables, or a dict of variable → field path"
+        "`context` must be a function of the item, output and metadata (an EvalContext, also "
+        "a mapping) that returns a dict of extra variables or the whole context changed "
+        '({**ctx, "item": {...}}), or a dict of variable → field path'
     )
 
 

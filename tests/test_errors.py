@@ -10,12 +10,12 @@ import sys
 
 import pytest
 from django.contrib.auth import get_user_model
-from mcp.server.mcpserver.exceptions import ToolError
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from cobalt.config import ConfigError
 from cobalt.errors import CobaltError, ConflictError, NotFoundError
+from cobalt_cli.mcp.sdk import ToolError
 from tests.conftest import cli_env
 
 EXPERIMENT = """\

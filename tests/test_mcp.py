@@ -43,10 +43,10 @@ Scenario = Callable[[ClientSession], Awaitable[None]]
 
 @contextlib.asynccontextmanager
 async def mcp_session(
-    folder: Path, env: dict[str, str], errlog_path: Path
+    folder: Path, env: dict[str, str], errlog_path: Path, python: str = sys.executable
 ) -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "cobalt_cli", "mcp"], cwd=str(folder), env=env
+        command=python, args=["-m", "cobalt_cli", "mcp"], cwd=str(folder), env=env
     )
     with errlog_path.open("a") as errlog:
         async with (
@@ -57,8 +57,11 @@ async def mcp_session(
             yield session
 
 
-def run_session(project: Project, fake, scenario: Scenario, **env: str) -> str:
-    """Run a scenario against a fresh `cobalt mcp`; returns what the server wrote to stderr."""
+def run_session(
+    project: Project, fake, scenario: Scenario, *, python: str = sys.executable, **env: str
+) -> str:
+    """Run a scenario against a fresh `cobalt mcp` (started by `python`: another virtualenv's
+    for another version of the mcp SDK); returns what the server wrote to stderr."""
     variables = {
         "OPENAI_BASE_URL": fake.openai_base_url,
         "OPENAI_API_KEY": ENV_KEY,
@@ -69,7 +72,7 @@ def run_session(project: Project, fake, scenario: Scenario, **env: str) -> str:
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT):
-            async with mcp_session(project.path, environment, errlog_path) as session:
+            async with mcp_session(project.path, environment, errlog_path, python) as session:
                 await scenario(session)
 
     anyio.run(main)
@@ -88,7 +91,15 @@ def initialised(project: Project, cobalt_cli) -> Project:
     return project
 
 
-def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provider_server):
+@pytest.fixture
+def mcp_python() -> str:
+    """The interpreter that runs `cobalt mcp` (tests/test_mcp_sdk1.py: one with mcp 1.x)."""
+    return sys.executable
+
+
+def test_a_session_lists_every_tool_resource_and_prompt(
+    initialised, fake_provider_server, mcp_python
+):
     async def scenario(session: ClientSession) -> None:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert set(tools) == {
@@ -165,11 +176,11 @@ def test_a_session_lists_every_tool_resource_and_prompt(initialised, fake_provid
         with pytest.raises(Exception, match="threshold must be a number"):
             await session.get_prompt("improve-agent", {"experiment": "x", "threshold": "high"})
 
-    run_session(initialised, fake_provider_server, scenario)
+    run_session(initialised, fake_provider_server, scenario, python=mcp_python)
 
 
 def test_cobalt_run_streams_progress_and_returns_the_results_file(
-    initialised, fake_provider_server
+    initialised, fake_provider_server, mcp_python
 ):
     progress: list[tuple[float, float | None, str | None]] = []
     seen: dict[str, Any] = {}
@@ -208,7 +219,7 @@ def test_cobalt_run_streams_progress_and_returns_the_results_file(
         )
         assert entry["scores"]["exact"] == {"avg": 0.5, "min": 0.0, "max": 1.0}
 
-    run_session(initialised, fake_provider_server, scenario)
+    run_session(initialised, fake_provider_server, scenario, python=mcp_python)
 
     assert [value for value, _, _ in progress] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert {total for _, total, _ in progress} == {8}
@@ -355,7 +366,7 @@ def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provid
 
 
 def test_file_arguments_outside_the_project_are_refused(
-    initialised, fake_provider_server, tmp_path
+    initialised, fake_provider_server, tmp_path, mcp_python
 ):
     outside = tmp_path / "outside.cobalt.py"
     outside.write_text("open('PWNED', 'w').write('imported')\n")
@@ -407,7 +418,7 @@ def test_file_arguments_outside_the_project_are_refused(
         assert example.structured_content["runs"][0]["name"] == "example-qa"
         assert "broken.cobalt.py failed to import" not in text_of(example)
 
-    run_session(initialised, fake_provider_server, scenario)
+    run_session(initialised, fake_provider_server, scenario, python=mcp_python)
 
     for message in refusals:
         assert "resolves outside the project folder" in message

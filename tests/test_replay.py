@@ -256,9 +256,10 @@ def test_a_changed_input_fails_only_its_own_item_with_the_request_named(
         f"no recorded response for POST {live['OPENAI_BASE_URL']}/chat/completions "
         '(model gpt-4o-mini, last message "Which city is the capital of Italy, please?…")'
     ), error
-    assert "differs from the 1 recorded request(s) of this item" in error
+    assert "the closest of the item's 1 recorded request(s) (#1) differs in messages." in error
+    assert "capital of [-Italy?-] {+Italy, please?+}" in error  # only what changed, quoted
     assert error.endswith(
-        "record it with `cobalt run --record` (or `--record-new`), "
+        "record it again with `cobalt run --record` (or `--record-new`), "
         "or let its host through with `[replay] allow_hosts`"
     )
     assert "no recorded response for POST" in replayed.stdout
@@ -421,7 +422,8 @@ def test_ignored_body_fields_do_not_break_the_match(capitals: Project, provider:
     provider.stop()
     strict = cobalt(capitals, live, "run", "--replay", keys=False)
     assert {i["status"] for i in latest_results(capitals, "capitals")["items"]} == {"error"}
-    assert strict.returncode == 0
+    assert strict.returncode == 1  # no item produced an output: not a passing run
+    assert "no item of 'capitals' produced an output (5 errors of 5)" in strict.stderr
     capitals.write("cobalt.toml", '[replay]\nignore = ["metadata.trace_id"]\n')
     relaxed = cobalt(capitals, live, "run", "--replay", keys=False)
     assert relaxed.returncode == 0, relaxed.stderr

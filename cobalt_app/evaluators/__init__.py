@@ -28,6 +28,7 @@ from cobalt_app.evaluators.base import (  # noqa: F401 - the package's API
     ProviderUse,
     ProviderUses,
     Validator,
+    apply_context,
     call_user_function,
     context_variables,
     is_coroutine_function,

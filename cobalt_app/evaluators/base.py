@@ -5,6 +5,7 @@ the built-in types; a type's module imports this one, never the package.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cobalt.evaluator import EvalContext, EvalResult, Evaluator
+from cobalt.evaluator import CONTEXT_KEYS, EvalContext, EvalResult, Evaluator
 from cobalt_app.aio import Threads
 
 logger = logging.getLogger("cobalt.evaluators")
@@ -111,6 +112,9 @@ class EvaluatorType:
     name: str
     implementation: Implementation
     options: frozenset[str] = frozenset()
+    # False: registered without `options=` (a plugin written for the original): every
+    # option the user gives reaches it, none is refused.
+    options_declared: bool = True
     calls_provider: bool = False
     provider_uses: ProviderUses | None = None
     validate: Validator | None = None
@@ -128,7 +132,7 @@ REGISTRY: dict[str, EvaluatorType] = {}
 def register(
     type_name: str,
     *,
-    options: Iterable[str] = (),
+    options: Iterable[str] | None = None,
     calls_provider: bool = False,
     providers: ProviderUses | None = None,
     validate: Validator | None = None,
@@ -137,7 +141,9 @@ def register(
 
     `options`: the keywords of `Evaluator(...)` this type reads besides `name` and `type`
     (`prompt`, `field`, `threshold` ... included); an evaluator given any other is refused
-    before its run starts. `calls_provider`: it calls an LLM provider's SDK.
+    before its run starts. Without `options` (the original's plugins declare none), the
+    type takes whatever options it is given, unchecked; `options=()` declares it reads none.
+    `calls_provider`: it calls an LLM provider's SDK.
     `providers(evaluator, judge_config)`: the provider APIs an evaluator of this type will
     call, so that a missing API key stops the run before the first item.
     `validate(evaluator)`: the problems of a definition (as messages), found before the run
@@ -149,7 +155,7 @@ def register(
             f"register() needs the type's name, a non-empty string (got {type_name!r}): "
             '@register("my-type", options=[...])'
         )
-    names = frozenset((options,) if isinstance(options, str) else options)
+    names = frozenset((options,) if isinstance(options, str) else options or ())
 
     def decorator(fn: Implementation) -> Implementation:
         previous = REGISTRY.get(type_name)
@@ -164,6 +170,7 @@ def register(
             type_name,
             fn,
             names,
+            options_declared=options is not None,
             calls_provider=calls_provider or providers is not None,
             provider_uses=providers,
             validate=validate,
@@ -189,37 +196,64 @@ def stopped_by_user_code(exc: BaseException, who: str) -> str:
 
 
 CONTEXT_HELP = (
-    "`context` must be a function of the item, output and metadata (an EvalContext) that "
-    'returns a dict of extra variables, or a dict of variable → field path ({"question": '
-    '"input.q"})'
+    "`context` must be a function of the item, output and metadata (an EvalContext, also a "
+    "mapping) that returns a dict of extra variables or the whole context changed "
+    '({**ctx, "item": {...}}), or a dict of variable → field path ({"question": "input.q"})'
 )
 
 
 async def context_variables(evaluator: Evaluator, target: EvalTarget) -> dict[str, Any]:
     """The extra variables of an evaluator's `context=` (the original's context mapper)."""
+    return (await apply_context(evaluator, target))[1]
+
+
+async def apply_context(
+    evaluator: Evaluator, target: EvalTarget
+) -> tuple[EvalTarget, dict[str, Any]]:
+    """An evaluator's `context=` applied: what it scores, and the extra variables. A function
+    may return extra variables, or (the original's mapper) the whole context with its item,
+    output or metadata changed, for this evaluator only; a dict maps names to field paths."""
     from cobalt_app.templating import TemplateError, _lookup, template_context
 
     mapper = evaluator.options.get("context")
     if mapper is None:
-        return {}
+        return target, {}
     if callable(mapper):
         seen = EvalContext(target.item, target.output, target.metadata, target.latency_ms)
         try:
             value = await maybe_await(mapper(seen))
         except Exception as exc:
             raise EvaluationError(f"`context` raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(value, EvalContext):
+            value = dict(value)
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise EvaluationError(f"{CONTEXT_HELP}; it returned {type(value).__name__}")
-        return value
+        return changed_context(target, value)
     if isinstance(mapper, dict) and all(
         isinstance(k, str) and isinstance(v, str) for k, v in mapper.items()
     ):
         fields = template_context(target.item, target.output, target.metadata)
         try:
-            return {name: _lookup(fields, path) for name, path in mapper.items()}
+            return target, {name: _lookup(fields, path) for name, path in mapper.items()}
         except TemplateError as exc:
             raise EvaluationError(f"`context`: {exc}") from None
     raise EvaluationError(f"{CONTEXT_HELP}; got {type(mapper).__name__}")
+
+
+def changed_context(target: EvalTarget, value: dict[str, Any]) -> tuple[EvalTarget, dict]:
+    """A mapper's return: extra variables, or a whole context (it has `item` and `output`):
+    its item, output and metadata are scored, its other keys are extra variables."""
+    if not ("item" in value and "output" in value):
+        return target, value
+    item, metadata = value["item"], value.get("metadata") or {}
+    if not isinstance(item, dict) or not isinstance(metadata, dict):
+        raise EvaluationError(
+            "`context` returned a context whose item or metadata is not a dict; return "
+            '{**ctx, "item": {**ctx["item"], ...}} or a dict of extra variables'
+        )
+    extra = {k: v for k, v in value.items() if k not in CONTEXT_KEYS}
+    extra.update(value.get("context") or {})
+    return dataclasses.replace(target, item=item, output=value["output"], metadata=metadata), extra
 
 
 def score_problem(score: Any) -> str | None:

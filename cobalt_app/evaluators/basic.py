@@ -9,8 +9,8 @@ from cobalt_app.evaluators.base import (
     EvalOutcome,
     EvalTarget,
     EvaluationError,
+    apply_context,
     call_user_function,
-    context_variables,
     normalise_result,
     register,
 )
@@ -18,12 +18,13 @@ from cobalt_app.evaluators.base import (
 
 @register("function", options=("fn", "context"))
 async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
+    target, extra = await apply_context(evaluator, target)
     context = EvalContext(
         item=target.item,
         output=target.output,
         metadata=target.metadata,
         latency_ms=target.latency_ms,
-        context=await context_variables(evaluator, target),
+        context=extra,
     )
     try:
         value = await call_user_function(evaluator.fn, context)

@@ -30,7 +30,7 @@ async def turns(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutco
     return EvalOutcome(evaluator.name, float(within), reason=f"{count} turns (expected {bounds})")
 
 
-@register("goal-reached")
+@register("goal-reached", options=())
 async def goal_reached(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     """The simulated user's verdict: 1 when it ended the conversation with its goal reached."""
     info = conversation_info(target)

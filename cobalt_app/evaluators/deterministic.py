@@ -185,7 +185,7 @@ def parse_output_json(target: EvalTarget) -> tuple[Any, str | None]:
         )
 
 
-@register("json-valid")
+@register("json-valid", options=())
 async def json_valid(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     value, problem = parse_output_json(target)
     if problem:

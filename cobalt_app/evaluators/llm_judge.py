@@ -27,7 +27,7 @@ from cobalt_app.evaluators.base import (
     EvalTarget,
     EvaluationError,
     ProviderUse,
-    context_variables,
+    apply_context,
     register,
 )
 from cobalt_app.evaluators.usage import Usage
@@ -288,7 +288,7 @@ def judge_provider(evaluator: Evaluator, judge_config: dict[str, Any]) -> list[P
 
 @register("llm-judge", options=("prompt", "context", *JUDGE_OPTIONS), providers=judge_provider)
 async def llm_judge(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
-    extra = await context_variables(evaluator, target)
+    target, extra = await apply_context(evaluator, target)
     context = template_context(target.item, target.output, target.metadata, extra)
     if target.trace_missing and "trace" in placeholder_names(evaluator.prompt or ""):
         target.read_trace()  # the judge would read an incomplete trace as the agent's

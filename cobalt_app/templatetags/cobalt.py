@@ -89,6 +89,19 @@ def duration(ms: float | None) -> str:
 
 
 @register.filter
+def usage_note(summary: dict[str, Any]) -> str:
+    """What the run says of its model calls that reported no usage (`cobalt.usage_notes`)."""
+    from cobalt.usage_notes import estimated_usage_note
+
+    return estimated_usage_note(summary or {}) or ""
+
+
+@register.filter
+def cost_unknown(summary: dict[str, Any]) -> bool:
+    return any(e.get("method") == "unknown" for e in (summary or {}).get("estimatedUsage") or [])
+
+
+@register.filter
 def cost(value: float | None) -> str:
     """Dollars to the cent, or to three significant digits under a cent: $0.0000489."""
     value = _number(value)

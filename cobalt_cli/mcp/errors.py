@@ -6,10 +6,9 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-
 from cobalt.config import ConfigError
 from cobalt.errors import CobaltError
+from cobalt_cli.mcp.sdk import ResourceError, ToolError
 
 log = logging.getLogger("cobalt.mcp")
 

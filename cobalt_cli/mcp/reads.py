@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
 from cobalt_cli.mcp.budget import fit, shortened, value_tokens
 from cobalt_cli.mcp.project import Project
 from cobalt_cli.mcp.reports import ItemFilter, item_page, run_document, run_overview
+from cobalt_cli.mcp.sdk import ToolError, tool_result
 
 SHORTEST_PREFIX = 4  # characters of a run id that `run_get` looks up as a prefix
 COMPARE_SHOWN = 10  # regressions and improvements per page
@@ -18,7 +18,7 @@ RUNS_LISTED = 10
 
 def result(text: str, data: dict[str, Any]) -> CallToolResult:
     """A short plain-language summary, and the data once, as structured content."""
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+    return tool_result([TextContent(type="text", text=text)], data)
 
 
 def find_run(run_id: str) -> Any:

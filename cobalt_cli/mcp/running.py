@@ -23,8 +23,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
 from cobalt_app import recordings
@@ -32,6 +30,7 @@ from cobalt_cli.mcp.budget import estimate_tokens, value_tokens
 from cobalt_cli.mcp.errors import database
 from cobalt_cli.mcp.project import Project, Reimport
 from cobalt_cli.mcp.reports import run_document
+from cobalt_cli.mcp.sdk import Context, ToolError, tool_result
 
 log = logging.getLogger("cobalt.mcp")
 
@@ -359,4 +358,4 @@ async def run_and_report(
         relay.sent,
         estimate_tokens(text) + value_tokens(data),
     )
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+    return tool_result([TextContent(type="text", text=text)], data)

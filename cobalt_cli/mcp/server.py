@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import anyio
-from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS
 
 from cobalt.config import NoProjectError, load_config
@@ -39,6 +37,7 @@ from cobalt_cli.mcp.resources import (
     latest_results_resource,
 )
 from cobalt_cli.mcp.running import FINALISE_TIMEOUT, RUNNER_THREAD, active_runs
+from cobalt_cli.mcp.sdk import MCPServer, lowlevel, new_server, protocol_error
 from cobalt_cli.mcp.tools import tools
 from cobalt_cli.mcp.workspace import Workspace, find_projects
 
@@ -56,7 +55,7 @@ labels) and where they disagree with the judge. Paths are relative to the projec
 
 def build_server(target: Project | Workspace) -> MCPServer:
     """The MCP server of one project, or of a workspace: tools, resources and prompts."""
-    server: MCPServer = MCPServer(
+    server = new_server(
         "cobalt",
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -124,9 +123,8 @@ def add_prompts(server: MCPServer) -> None:
         try:
             value = float(threshold)
         except ValueError:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=f"threshold must be a number from 0 to 1 (got {threshold!r})",
+            raise protocol_error(
+                INVALID_PARAMS, f"threshold must be a number from 0 to 1 (got {threshold!r})"
             ) from None
         return IMPROVE_AGENT.format(experiment=experiment, threshold=value)
 
@@ -186,7 +184,7 @@ def claim_stdout() -> Wire:
 async def serve_stdio(server: MCPServer, wire: Wire) -> None:
     """Serve until stdin closes, or a signal stops the server (which then exits here)."""
     # The SDK's own in-memory client drives the low-level server the same way.
-    lowlevel = server._lowlevel_server  # noqa: SLF001 - the SDK's stdio runner takes no streams
+    base = lowlevel(server)
     stdout = anyio.wrap_file(wire)
     watcher = anyio.CancelScope(shield=True)  # a second signal must not kill the clean-up
 
@@ -206,7 +204,7 @@ async def serve_stdio(server: MCPServer, wire: Wire) -> None:
         group.start_soon(stop_on_signals, group.cancel_scope)
         try:
             async with stdio_server(stdout=stdout) as (read, write):
-                await lowlevel.run(read, write, lowlevel.create_initialization_options())
+                await base.run(read, write, base.create_initialization_options())
         finally:
             watcher.cancel()
 

@@ -8,9 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 import anyio
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools.base import Tool
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import ConfigDict, Field
 
@@ -32,6 +29,7 @@ from cobalt_cli.mcp.schemas import (
     RunOutput,
     SweepOutput,
 )
+from cobalt_cli.mcp.sdk import Context, Tool, ToolError
 from cobalt_cli.mcp.sweeps import cobalt_sweep_tool
 from cobalt_cli.mcp.workspace import Workspace
 
@@ -72,8 +70,9 @@ def local(target: Project | Workspace, project: str | None) -> Project:
     return target
 
 
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-READS = ToolAnnotations(read_only_hint=True)
+# By the protocol's names: mcp 1.x's model has only those (2.x accepts both).
+WRITES = ToolAnnotations.model_validate({"readOnlyHint": False, "destructiveHint": False})
+READS = ToolAnnotations.model_validate({"readOnlyHint": True})
 
 
 def tools(target: Project | Workspace) -> list[Tool]:

@@ -24,11 +24,17 @@ from typing import Any
 import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult
 
 from cobalt.config import CONFIG_FILENAMES, RAN_HERE
+from cobalt_cli.mcp.sdk import (
+    Context,
+    ResourceError,
+    ToolError,
+    is_error,
+    structured_content,
+    tool_result,
+)
 
 log = logging.getLogger("cobalt.mcp")
 
@@ -155,11 +161,11 @@ class Workspace:
 
         given = {key: value for key, value in arguments.items() if value is not None}
         result = await session.call_tool(tool, given, progress_callback=progress)
-        if result.is_error:
+        if is_error(result):
             text = "\n".join(block.text for block in result.content if block.type == "text")
             raise ToolError(f"{child.name}: {text.removeprefix(f'Error executing tool {tool}: ')}")
-        structured = {**(result.structured_content or {}), "project": child.name}
-        return CallToolResult(content=result.content, structured_content=structured)
+        structured = {**(structured_content(result) or {}), "project": child.name}
+        return tool_result(result.content, structured)
 
     async def resource(self, uri: str) -> str:
         """A resource of every project, by project."""
