@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,6 +27,10 @@ from cobalt_app.storable import clean_text, process_secrets
 
 KINDS = ("llm", "tool", "agent", "retrieval", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
+FINAL_ANSWER = "final_answer"  # smolagents' last "tool call": the agent's answer
+SMOLAGENTS_SCOPE = "openinference.instrumentation.smolagents"
+PREPARING = "._prepare_chat_with_tools"  # an LLM-kind span of LlamaIndex that calls nothing
+OBSERVATION = "#observation:"  # a tool result known by its place, not by a call id
 OPENINFERENCE_KINDS = {
     "LLM": "llm",
     "EMBEDDING": "llm",
@@ -127,6 +132,11 @@ def step_of(
     name = span.name
     if kind == "tool":
         name = str(_first(a, "tool.name", "gen_ai.tool.name", "cobalt.name") or name)
+        scope = getattr(getattr(span, "instrumentation_scope", None), "name", "") or ""
+        if name == FINAL_ANSWER and scope.startswith(SMOLAGENTS_SCOPE):
+            kind = "other"  # smolagents ends its loop through this "tool": it is the answer
+    elif kind == "llm" and name.endswith(PREPARING):
+        kind = "other"  # LlamaIndex's span around building a request: no model call
     tool_input = _first(
         a, "cobalt.input", "input.value", "gen_ai.tool.call.arguments", "tool_arguments"
     )
@@ -178,10 +188,48 @@ def steps_of(
     for step, span in zip(steps, spans, strict=True):
         parent = span.parent.span_id if span.parent is not None else None
         step["parent"] = index_of.get(parent)
+    steps, attributes = _merge_same_requests(steps, attributes)
     steps, attributes = _merge_nested_calls(steps, attributes)
     if not any(s["kind"] == "tool" for s in steps):
-        steps = _with_inferred_tools(steps, attributes, max_chars, secrets)
+        return _with_inferred_tools(steps, attributes, max_chars, secrets)
+    _with_requested_arguments(steps, attributes, max_chars, secrets)
     return steps
+
+
+def _with_requested_arguments(
+    steps: list[dict[str, Any]],
+    attributes: list[dict[str, Any]],
+    max_chars: int,
+    secrets: Sequence[str],
+) -> None:
+    """A tool span that records its input in its framework's shape (LangChain's bare value,
+    smolagents' `{"args", "kwargs", ...}`) gets the arguments its model call asked for: the
+    latest earlier call that requested a tool of that name, each request used once."""
+    pending: list[tuple[float, str, Any]] = []  # (requested at, tool name, arguments)
+    for step, a in sorted(zip(steps, attributes, strict=True), key=lambda t: t[0]["startMs"]):
+        if step["kind"] == "llm":
+            end = step["startMs"] + (step["durationMs"] or 0)
+            pending += [(end, name, arguments) for _, name, arguments in _requested_calls(a)]
+            continue
+        if step["kind"] != "tool":
+            continue
+        found = next((n for n, p in enumerate(pending) if p[1] == step["name"]), None)
+        if found is None:
+            continue
+        asked, current = _parsed(pending.pop(found)[2]), _parsed(step["input"])
+        if isinstance(asked, dict) and not (
+            isinstance(current, dict) and current.keys() == asked.keys()
+        ):
+            step["input"] = shown(asked, max_chars, secrets)
+
+
+def _parsed(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 MERGED = ("model", "inputTokens", "outputTokens", "cost", "input", "output")
@@ -197,33 +245,136 @@ def _merge_nested_calls(
     for i, step in enumerate(steps):
         if step["parent"] is not None:
             children.setdefault(step["parent"], []).append(i)
-    removed: set[int] = set()
+    into: dict[int, int] = {}
     for i, step in enumerate(steps):
         kids = children.get(i, [])
-        if step["kind"] != "llm" or len(kids) != 1:
+        if step["kind"] != "llm" or len(kids) != 1 or i in into:
             continue
         inner = steps[kids[0]]
         if inner["kind"] != "llm" or children.get(kids[0]):
             continue
-        for key in MERGED:
-            if step[key] is None:
-                step[key] = inner[key]
-        if inner.get("replayed"):
-            step["replayed"] = True
-        if inner["status"] == "error":
-            step["status"], step["error"] = "error", step["error"] or inner["error"]
-        attributes[i] = {**attributes[kids[0]], **attributes[i]}
-        removed.add(kids[0])
-    if not removed:
+        _absorb(steps, attributes, i, kids[0])
+        into[kids[0]] = i
+    return _without(steps, attributes, into)
+
+
+def _absorb(
+    steps: list[dict[str, Any]], attributes: list[dict[str, Any]], keep: int, drop: int
+) -> None:
+    """Step `keep` takes from step `drop` (the same model call) what it lacks."""
+    step, other = steps[keep], steps[drop]
+    end = max(_end(step), _end(other))  # a stream's span may end before its request does
+    step["startMs"] = min(step["startMs"], other["startMs"])
+    step["durationMs"] = round(end - step["startMs"], 3)
+    for key in MERGED:
+        if step[key] is None:
+            step[key] = other[key]
+    if other.get("replayed"):
+        step["replayed"] = True
+    if other["status"] == "error":
+        step["status"], step["error"] = "error", step["error"] or other["error"]
+    attributes[keep] = {**attributes[drop], **attributes[keep]}
+
+
+def _end(step: dict[str, Any]) -> float:
+    return step["startMs"] + (step["durationMs"] or 0)
+
+
+def _without(
+    steps: list[dict[str, Any]], attributes: list[dict[str, Any]], into: dict[int, int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The steps without those merged into another (`into`: dropped -> kept); a dropped
+    step's children become the kept one's."""
+    if not into:
         return steps, attributes
-    keep = [i for i in range(len(steps)) if i not in removed]
+    keep = [i for i in range(len(steps)) if i not in into]
     new_index = {old: new for new, old in enumerate(keep)}
     for i in keep:
         parent = steps[i]["parent"]
-        while parent is not None and parent in removed:
-            parent = steps[parent]["parent"]
+        for _ in range(len(steps)):
+            if parent is None or parent not in into:
+                break
+            parent = into[parent]
         steps[i]["parent"] = new_index.get(parent) if parent is not None else None
     return [steps[i] for i in keep], [attributes[i] for i in keep]
+
+
+def _merge_same_requests(
+    steps: list[dict[str, Any]], attributes: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Model-call steps that describe the same HTTP request are one step, nested or not: a
+    framework's span and the SDK's (LangChain's and OpenAI's), two instrumentations of one
+    SDK (the Anthropic SDK's own span and OpenInference's around `messages.stream`), or a
+    user's own OpenInference instrumentation beside Cobalt's. The same request: a provider
+    response id both carry; else, when one carries none, the same model and last input
+    message at overlapping times (or one right after the other under the same parent). The
+    one that encloses the other (else the first started) keeps its place and takes what it
+    lacks; the other's children become its children."""
+    calls = [i for i, step in enumerate(steps) if step["kind"] == "llm"]
+    if len(calls) < 2:
+        return steps, attributes
+    keys = {i: _request_key(steps[i], attributes[i]) for i in calls}
+    into: dict[int, int] = {}
+    for n, i in enumerate(calls):
+        if i in into:
+            continue
+        for m, j in enumerate(calls[n + 1 :]):
+            # A streaming call's span may end when the stream is handed over, before the
+            # request underneath starts: the next call beside it is as good as overlapping.
+            beside = m == 0 and steps[i]["parent"] == steps[j]["parent"]
+            if j in into or not _same_request(steps[i], steps[j], keys[i], keys[j], beside):
+                continue
+            keep, drop = (j, i) if _is_ancestor(steps, j, i) else (i, j)
+            _absorb(steps, attributes, keep, drop)
+            into[drop] = keep
+            if drop == i:
+                break
+    return _without(steps, attributes, into)
+
+
+_RESPONSE_ID = re.compile(r'"id"\s*:\s*"((?:chatcmpl|msg|resp|gen|cmpl)[-_][\w-]{4,})"')
+
+
+def _request_key(step: dict[str, Any], a: dict[str, Any]) -> tuple[set[str], str | None]:
+    """(the provider response ids the call's span carries, its last input message's text)."""
+    ids = {str(a["gen_ai.response.id"])} if a.get("gen_ai.response.id") else set()
+    output = a.get("output.value")
+    if isinstance(output, str):
+        ids.update(_RESPONSE_ID.findall(output[:100_000]))
+    last = None
+    for n in range(999, -1, -1):
+        prefix = f"llm.input_messages.{n}.message."
+        if f"{prefix}role" in a or f"{prefix}content" in a:
+            last = a.get(f"{prefix}content") or a.get(f"{prefix}contents.0.message_content.text")
+            break
+    return ids, (str(last).strip() or None) if last is not None else None
+
+
+def _same_request(
+    one: dict[str, Any], two: dict[str, Any], key_one: tuple, key_two: tuple, beside: bool
+) -> bool:
+    (ids_one, last_one), (ids_two, last_two) = key_one, key_two
+    if ids_one and ids_two:
+        return bool(ids_one & ids_two)
+    if last_one is None or last_one != last_two:
+        return False
+    model_one, model_two = one.get("model") or "", two.get("model") or ""
+    if not (model_one.startswith(model_two) or model_two.startswith(model_one)):
+        return False
+    end_one = one["startMs"] + (one["durationMs"] or 0)
+    end_two = two["startMs"] + (two["durationMs"] or 0)
+    return beside or (one["startMs"] <= end_two and two["startMs"] <= end_one)
+
+
+def _is_ancestor(steps: list[dict[str, Any]], ancestor: int, step: int) -> bool:
+    parent = steps[step]["parent"]
+    for _ in range(len(steps)):
+        if parent is None:
+            return False
+        if parent == ancestor:
+            return True
+        parent = steps[parent]["parent"]
+    return False
 
 
 def _with_inferred_tools(
@@ -244,12 +395,14 @@ def _with_inferred_tools(
         caller = steps[i]
         start = caller["startMs"] + caller["durationMs"]
         for call_id, name, arguments in requested:
-            answered = results.get(call_id)
+            answered = results.get(call_id) or _observed(i, start, steps, results)
             end = steps[answered[0]]["startMs"] if answered else None
+            # smolagents ends its loop by "calling" final_answer, which nothing answers
+            answer = name == FINAL_ANSWER and not answered
             extra.append(
                 {
                     "name": clean_text(redact_text(name, secrets)),
-                    "kind": "tool",
+                    "kind": "other" if answer else "tool",
                     "parent": caller["parent"],
                     "startMs": round(start, 3),
                     "durationMs": round(end - start, 3) if end is not None else None,
@@ -276,6 +429,18 @@ def _with_inferred_tools(
     return result
 
 
+def _observed(
+    caller: int, after: float, steps: list[dict[str, Any]], results: dict[str, tuple[int, Any]]
+) -> tuple[int, Any] | None:
+    """The result of a tool call that names no call id (smolagents answers through an
+    `Observation:` message): the observation of the next model call after it."""
+    for call_id, (answering, text) in results.items():
+        later = answering > caller and steps[answering]["startMs"] >= after - 0.01
+        if later and call_id.startswith(OBSERVATION):
+            return answering, text
+    return None
+
+
 def _requested_calls(attributes: Any) -> list[tuple[str, str, Any]]:
     """(id, tool name, arguments) of the tool calls a model call's output asks for."""
     prefix = "llm.output_messages.0.message.tool_calls."
@@ -292,18 +457,23 @@ def _requested_calls(attributes: Any) -> list[tuple[str, str, Any]]:
 
 def _tool_results(attributes: Any) -> list[tuple[str, Any]]:
     """(call id, result) of the tool results a model call's request carries (chat `tool`
-    messages, Anthropic `tool_result` blocks), read from its JSON input."""
+    messages, Anthropic `tool_result` blocks, smolagents' `Observation:` messages, known by
+    their place), read from its JSON input."""
     raw = attributes.get("input.value")
-    if not isinstance(raw, str) or "tool" not in raw:
+    if not isinstance(raw, str) or ("tool" not in raw and "Observation:" not in raw):
         return []
     try:
         request = json.loads(raw)
     except ValueError:
         return []
     found = []
-    for message in request.get("messages") or [] if isinstance(request, dict) else []:
+    messages = request.get("messages") or [] if isinstance(request, dict) else []
+    for n, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
+        text = _text_of(message.get("content"))
+        if message.get("role") in ("user", "tool-response") and text.startswith("Observation:"):
+            found.append((f"{OBSERVATION}{n}", text[len("Observation:") :].strip()))
         if message.get("role") == "tool" and message.get("tool_call_id"):
             found.append((str(message["tool_call_id"]), message.get("content")))
         content = message.get("content")
@@ -312,6 +482,17 @@ def _tool_results(attributes: Any) -> list[tuple[str, Any]]:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     found.append((str(block.get("tool_use_id")), block.get("content")))
     return found
+
+
+def _text_of(content: Any) -> str:
+    """A message's text (a string, or its text blocks joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(b.get("text")) for b in content if isinstance(b, dict) and b.get("text")
+        )
+    return ""
 
 
 def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
