@@ -507,6 +507,11 @@ def _wrap_async(module: Any, original: Callable[..., Any]) -> Callable[..., Any]
 
 
 HTTP_LIBRARIES = ("httpx", "httpx2")
+# httpx transports of their own that send without httpx's (module, class): LiteLLM's async
+# calls go through aiohttp by default.
+OTHER_TRANSPORTS = {
+    "litellm.llms.custom_httpx.aiohttp_transport": "LiteLLMAiohttpTransport",
+}
 _install_lock = threading.RLock()  # the import hook wraps too, maybe inside `install`
 
 
@@ -527,6 +532,24 @@ def install(*, lazily: bool = False) -> None:
             except ImportError:
                 continue
             _wrap_module(module)
+        for name in OTHER_TRANSPORTS:
+            if name in sys.modules:
+                _wrap_other(sys.modules[name])
+            elif name not in _hooked:
+                _hooked.add(name)  # their package imports them; no lookup needed now
+                wrapt.register_post_import_hook(_wrap_other, name)
+
+
+def _wrap_other(module: Any) -> None:
+    """Wrap a transport of OTHER_TRANSPORTS (an `httpx.AsyncBaseTransport`: its requests and
+    responses are httpx's)."""
+    import httpx
+
+    with _install_lock:
+        transport = getattr(module, OTHER_TRANSPORTS[module.__name__], None)
+        handle = getattr(transport, "handle_async_request", None)
+        if handle is not None and not getattr(handle, "cobalt_wrapped", False):
+            transport.handle_async_request = _wrap_async(httpx, handle)
 
 
 def _wrap_module(module: Any) -> None:

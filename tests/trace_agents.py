@@ -226,3 +226,48 @@ def llama_index_agent():
         return str(await agent.run(weather_prompt(city)))
 
     return run
+
+
+def record_then_replay(project, fake_provider, definition):
+    """Run `definition` with `--record`, then with `--replay`: (recorded run's items, replayed
+    run's items, by item key), asserting the replay reached no provider."""
+    from cobalt_app.models import ItemResult
+    from tests.helpers import execute
+
+    (recorded,) = execute(project, definition, overrides={"replay": "record"})
+    requests = fake_provider.request_count()
+    (replayed,) = execute(project, definition, overrides={"replay": "replay"})
+    assert fake_provider.request_count() == requests  # answered from the recording
+    items = [
+        {i.item_key: i for i in ItemResult.objects.filter(run=run)} for run in (recorded, replayed)
+    ]
+    assert {k: (i.status, i.output) for k, i in items[1].items()} == {
+        k: (i.status, i.output) for k, i in items[0].items()
+    }
+    return items
+
+
+def tree(steps: list[dict]) -> list[tuple]:
+    """(kind, name, parent's kind and name) of each step: the shape of a trace."""
+    return [
+        (
+            s["kind"],
+            s["name"],
+            None if s["parent"] is None else steps[s["parent"]]["kind"],
+        )
+        for s in steps
+    ]
+
+
+CITIES = ["Paris", "Lima", "Oslo"]
+
+
+def city_items() -> list[dict]:
+    return [
+        {
+            "id": city.lower(),
+            "input": city,
+            "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": city}}],
+        }
+        for city in CITIES
+    ]
