@@ -578,7 +578,8 @@ def timeline(
                 **step,
                 "number": number,
                 "depth": depth,
-                "indent": "\u00a0\u00a0" * depth,
+                # nested steps under their parent: "  ↳ name" per level
+                "indent": "\u00a0\u00a0" * (depth - 1) + "↳\u00a0" if depth else "",
                 "offset": min(offset, 998),
                 "width": min(width, 1000 - min(offset, 998)),
                 "tokens": tokens if step.get("inputTokens") is not None else None,

@@ -24,6 +24,29 @@ def test_a_langgraph_react_agent_shows_its_graph_and_counts_each_call_once(proje
     check(recorded, replayed)
 
 
+def test_the_item_page_shows_the_graph_as_a_tree(project, fake_provider, client):
+    import html
+    import re
+
+    from cobalt_app.models import ItemResult
+    from tests.helpers import execute
+
+    (run,) = execute(project, graph_experiment())
+    item = ItemResult.objects.get(run=run, item_key="paris")
+    page = html.unescape(client.get(f"/runs/{run.id}/items/{item.id}/").content.decode())
+    names = re.findall(r'<span class="step-name">([^<]*)', page)
+    assert [n.replace("\u00a0", " ").rstrip() for n in names] == [
+        "LangGraph",
+        "↳ model",
+        "  ↳ ChatOpenAI",
+        "↳ tools",
+        "  ↳ get_weather",
+        "↳ model",
+        "  ↳ ChatOpenAI",
+    ]
+    assert "7 steps: 2 model calls, 1 tool call" in page
+
+
 def test_langchain_instrumented_by_the_user_is_counted_once_too(project, fake_provider):
     """The user enabled OpenInference's LangChain instrumentation on the global provider
     themselves (as its docs say): Cobalt leaves theirs in place, and counts the same."""
