@@ -314,14 +314,23 @@ def _merge_same_requests(
     if len(calls) < 2:
         return steps, attributes
     keys = {i: _request_key(steps[i], attributes[i]) for i in calls}
+    sharing: dict[Any, list[int]] = {}  # a response id or last message -> calls' positions
+    for n, i in enumerate(calls):
+        ids, last = keys[i]
+        for token in {*ids, ("last", last)} if last is not None else ids:
+            sharing.setdefault(token, []).append(n)
     into: dict[int, int] = {}
     for n, i in enumerate(calls):
         if i in into:
             continue
-        for m, j in enumerate(calls[n + 1 :]):
+        ids, last = keys[i]
+        tokens = {*ids, ("last", last)} if last is not None else ids
+        later = sorted({m for t in tokens for m in sharing[t] if m > n})
+        for m in later:
+            j = calls[m]
             # A streaming call's span may end when the stream is handed over, before the
             # request underneath starts: the next call beside it is as good as overlapping.
-            beside = m == 0 and steps[i]["parent"] == steps[j]["parent"]
+            beside = m == n + 1 and steps[i]["parent"] == steps[j]["parent"]
             if j in into or not _same_request(steps[i], steps[j], keys[i], keys[j], beside):
                 continue
             keep, drop = (j, i) if _is_ancestor(steps, j, i) else (i, j)
