@@ -9,8 +9,9 @@ import openai
 import pytest
 
 from cobalt import Dataset
+from cobalt_app.models import ItemResult
 from cobalt_app.selectors import item_trace
-from tests.helpers import define
+from tests.helpers import define, execute
 from tests.trace_agents import record_then_replay
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,3 +69,28 @@ def test_an_openai_stream_is_one_step_with_or_without_usage(project, fake_provid
         else:  # the provider said nothing: unknown, never counted twice
             assert step["outputTokens"] in (None, 4)
         assert len(item_trace(replayed[key].id)) == 1
+
+
+def test_two_identical_streams_at_once_stay_two_calls(project, fake_provider):
+    """Matching is by the request: two concurrent calls with the same messages are told
+    apart by their response ids (four spans, two steps), never merged into one."""
+    import asyncio
+
+    client = anthropic.AsyncAnthropic()
+
+    async def one(text: str) -> str:
+        messages = [{"role": "user", "content": "ECHO: " + text}]
+        async with client.messages.stream(
+            model="claude-haiku-4-5", max_tokens=100, messages=messages
+        ) as stream:
+            return await stream.get_final_text()
+
+    async def runner(ctx):
+        both = await asyncio.gather(one(ctx.item["input"]), one(ctx.item["input"]))
+        return " | ".join(both)
+
+    (run,) = execute(project, define("twice", WORDS, runner, concurrency=3))
+    for item in ItemResult.objects.filter(run=run):
+        steps = item_trace(item.id)
+        assert [s["kind"] for s in steps] == ["llm", "llm"]
+        assert item.tokens == 18  # 5 + 4 each
