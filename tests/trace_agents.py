@@ -271,3 +271,22 @@ def city_items() -> list[dict]:
         }
         for city in CITIES
     ]
+
+
+def haystack_pipeline():
+    """A Haystack pipeline: a prompt builder feeding OpenAI's chat generator."""
+    from haystack import Pipeline
+    from haystack.components.builders import ChatPromptBuilder
+    from haystack.components.generators.chat import OpenAIChatGenerator
+    from haystack.dataclasses import ChatMessage
+
+    pipeline = Pipeline()
+    template = [ChatMessage.from_user("ECHO: the weather in {{ city }} is sunny")]
+    pipeline.add_component("prompt", ChatPromptBuilder(template=template, required_variables="*"))
+    pipeline.add_component("llm", OpenAIChatGenerator(model="gpt-4o-mini"))
+    pipeline.connect("prompt.prompt", "llm.messages")
+
+    def run(city: str) -> str:
+        return pipeline.run({"prompt": {"city": city}})["llm"]["replies"][0].text
+
+    return run
