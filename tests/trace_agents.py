@@ -290,3 +290,21 @@ def haystack_pipeline():
         return pipeline.run({"prompt": {"city": city}})["llm"]["replies"][0].text
 
     return run
+
+
+DSPY_ANSWER = "[[ ## answer ## ]]\nsunny\n\n[[ ## completed ## ]]"  # its ChatAdapter's format
+
+
+def dspy_program():
+    """A DSPy `Predict` module on LiteLLM (DSPy's own LM client); the
+    fake provider must answer in DSPy's field format (`reply_when("Weather in", DSPY_ANSWER)`)."""
+    import dspy
+
+    lm = dspy.LM("openai/gpt-4o-mini", cache=False)
+    predict = dspy.Predict("question -> answer")
+
+    def run(city: str) -> str:
+        with dspy.context(lm=lm):
+            return predict(question=f"Weather in {city}?").answer
+
+    return run
