@@ -18,18 +18,20 @@ from tests.helpers import define, execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-HINT = "DSPy's own steps are not traced, only its model calls: pip install 'cobalt-agents[dspy]'"
+HINT = (
+    "CrewAI's own steps are not traced, only its model calls: pip install 'cobalt-agents[crewai]'"
+)
 
 
 def test_a_framework_without_its_extra_is_a_hint_not_a_missing_trace(
     project, fake_provider, monkeypatch
 ):
-    # DSPy is not installed here; the agent imported something that is it as far as Cobalt
-    # can tell (a `dspy` module with `Predict`), and `openinference-instrumentation-dspy` is
-    # not installed either.
-    dspy = types.ModuleType("dspy")
-    dspy.Predict = object
-    monkeypatch.setitem(sys.modules, "dspy", dspy)
+    # CrewAI cannot share this environment (it needs mcp<2); the agent imported something
+    # that is it as far as Cobalt can tell (a `crewai` module with `Crew`), and
+    # `openinference-instrumentation-crewai` is not installed.
+    crewai = types.ModuleType("crewai")
+    crewai.Crew = object
+    monkeypatch.setitem(sys.modules, "crewai", crewai)
     assert traces.header(load_config(project.path)) == HINT
 
     client = openai.OpenAI()
