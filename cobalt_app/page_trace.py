@@ -105,14 +105,18 @@ def trace_page(
 
 
 def _runs(steps: Sequence[dict[str, Any]]) -> list[StepGroup]:
-    """The trace's runs of consecutive steps with the same kind (and tool name)."""
+    """The trace's runs of consecutive steps with the same kind (and tool name) and the same
+    parent: a framework's tree (graph → node → model call) is never folded across levels."""
     groups: list[StepGroup] = []
+    parents: list[Any] = []
     for number, step in enumerate(steps, 1):
         kind = step.get("kind") or "other"
         name = str(step.get("name") or "") if kind == "tool" else ""
         last = groups[-1] if groups else None
-        if last is not None and last.kind == kind and last.name == name:
+        same = last is not None and (last.kind, last.name) == (kind, name)
+        if same and parents[-1] == step.get("parent"):
             last.count += 1
         else:
             groups.append(StepGroup(kind=kind, name=name, first=number, count=1))
+            parents.append(step.get("parent"))
     return groups

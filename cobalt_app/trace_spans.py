@@ -23,12 +23,17 @@ from typing import Any
 
 from cobalt.redaction import may_hold, redact, redact_text
 from cobalt.run_settings import RUN_DEFAULTS
+from cobalt_app import trace_merge
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text, process_secrets
 from cobalt_app.token_counts import count_without_usage
 
 KINDS = ("llm", "tool", "agent", "retrieval", "http", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
+FINAL_ANSWER = "final_answer"  # smolagents' last "tool call": the agent's answer
+SMOLAGENTS_SCOPE = "openinference.instrumentation.smolagents"
+PREPARING = "._prepare_chat_with_tools"  # an LLM-kind span of LlamaIndex that calls nothing
+OBSERVATION = "#observation:"  # a tool result known by its place, not by a call id
 OPENINFERENCE_KINDS = {
     "LLM": "llm",
     "EMBEDDING": "llm",
@@ -135,6 +140,11 @@ def step_of(
     name = span.name
     if kind == "tool":
         name = str(_first(a, "tool.name", "gen_ai.tool.name", "cobalt.name") or name)
+        scope = getattr(getattr(span, "instrumentation_scope", None), "name", "") or ""
+        if name == FINAL_ANSWER and scope.startswith(SMOLAGENTS_SCOPE):
+            kind = "other"  # smolagents ends its loop through this "tool": it is the answer
+    elif kind == "llm" and name.endswith(PREPARING):
+        kind = "other"  # LlamaIndex's span around building a request: no model call
     tool_input = _first(
         a, "cobalt.input", "input.value", "gen_ai.tool.call.arguments", "tool_arguments"
     )
@@ -160,6 +170,14 @@ def step_of(
         "input": shown(tool_input, max_chars, secrets),
         "output": shown(tool_output, max_chars, secrets),
     }
+    if estimated:  # "tiktoken", "chars" or "unknown" (`token_counts`)
+        step["tokensEstimated"] = estimated
+    return _marked(step, span, a)
+
+
+def _marked(step: dict[str, Any], span: Any, a: dict[str, Any]) -> dict[str, Any]:
+    """The step with what Cobalt's own layers said of its span: replayed, intercepted, an
+    HTTP target's trace ids, an HTTP request's fields."""
     if a.get("cobalt.replayed"):  # answered from a recording (`cobalt_app.recordings`)
         step["replayed"] = True
     if a.get("cobalt.trace_id"):  # an HTTP target's request: its service's spans join here
@@ -169,10 +187,8 @@ def step_of(
     mark = a.get("cobalt.intercepted")  # stubbed, injected, replayed (`cobalt_app.intercepts`)
     if mark:
         step["intercepted"] = str(mark)
-    if kind == "http":  # a plain HTTP request of the agent (`cobalt_app.http_intercept`)
+    if step["kind"] == "http":  # a plain HTTP request of the agent (`http_intercept`)
         step.update(http_fields(a))
-    if estimated:  # "tiktoken", "chars" or "unknown" (`token_counts`)
-        step["tokensEstimated"] = estimated
     return step
 
 
@@ -209,52 +225,48 @@ def steps_of(
     for step, span in zip(steps, spans, strict=True):
         parent = span.parent.span_id if span.parent is not None else None
         step["parent"] = index_of.get(parent)
-    steps, attributes = _merge_nested_calls(steps, attributes)
+    steps, attributes = trace_merge.same_requests(steps, attributes)
+    steps, attributes = trace_merge.nested_calls(steps, attributes)
     if not any(s["kind"] == "tool" for s in steps):
-        steps = _with_inferred_tools(steps, attributes, max_chars, secrets)
+        return _with_inferred_tools(steps, attributes, max_chars, secrets)
+    _with_requested_arguments(steps, attributes, max_chars, secrets)
     return steps
 
 
-MERGED = ("model", "inputTokens", "outputTokens", "cost", "input", "output")
+def _with_requested_arguments(
+    steps: list[dict[str, Any]],
+    attributes: list[dict[str, Any]],
+    max_chars: int,
+    secrets: Sequence[str],
+) -> None:
+    """A tool span that records its input in its framework's shape (LangChain's bare value,
+    smolagents' `{"args", "kwargs", ...}`) gets the arguments its model call asked for: the
+    latest earlier call that requested a tool of that name, each request used once."""
+    pending: list[tuple[float, str, Any]] = []  # (requested at, tool name, arguments)
+    for step, a in sorted(zip(steps, attributes, strict=True), key=lambda t: t[0]["startMs"]):
+        if step["kind"] == "llm":
+            end = step["startMs"] + (step["durationMs"] or 0)
+            pending += [(end, name, arguments) for _, name, arguments in _requested_calls(a)]
+            continue
+        if step["kind"] != "tool":
+            continue
+        found = next((n for n, p in enumerate(pending) if p[1] == step["name"]), None)
+        if found is None:
+            continue
+        asked, current = _parsed(pending.pop(found)[2]), _parsed(step["input"])
+        if isinstance(asked, dict) and not (
+            isinstance(current, dict) and current.keys() == asked.keys()
+        ):
+            step["input"] = shown(asked, max_chars, secrets)
 
 
-def _merge_nested_calls(
-    steps: list[dict[str, Any]], attributes: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One model call seen by two spans (a framework's span around the SDK's, an
-    instrumentation's two spans for one async call) is one step: the outer keeps its place
-    and takes from the inner what it lacks."""
-    children: dict[int, list[int]] = {}
-    for i, step in enumerate(steps):
-        if step["parent"] is not None:
-            children.setdefault(step["parent"], []).append(i)
-    removed: set[int] = set()
-    for i, step in enumerate(steps):
-        kids = children.get(i, [])
-        if step["kind"] != "llm" or len(kids) != 1:
-            continue
-        inner = steps[kids[0]]
-        if inner["kind"] != "llm" or children.get(kids[0]):
-            continue
-        for key in MERGED:
-            if step[key] is None:
-                step[key] = inner[key]
-        if inner.get("replayed"):
-            step["replayed"] = True
-        if inner["status"] == "error":
-            step["status"], step["error"] = "error", step["error"] or inner["error"]
-        attributes[i] = {**attributes[kids[0]], **attributes[i]}
-        removed.add(kids[0])
-    if not removed:
-        return steps, attributes
-    keep = [i for i in range(len(steps)) if i not in removed]
-    new_index = {old: new for new, old in enumerate(keep)}
-    for i in keep:
-        parent = steps[i]["parent"]
-        while parent is not None and parent in removed:
-            parent = steps[parent]["parent"]
-        steps[i]["parent"] = new_index.get(parent) if parent is not None else None
-    return [steps[i] for i in keep], [attributes[i] for i in keep]
+def _parsed(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
 def _with_inferred_tools(
@@ -275,12 +287,14 @@ def _with_inferred_tools(
         caller = steps[i]
         start = caller["startMs"] + caller["durationMs"]
         for call_id, name, arguments in requested:
-            answered = results.get(call_id)
+            answered = results.get(call_id) or _observed(i, start, steps, results)
             end = steps[answered[0]]["startMs"] if answered else None
+            # smolagents ends its loop by "calling" final_answer, which nothing answers
+            answer = name == FINAL_ANSWER and not answered
             extra.append(
                 {
                     "name": clean_text(redact_text(name, secrets)),
-                    "kind": "tool",
+                    "kind": "other" if answer else "tool",
                     "parent": caller["parent"],
                     "startMs": round(start, 3),
                     "durationMs": round(end - start, 3) if end is not None else None,
@@ -307,6 +321,18 @@ def _with_inferred_tools(
     return result
 
 
+def _observed(
+    caller: int, after: float, steps: list[dict[str, Any]], results: dict[str, tuple[int, Any]]
+) -> tuple[int, Any] | None:
+    """The result of a tool call that names no call id (smolagents answers through an
+    `Observation:` message): the observation of the next model call after it."""
+    for call_id, (answering, text) in results.items():
+        later = answering > caller and steps[answering]["startMs"] >= after - 0.01
+        if later and call_id.startswith(OBSERVATION):
+            return answering, text
+    return None
+
+
 def _requested_calls(attributes: Any) -> list[tuple[str, str, Any]]:
     """(id, tool name, arguments) of the tool calls a model call's output asks for."""
     prefix = "llm.output_messages.0.message.tool_calls."
@@ -323,18 +349,23 @@ def _requested_calls(attributes: Any) -> list[tuple[str, str, Any]]:
 
 def _tool_results(attributes: Any) -> list[tuple[str, Any]]:
     """(call id, result) of the tool results a model call's request carries (chat `tool`
-    messages, Anthropic `tool_result` blocks), read from its JSON input."""
+    messages, Anthropic `tool_result` blocks, smolagents' `Observation:` messages, known by
+    their place), read from its JSON input."""
     raw = attributes.get("input.value")
-    if not isinstance(raw, str) or "tool" not in raw:
+    if not isinstance(raw, str) or ("tool" not in raw and "Observation:" not in raw):
         return []
     try:
         request = json.loads(raw)
     except ValueError:
         return []
     found = []
-    for message in request.get("messages") or [] if isinstance(request, dict) else []:
+    messages = request.get("messages") or [] if isinstance(request, dict) else []
+    for n, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
+        text = _text_of(message.get("content"))
+        if message.get("role") in ("user", "tool-response") and text.startswith("Observation:"):
+            found.append((f"{OBSERVATION}{n}", text[len("Observation:") :].strip()))
         if message.get("role") == "tool" and message.get("tool_call_id"):
             found.append((str(message["tool_call_id"]), message.get("content")))
         content = message.get("content")
@@ -343,6 +374,17 @@ def _tool_results(attributes: Any) -> list[tuple[str, Any]]:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     found.append((str(block.get("tool_use_id")), block.get("content")))
     return found
+
+
+def _text_of(content: Any) -> str:
+    """A message's text (a string, or its text blocks joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(b.get("text")) for b in content if isinstance(b, dict) and b.get("text")
+        )
+    return ""
 
 
 def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -444,7 +486,8 @@ def timeline(
                 **step,
                 "number": number,
                 "depth": depth,
-                "indent": "\u00a0\u00a0" * depth,
+                # nested steps under their parent: "  ↳ name" per level
+                "indent": "\u00a0\u00a0" * (depth - 1) + "↳\u00a0" if depth else "",
                 "offset": min(offset, 998),
                 "width": min(width, 1000 - min(offset, 998)),
                 "tokens": tokens if step.get("inputTokens") is not None else None,

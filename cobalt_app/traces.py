@@ -9,7 +9,11 @@ framework made) still joins the item of its parent span.
 
 The processor goes on the global tracer provider, so every span is seen: the `openai` and
 `anthropic` SDKs' calls (OpenInference's instrumentations, enabled by `enabled()` for as long
-as a run executes), a framework that instruments itself (PydanticAI, the OpenAI Agents SDK
+as a run executes), the frameworks whose OpenInference instrumentation is installed (LangChain
+and LangGraph, LiteLLM, LlamaIndex, smolagents, CrewAI, DSPy, Haystack: each an extra,
+`cobalt-agents[langchain]`, enabled the same way when the agent imports the framework; the
+same model call seen by a framework's span and the SDK's is one step, see `trace_spans`),
+a framework that instruments itself (PydanticAI, the OpenAI Agents SDK
 through OpenInference's processor), the user's own tracer and `cobalt.span`. If the user set
 an SDK tracer provider, Cobalt adds its processor to it (their exporters keep receiving their
 spans); if not, Cobalt installs a provider with no exporter at all. Spans are only collected in
@@ -54,6 +58,13 @@ INSTRUMENTATIONS = {
     "openai": ("openinference.instrumentation.openai", "OpenAIInstrumentor"),
     "anthropic": ("openinference.instrumentation.anthropic", "AnthropicInstrumentor"),
     "agents": ("openinference.instrumentation.openai_agents", "OpenAIAgentsInstrumentor"),
+    "langchain_core": ("openinference.instrumentation.langchain", "LangChainInstrumentor"),
+    "litellm": ("openinference.instrumentation.litellm", "LiteLLMInstrumentor"),
+    "llama_index.core": ("openinference.instrumentation.llama_index", "LlamaIndexInstrumentor"),
+    "smolagents": ("openinference.instrumentation.smolagents", "SmolagentsInstrumentor"),
+    "crewai": ("openinference.instrumentation.crewai", "CrewAIInstrumentor"),
+    "dspy": ("openinference.instrumentation.dspy", "DSPyInstrumentor"),
+    "haystack": ("openinference.instrumentation.haystack", "HaystackInstrumentor"),
 }
 # library -> a name only the real one has (a project may have its own `agents` package)
 LIBRARIES = {
@@ -61,6 +72,25 @@ LIBRARIES = {
     "anthropic": "Anthropic",
     "agents": "add_trace_processor",
     "pydantic_ai": "Agent",
+    "langchain_core": "__version__",
+    "litellm": "completion",
+    "llama_index.core": "Settings",
+    "smolagents": "ToolCallingAgent",
+    "crewai": "Crew",
+    "dspy": "Predict",
+    "haystack": "Pipeline",
+}
+# Frameworks whose instrumentation is an optional extra (`cobalt-agents[langchain]`): without
+# it their model calls are still traced (through the SDK underneath), only their own tree is
+# not, so a missing one is a hint (`flat()`), not a trace "not captured".
+EXTRAS = {
+    "langchain_core": ("LangChain/LangGraph", "langchain"),
+    "litellm": ("LiteLLM", "litellm"),
+    "llama_index.core": ("LlamaIndex", "llama-index"),
+    "smolagents": ("smolagents", "smolagents"),
+    "crewai": ("CrewAI", "crewai"),
+    "dspy": ("DSPy", "dspy"),
+    "haystack": ("Haystack", "haystack"),
 }
 
 
@@ -145,6 +175,7 @@ _users = 0
 _instrumented: list[Any] = []
 _done: set[str] = set()  # libraries instrumented (or left to the user) while enabled
 _refused: dict[str, str] = {}  # library -> why it is not traced (while enabled)
+_flat: dict[str, str] = {}  # framework -> its extra to install (its instrumentation is not)
 _hooked: set[str] = set()  # libraries with an import hook
 
 
@@ -220,9 +251,16 @@ def _instrument(tracer_provider: TracerProvider) -> None:
     for library in LIBRARIES:
         if library in sys.modules:
             _instrument_library(sys.modules[library], tracer_provider)
-        elif library not in _hooked and importlib.util.find_spec(library) is not None:
+        elif library not in _hooked and _installed(library):
             _hooked.add(library)
             wrapt.register_post_import_hook(_on_import, library)
+
+
+def _installed(library: str) -> bool:
+    try:  # a dotted name imports its parent package (`llama_index`: a bare namespace)
+        return importlib.util.find_spec(library) is not None
+    except ImportError:
+        return False
 
 
 def _on_import(module: Any) -> None:
@@ -244,7 +282,15 @@ def _instrument_library(module: Any, tracer_provider: TracerProvider) -> None:
             _instrument_pydantic_ai(tracer_provider)
             return
         module_name, class_name = INSTRUMENTATIONS[library]
-        instrumentor = getattr(importlib.import_module(module_name), class_name)()
+        try:
+            instrumentation = importlib.import_module(module_name)
+        except ImportError as exc:
+            if library not in EXTRAS or not _missing(exc, module_name):
+                raise
+            _flat[library] = flat_hint(library)
+            logger.info("%s", _flat[library])
+            return
+        instrumentor = getattr(instrumentation, class_name)()
         if instrumentor.is_instrumented_by_opentelemetry:
             return  # the user did it: theirs stays
         refused = unsupported(instrumentor)
@@ -294,10 +340,44 @@ def refusals_ahead() -> list[str]:
         try:
             instrumentor = getattr(importlib.import_module(module_name), class_name)()
             why = unsupported(instrumentor)
+        except ImportError as exc:
+            why = "" if library in EXTRAS and _missing(exc, module_name) else _unloadable(exc)
         except Exception as exc:  # noqa: BLE001 - said, never raised: it is a warning
-            why = f"its instrumentation cannot be loaded: {type(exc).__name__}: {exc}"
+            why = _unloadable(exc)
         if why:
             found.append(why)
+    return found
+
+
+def _unloadable(exc: BaseException) -> str:
+    return f"its instrumentation cannot be loaded: {type(exc).__name__}: {exc}"
+
+
+def _missing(exc: ImportError, module_name: str) -> bool:
+    """Whether the instrumentation itself is not installed (not a module it needs)."""
+    name = getattr(exc, "name", None) or ""
+    return bool(name) and module_name.startswith(name)
+
+
+def flat_hint(library: str) -> str:
+    framework, extra = EXTRAS[library]
+    return (
+        f"{framework}'s own steps are not traced, only its model calls: "
+        f"pip install 'cobalt-agents[{extra}]'"
+    )
+
+
+def flat_ahead() -> list[str]:
+    """The frameworks already imported whose instrumentation is not installed, each with the
+    extra that installs it (for the run's header)."""
+    found = []
+    for library in EXTRAS:
+        module = sys.modules.get(library)
+        if module is None or not hasattr(module, LIBRARIES[library]):
+            continue
+        module_name = INSTRUMENTATIONS[library][0]
+        if not _installed(module_name):
+            found.append(flat_hint(library))
     return found
 
 
@@ -320,6 +400,7 @@ def _instrument_pydantic_ai(tracer_provider: TracerProvider) -> None:
 def _uninstrument() -> None:
     _done.clear()
     _refused.clear()
+    _flat.clear()
     while _instrumented:
         _instrumented.pop().uninstrument()
     if _pydantic_default:
@@ -351,13 +432,13 @@ UNSEEN = "evaluators that read the trace give errors"
 
 def header(config: Any) -> str | None:
     """The run header's line about the agent's trace, when it will not be (wholly) captured:
-    tracing off, or a library already imported that its instrumentation refuses."""
+    tracing off, a library already imported that its instrumentation refuses, or a framework
+    whose instrumentation (an extra) is not installed."""
     if not TraceSettings.from_config(config).enabled:
         return f"not captured: {OFF}; {UNSEEN}"
     refused = refusals_ahead()
-    if refused:
-        return f"not captured: {'; '.join(refused)}; {UNSEEN}"
-    return None
+    lines = [f"not captured: {'; '.join(refused)}; {UNSEEN}"] if refused else []
+    return "; ".join(lines + flat_ahead()) or None
 
 
 @dataclass(frozen=True)

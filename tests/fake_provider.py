@@ -37,13 +37,16 @@ tool's JSON schema (first ``enum`` value, ``"fake"``, ``1``, ``true``, ``[]``). 
 whose last message carries tool results (a chat ``tool`` message, an Anthropic ``tool_result``
 block) ends the tool loop: it is answered with text, the ``[[reply:TEXT]]`` of the prompt or
 else ``"tool said: "`` and the text of those results. ``[[tools:N]]`` in the prompt asks for
-``N`` tool calls in a row before that answer (one per request).
+``N`` tool calls in a row before that answer (one per request). smolagents' protocol: a
+request offering a ``final_answer`` tool whose last message is an ``Observation:`` (its tool
+results) gets a ``final_answer`` call with ``{"answer": "tool said: <observation>"}``.
 
-A chat/messages request with ``"stream": true`` (and no ``tools``) gets the same reply as
-server-sent events in the provider's own shape: OpenAI ``chat.completion.chunk`` deltas (a
-usage chunk when ``stream_options.include_usage``) then ``data: [DONE]``; Anthropic
-``message_start`` … ``content_block_delta`` (``text_delta``) … ``message_stop``. The text is
-sent a few words per event.
+A chat/messages request with ``"stream": true`` gets the same reply as server-sent events in
+the provider's own shape: OpenAI ``chat.completion.chunk`` deltas (a usage chunk when
+``stream_options.include_usage``) then ``data: [DONE]``; Anthropic ``message_start`` …
+``content_block_delta`` (``text_delta``) … ``message_stop``. The text is sent a few words per
+event; a tool call is streamed too (OpenAI ``tool_calls`` deltas, Anthropic
+``input_json_delta``), its arguments a few characters per event.
 
 Embeddings are a deterministic 64-dim (or ``dimensions``) signed hashed bag of lowercase word
 tokens, L2-normalised: identical texts have cosine 1.0, texts sharing words score high.
@@ -531,15 +534,12 @@ class FakeProvider:
             return self._failure_reply(path, failure)
         if not isinstance(body, dict):
             return Reply(400, error_body(path, 400, "Request body must be a JSON object."))
-        if body.get("stream") and (body.get("tools") or path == EMBEDDINGS_PATH):
-            return Reply(400, error_body(path, 400, "The fake provider streams text replies only."))
+        if body.get("stream") and path == EMBEDDINGS_PATH:
+            return Reply(400, error_body(path, 400, "Embeddings are not streamed."))
         if path == EMBEDDINGS_PATH:
             return Reply(200, self._embeddings(body))
-        if body.get("tools") and wants_tool_call(body):
-            name, arguments = choose_tool_call(body)
-            if path == CHAT_PATH:
-                return Reply(200, self._chat_tool_call(body, name, arguments))
-            return Reply(200, self._anthropic_tool_use(body, name, arguments))
+        if body.get("tools") and (wants_tool_call(body) or final_answer_call(body)):
+            return self._tool_reply(path, body)
         if tool_results(body):
             text = after_tools_reply(body)
         elif self._pop_invalid_json():
@@ -551,6 +551,15 @@ class FakeProvider:
             return self._chat_stream(body, reply.body) if body.get("stream") else reply
         reply = Reply(200, self._anthropic_message(body, text))
         return self._anthropic_stream(reply.body) if body.get("stream") else reply
+
+    def _tool_reply(self, path: str, body: dict[str, Any]) -> Reply:
+        """A tool call (streamed when asked), smolagents' `final_answer` first."""
+        name, arguments = final_answer_call(body) or choose_tool_call(body)
+        if path == CHAT_PATH:
+            reply = Reply(200, self._chat_tool_call(body, name, arguments))
+            return chat_tool_stream(body, reply.body) if body.get("stream") else reply
+        reply = Reply(200, self._anthropic_tool_use(body, name, arguments))
+        return anthropic_tool_stream(reply.body) if body.get("stream") else reply
 
     @staticmethod
     def _chat_stream(body: dict[str, Any], completion: dict[str, Any]) -> Reply:
@@ -708,6 +717,98 @@ class FakeProvider:
             "model": body.get("model") or "fake-embedding",
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
+
+
+# --------------------------------------------------------------------------- smolagents' protocol
+
+
+def observation(body: dict[str, Any]) -> str | None:
+    """The text of a last ``Observation:`` message (smolagents sends tool results as user
+    messages), or None."""
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") not in ("user", "tool", "tool-response"):
+        return None
+    text = content_text(messages[-1].get("content")).strip()
+    return text[len("Observation:") :].strip() if text.startswith("Observation:") else None
+
+
+def final_answer_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """smolagents ends its loop by calling its ``final_answer`` tool: a request that offers it
+    and ends with an observation gets that call, ``{"answer": "tool said: <observation>"}``
+    (or the prompt's ``[[reply:TEXT]]``)."""
+    names = {(t.get("function") or t).get("name") for t in body.get("tools") or []}
+    seen = observation(body)
+    if "final_answer" not in names or seen is None:
+        return None
+    match = _REPLY_RE.search(prompt_text(body))
+    return "final_answer", {"answer": match.group(1) if match else f"tool said: {seen}"}
+
+
+# --------------------------------------------------------------------------- streamed tool calls
+
+
+def chat_tool_stream(body: dict[str, Any], completion: dict[str, Any]) -> Reply:
+    """A chat completion's tool call as ``chat.completion.chunk`` events: the call's id and
+    name first, its arguments in pieces, ``finish_reason: tool_calls``, the usage chunk when
+    ``stream_options.include_usage``, then ``[DONE]`` (what LlamaIndex's and LangChain's
+    streaming agents read)."""
+    base = {k: completion[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return json.dumps({**base, "choices": [choice]})
+
+    (call,) = completion["choices"][0]["message"]["tool_calls"]
+    head = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+    events = [chunk({"role": "assistant", "content": None, "tool_calls": [head]})]
+    for piece in _json_pieces(call["function"]["arguments"]):
+        events.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+    events.append(chunk({}, "tool_calls"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append(json.dumps({**base, "choices": [], "usage": completion["usage"]}))
+    events.append("[DONE]")
+    return Reply(200, {}, events=[f"data: {event}\n\n" for event in events])
+
+
+def anthropic_tool_stream(message: dict[str, Any]) -> Reply:
+    """A message's ``tool_use`` block as Anthropic's streaming events (``input_json_delta``)."""
+    (block,) = message["content"]
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": usage["input_tokens"], "output_tokens": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
+        ),
+    ]
+    for piece in _json_pieces(json.dumps(block["input"])):
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return Reply(
+        200, {}, events=[f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events]
+    )
+
+
+def _json_pieces(text: str, size: int = 8) -> list[str]:
+    """A JSON text in pieces of `size` characters (joined, they give it back exactly)."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _pieces(text: str, words: int = 3) -> list[str]:
