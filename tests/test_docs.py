@@ -22,7 +22,8 @@ The prose is checked too: `cobalt ...` commands in backticks, module paths, MCP 
 their arguments, `/api/` paths.
 
 A block whose previous non-blank line is `<!-- docs-test: skip -->` is left out (say why in
-the page: it needs a network, a key, Docker...). Then the site builds with `mkdocs build
+the page: it needs a network, a key, Docker...); after `<!-- docs-test: expect error "…" -->`
+an item of its run may end with that error (the example shows it), and no other. Then the site builds with `mkdocs build
 --strict`, and its generated references list everything the code has.
 """
 
@@ -49,6 +50,7 @@ from cobalt_cli.scaffold import DATASET
 from tests.conftest import REPO, cli_env
 
 SKIP = "<!-- docs-test: skip -->"
+EXPECT_ERROR = re.compile(r'<!-- docs-test: expect error "([^"]+)" -->')
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 RUNNABLE = ("python", "toml", "json", "console", "bash")
 FILE_COMMENT = re.compile(r"^# ([\w./-]+\.(?:py|jsonl|json|csv|toml))\s*$")
@@ -60,6 +62,7 @@ class Block:
     line: int  # of the opening fence, 1-based
     lang: str
     text: str
+    expected_error: str = ""  # `<!-- docs-test: expect error "…" -->`: the example shows one
 
     @property
     def where(self) -> str:
@@ -80,8 +83,11 @@ def page_blocks(page: Path) -> list[Block]:
             end += 1
         before = [text for text in lines[:index] if text.strip()]
         skipped = bool(before) and before[-1].strip() == SKIP
+        expected = EXPECT_ERROR.fullmatch(before[-1].strip()) if before else None
         if fence.group(2) in RUNNABLE and not skipped:
-            found.append(Block(page, index + 1, fence.group(2), "\n".join(lines[index + 1 : end])))
+            text = "\n".join(lines[index + 1 : end])
+            error = expected.group(1) if expected else ""
+            found.append(Block(page, index + 1, fence.group(2), text, error))
         index = end + 1
     return found
 
@@ -203,8 +209,11 @@ def check_runs(folder: Path, blocks: list[Block], output: str) -> None:
     for path in sorted((folder / ".cobalt" / "results").glob("*.json*")):
         if path.name.startswith("checked-"):
             continue
+        expected = [block.expected_error for block in blocks if block.expected_error]
         for item in load_results(path)["items"]:
-            problems = [item.get("error")] if item["status"] != "ok" else []
+            error = item.get("error") or ""
+            shown = any(error.startswith(text) for text in expected)
+            problems = [error] if item["status"] != "ok" and not shown else []
             problems += [
                 f"{name}: {evaluation.get('error')}"
                 for name, evaluation in item.get("evaluations", {}).items()
