@@ -1,5 +1,5 @@
 """`cobalt ...` for the tests, a fork away: a process that has imported the libraries every
-command imports (Django, Typer, Rich, httpx, the SDKs, numpy) forks one child per command.
+command imports (Django, Typer, Rich, numpy) forks one child per command.
 
 The child is a real, separate process: it takes the command's folder, environment, arguments
 and standard streams, runs `cobalt_cli.main.main()` and exits as `python -m cobalt_cli` would
@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+# Not the SDKs an agent imports, nor httpx: when they are first imported is what the tests of
+# tracing and recording look at.
 PRELOAD = (
     "django",
     "django.db.models",
@@ -35,11 +37,7 @@ PRELOAD = (
     "typer",
     "rich.console",
     "rich.table",
-    "httpx",
-    "openai",
-    "anthropic",
     "numpy",
-    "opentelemetry.sdk.trace",
 )
 # What the child must see as the zygote saw it: modules found through it, bytecode written.
 SAME = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONSAFEPATH")

@@ -412,7 +412,7 @@ def test_file_arguments_outside_the_project_are_refused(
         assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
         # The server is still there and still works.
-        assert len((await session.list_tools()).tools) == 7
+        assert len((await session.list_tools()).tools) == 8
         example = await session.call_tool("cobalt_run", {"file": "experiments/example.cobalt.py"})
         assert not example.is_error
         assert example.structured_content["runs"][0]["name"] == "example-qa"
