@@ -223,8 +223,12 @@ INPUT_BYTES = 8192  # of a request's body kept as its step's input (then cut to 
 def _start_step(out: Outbound, body: Callable[[], bytes | None]) -> None:
     current = otel_trace.get_current_span()
     attributes = getattr(current, "attributes", None)
-    if current.is_recording() and attributes and trace_spans.kind_of(attributes) == "llm":
-        out.model_span = current  # an instrumented SDK's model call: its step already
+    described = attributes and (
+        trace_spans.kind_of(attributes) == "llm" or "cobalt.trace_id" in attributes
+    )
+    if current.is_recording() and described:
+        # Its step already: an instrumented SDK's model call, an HTTP target's request.
+        out.model_span = current
         return
     cleaned = recordings.clean_url(out.url)
     parts = urlsplit(cleaned)

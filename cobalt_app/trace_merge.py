@@ -5,6 +5,7 @@ its span's attributes beside it."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -47,9 +48,57 @@ def _absorb(
             step[key] = other[key]
     if other.get("replayed"):
         step["replayed"] = True
+    if other.get("intercepted") and not step.get("intercepted"):
+        step["intercepted"] = other["intercepted"]
     if other["status"] == "error":
         step["status"], step["error"] = "error", step["error"] or other["error"]
     attributes[keep] = {**attributes[drop], **attributes[keep]}
+
+
+def one_tool_call(
+    steps: list[dict[str, Any]], attributes: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One tool call seen by two spans (a framework's own, OpenInference's LangChain tool
+    span, and Cobalt's, which answered or recorded the call) is one step: the first keeps its
+    place and takes the other's mark and what it lacks. The two have the tool's name, the
+    second lies within the first's time, under it, or beside it (or at the root: a thread
+    the framework started without the context) with the same arguments."""
+    into: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        if step["kind"] != "tool" or i in into:
+            continue
+        for j in range(i + 1, len(steps)):
+            other = steps[j]
+            if j in into or other["kind"] != "tool" or other["name"] != step["name"]:
+                continue
+            beside = other["parent"] in (step["parent"], None) and _same_input(other, step)
+            if (other["parent"] == i or beside) and _within(other, step):
+                _absorb(steps, attributes, i, j)
+                into[j] = i
+                break
+    return _without(steps, attributes, into)
+
+
+def _same_input(one: dict[str, Any], other: dict[str, Any]) -> bool:
+    """The same arguments (two calls of one tool at once are two steps); LangChain's span
+    shows a one-argument tool's input bare (`word0` for `{"query": "word0"}`)."""
+    a, b = _parsed(one["input"]), _parsed(other["input"])
+    return a == b or _bare(a) == b or a == _bare(b)
+
+
+def _bare(value: Any) -> Any:
+    return next(iter(value.values())) if isinstance(value, dict) and len(value) == 1 else value
+
+
+def _parsed(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
+def _within(inner: dict[str, Any], outer: dict[str, Any]) -> bool:
+    return outer["startMs"] <= inner["startMs"] and _end(inner) <= _end(outer) + 0.001
 
 
 def _end(step: dict[str, Any]) -> float:

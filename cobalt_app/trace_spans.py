@@ -227,6 +227,7 @@ def steps_of(
         step["parent"] = index_of.get(parent)
     steps, attributes = trace_merge.same_requests(steps, attributes)
     steps, attributes = trace_merge.nested_calls(steps, attributes)
+    steps, attributes = trace_merge.one_tool_call(steps, attributes)
     if not any(s["kind"] == "tool" for s in steps):
         return _with_inferred_tools(steps, attributes, max_chars, secrets)
     _with_requested_arguments(steps, attributes, max_chars, secrets)

@@ -137,3 +137,40 @@ def test_an_openai_agents_sdk_tool_is_stubbed_in_its_own_step(project: Project, 
         steps = read_traces([found[key].id])[found[key].id].steps
         tools = [s for s in steps if s["kind"] == "tool"]
         assert [(s["name"], s.get("intercepted")) for s in tools] == [("get_weather", mark)]
+
+
+def _tool_step(name, parent, start, duration, given, mark=None):
+    step = {
+        "name": name,
+        "kind": "tool",
+        "parent": parent,
+        "startMs": start,
+        "durationMs": duration,
+        "model": None,
+        "inputTokens": None,
+        "outputTokens": None,
+        "cost": None,
+        "status": "ok",
+        "error": None,
+        "input": given,
+        "output": None,
+    }
+    return {**step, "intercepted": mark} if mark else step
+
+
+def test_a_tool_call_seen_by_the_framework_and_by_cobalt_is_one_step_and_others_stay_apart():
+    from cobalt_app.trace_merge import one_tool_call
+
+    seen_twice = [  # LangChain's span (a one-argument tool's input bare), Cobalt's inside it
+        _tool_step("search", None, 0.5, 1.0, "word0"),
+        _tool_step("search", None, 1.3, 0.1, '{"query": "word0"}', mark="replayed"),
+    ]
+    (merged,), _ = one_tool_call(seen_twice, [{}, {}])
+    assert (merged["startMs"], merged["intercepted"]) == (0.5, "replayed")
+    apart = [
+        _tool_step("search", None, 0.0, 5.0, '{"q": "a"}'),  # two at once, other arguments
+        _tool_step("search", None, 1.0, 1.0, '{"q": "b"}'),
+        _tool_step("search", None, 6.0, 0.5, '{"q": "a"}'),  # the same again, later
+    ]
+    kept, _ = one_tool_call([dict(s) for s in apart], [{}, {}, {}])
+    assert kept == apart

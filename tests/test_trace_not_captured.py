@@ -155,7 +155,11 @@ def test_an_sdk_its_instrumentation_refuses_is_said_loudly_and_trace_evaluators_
     assert results["summary"]["traceNotCaptured"] == [{"why": REFUSED, "items": 2}]
     for item in results["items"]:
         assert item["traceNotCaptured"] == REFUSED
-        assert [s["name"] for s in item["trace"]] == ["search"]  # what was seen is kept
+        # What was seen is kept: the tool, and the model call as a plain HTTP request.
+        assert [(s["kind"], s["name"].split(" ")[0]) for s in item["trace"]] == [
+            ("tool", "search"),
+            ("http", "POST"),
+        ]
         assert item["evaluations"]["steps"] == {
             "score": None,
             "verdict": "error",
