@@ -33,6 +33,7 @@ from cobalt.target_spec import (
     lookup,
     parse_path,
 )
+from cobalt.tracing import as_text
 
 _tracer = trace.get_tracer("cobalt")
 _propagator = TraceContextTextMapPropagator()
@@ -55,7 +56,7 @@ async def call(target: TargetSpec, item: dict[str, Any]) -> dict[str, Any]:
         "http.request.method": target.method,
     }
     if body is not None:
-        attributes["cobalt.input"] = _text(body)
+        attributes["cobalt.input"] = as_text(body)
     with _tracer.start_as_current_span(
         target.label,
         kind=SpanKind.CLIENT,
@@ -77,7 +78,7 @@ async def call(target: TargetSpec, item: dict[str, Any]) -> dict[str, Any]:
                 raise TargetError(redact_text(str(exc), secrets)) from None
             raise
         span.set_attribute("http.response.status_code", status)
-        span.set_attribute("cobalt.output", _text(output))
+        span.set_attribute("cobalt.output", as_text(output))
     metadata: dict[str, Any] = {"status": status}
     if usage:
         metadata["usage"] = usage
@@ -241,12 +242,3 @@ def _excerpt(text: str) -> str:
     if not text:
         return "(an empty body)"
     return text[:EXCERPT] + ("…" if len(text) > EXCERPT else "")
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return repr(value)

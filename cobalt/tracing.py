@@ -33,7 +33,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _tracer = trace.get_tracer("cobalt")
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A span attribute's text: a string as it is, anything else as JSON (else its repr)."""
     if isinstance(value, str):
         return value
     try:
@@ -56,7 +57,7 @@ class Step:
     @output.setter
     def output(self, value: Any) -> None:
         self._output = value
-        self._span.set_attribute("cobalt.output", _text(value))
+        self._span.set_attribute("cobalt.output", as_text(value))
 
     def set(
         self,
@@ -85,7 +86,7 @@ def span(name: str, *, kind: str = "other", input: Any = None) -> Iterator[Step]
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     attributes = {"cobalt.kind": kind, "cobalt.name": name}
     if input is not None:
-        attributes["cobalt.input"] = _text(input)
+        attributes["cobalt.input"] = as_text(input)
     with _tracer.start_as_current_span(
         name, attributes=attributes, record_exception=False, set_status_on_exception=False
     ) as otel_span:
