@@ -244,7 +244,7 @@ def test_a_team_worker_stops_a_looping_agent_at_its_timeout(team: Team, fake_pro
         + f"""
 dataset = Dataset(items=[{{"id": 0, "input": "q0"}}])
 
-@experiment("team-loop", dataset, timeout=2, tags=[{team.queue!r}])
+@experiment("team-loop", dataset, timeout=4, tags=[{team.queue!r}])
 def run(ctx):
     started(ctx)
     client = OpenAI()
@@ -259,12 +259,14 @@ def run(ctx):
     (error,) = team.services.query(
         "SELECT error FROM cobalt_app_itemresult WHERE run_id = %s", [run_id]
     )[0]
-    assert error == "timed out after 2s (its code was stopped)"
+    assert error == "timed out after 4s (its code was stopped)"
     begun = float((team.folder / "starts.log").read_text().split()[1])
-    assert len(calls_after(fake_provider_server, begun)) > 3
-    assert calls_after(fake_provider_server, begun + 2 + SLACK) == []
+    # A worker's first model call can take seconds on a loaded machine (its client, the
+    # instrumentation): the item has 4 s, and calls until then.
+    assert len(calls_after(fake_provider_server, begun)) >= 1
+    assert calls_after(fake_provider_server, begun + 4 + SLACK) == []
     time.sleep(1)  # the worker lives on: seeing that it calls no more needs a stretch of time
-    assert calls_after(fake_provider_server, begun + 2 + SLACK) == []
+    assert calls_after(fake_provider_server, begun + 4 + SLACK) == []
     assert worker.popen.poll() is None
 
 

@@ -329,10 +329,14 @@ def cobalt_log() -> Iterator[io.StringIO]:
     handlers = [h for h in logging.getLogger("cobalt").handlers if hasattr(h, "setStream")]
     assert handlers
     written = io.StringIO()
-    streams = [h.setStream(written) for h in handlers]
+    # Swapped, not `setStream` (which flushes the old stream: pytest may have closed the
+    # capture a handler was configured with by an earlier test of this process).
+    streams = [h.stream for h in handlers]
+    for handler in handlers:
+        handler.stream = written
     yield written
     for handler, stream in zip(handlers, streams, strict=True):
-        handler.setStream(stream)
+        handler.stream = stream
 
 
 def test_cobalt_logs_hide_secrets_in_messages_arguments_and_tracebacks(cobalt_log, monkeypatch):
