@@ -27,7 +27,7 @@ from cobalt_app.team_broker import ProgressListener, check_broker, live_workers
 
 POLL_INTERVAL = 0.5  # between database reads while no worker announces progress
 MIN_POLL_INTERVAL = 0.05  # between reads however often workers announce
-WAIT_NOTICE_AFTER = 2.0
+WAIT_NOTICE_AFTER = 5.0  # a live worker may take seconds to import the experiment and start
 STALL_NOTICE_AFTER = 30.0
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import hypothesis
 import pytest
 
 from tests import cli_zygote
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # imported where used: tests.team_harness imports this module
     from tests.team_harness import Services, Team
 
 REPO = Path(__file__).resolve().parent.parent
+# Property tests check what comes out, not how fast: a loaded CI machine (more xdist workers
+# than cores) makes an example take seconds now and then.
+hypothesis.settings.register_profile("cobalt", deadline=None)
+hypothesis.settings.load_profile("cobalt")
 # Under pytest-xdist (`-n 2`) every worker process ("gw0", "gw1", …) loads this file with the
 # environment the controller left: each makes its own session folder (so its own SQLite files,
 # the Django test database among them), takes its own Redis DB (the first one plus its number)
