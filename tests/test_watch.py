@@ -69,13 +69,13 @@ def test_an_edit_to_the_agent_reruns_the_experiment_and_ctrl_c_stops_watching(pr
         wait_until(lambda: watching(1), timeout=60, what="the first run", process=process)
         project.write("agent.py", "def answer(question):\n    return 'a' + question[1:]\n")
         reacted = wait_until(
-            lambda: len(runs(project)) == 2, timeout=10, what="a rerun", process=process
+            lambda: len(runs(project)) == 2, timeout=60, what="a rerun", process=process
         )
         print(f"rerun started {reacted:.2f}s after the edit")
         wait_until(lambda: watching(2), timeout=60, what="the rerun to finish", process=process)
         project.write("datasets/qa.jsonl", '{"id": "q9", "input": "q9", "expected_output": "a9"}\n')
         wait_until(
-            lambda: len(runs(project)) == 3, timeout=10, what="a dataset rerun", process=process
+            lambda: len(runs(project)) == 3, timeout=60, what="a dataset rerun", process=process
         )
         wait_until(lambda: watching(3), timeout=60, what="the third run", process=process)
     finally:
