@@ -50,6 +50,7 @@ from cobalt.intercept import (
     set_tool_handler,
 )
 from cobalt.run_settings import BudgetSettings
+from cobalt.wording import plural
 from cobalt_app import framework_tools, runaway, tool_tapes, trace_spans
 from cobalt_app.tracebacks import user_traceback
 
@@ -246,17 +247,21 @@ def step_started(span: Any) -> None:
         if kind == "llm" and parent not in usage.open_llm:
             _check_usage(item)
             if budget.max_llm_calls is not None and usage.llm_calls >= budget.max_llm_calls:
-                _exceed(item, f"max_llm_calls={budget.max_llm_calls} model calls made")
+                _exceed(item, _calls("max_llm_calls", usage.llm_calls, "model call"))
             usage.llm_calls += 1
             usage.open_llm.add(span.context.span_id)
         elif kind == "tool" and parent not in usage.open_tool:
             _check_usage(item)
             if budget.max_tool_calls is not None and usage.tool_calls >= budget.max_tool_calls:
-                _exceed(item, f"max_tool_calls={budget.max_tool_calls} tool calls made")
+                _exceed(item, _calls("max_tool_calls", usage.tool_calls, "tool call"))
             usage.tool_calls += 1
             usage.open_tool.add(span.context.span_id)
         elif kind == "llm":  # the SDK's call inside a framework's: one call
             usage.open_llm.add(span.context.span_id)
+
+
+def _calls(limit: str, made: int, noun: str) -> str:
+    return f"{limit}={made} reached ({plural(made, noun)} made)"
 
 
 def _check_usage(item: ItemIntercepts) -> None:

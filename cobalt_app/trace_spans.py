@@ -23,6 +23,7 @@ from typing import Any
 
 from cobalt.redaction import may_hold, redact, redact_text
 from cobalt.run_settings import RUN_DEFAULTS
+from cobalt.wording import plural
 from cobalt_app import trace_merge
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text, process_secrets
@@ -505,17 +506,13 @@ def summary(steps: Sequence[dict[str, Any]]) -> str:
     """`3 steps: 2 model calls, 1 tool call` (the terminal's and the panel's one-liner)."""
     calls, tools = len(model_calls(steps)), len(tool_steps(steps))
     failed = sum(1 for s in tool_steps(steps) if s.get("status") == "error")
-    text = f"{_plural(len(steps), 'step')}: {_plural(calls, 'model call')}, "
-    text += _plural(tools, "tool call")
+    text = f"{plural(len(steps), 'step')}: {plural(calls, 'model call')}, "
+    text += plural(tools, "tool call")
     text += f" ({failed} failed)" if failed else ""
     requests = len(http_steps(steps))
-    text += f", {_plural(requests, 'HTTP request')}" if requests else ""
+    text += f", {plural(requests, 'HTTP request')}" if requests else ""
     marks: dict[str, int] = {}
     for step in steps:
         if step.get("intercepted"):
             marks[step["intercepted"]] = marks.get(step["intercepted"], 0) + 1
     return text + "".join(f", {n} {mark}" for mark, n in sorted(marks.items()))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"

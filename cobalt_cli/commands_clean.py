@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cobalt.wording import plural
+
 if TYPE_CHECKING:
     from cobalt.config import Config
     from cobalt_app.retention import Kept, Report, Rule
@@ -124,7 +126,7 @@ def _clean_legacy(config: Config, *, cache: bool, results: bool, days: float | N
     out().print(f" Deleted {files} result files and {runs} runs.")
     if baselines:
         out().print(
-            f" [yellow]Among them {_plural(len(baselines), 'run')} CI compared with "
+            f" [yellow]Among them {plural(len(baselines), 'run')} CI compared with "
             "(`cobalt clean runs` keeps such runs):[/]"
         )
         _print_runs(baselines)
@@ -165,11 +167,11 @@ def print_report(report: Report) -> None:
     if report.labels_unlinked:
         out().print(
             f" {'Would keep' if report.dry_run else 'Kept'} "
-            f"{_plural(report.labels_unlinked, 'label')} given on these runs: a label belongs "
+            f"{plural(report.labels_unlinked, 'label')} given on these runs: a label belongs "
             "to its output and comes back with it; only its link to the run is cleared."
         )
     if report.blobs:
-        out().print(f" Deleted {_plural(report.blobs, 'shared blob')} nothing refers to any more.")
+        out().print(f" Deleted {plural(report.blobs, 'shared blob')} nothing refers to any more.")
     for note in report.notes:
         out().print(f" [yellow]Note: {escape(note)}.[/]")
     if report.space is not None:
@@ -183,13 +185,11 @@ def _deleted_line(verb: str, kind: str, counts: dict[str, int]) -> str:
     if not total:
         return f" {verb} no {kind}."
     if kind == "runs":
-        parts = [
-            _plural(counts[f"{w}s"], w) for w in ("item", "evaluation", "trace", "result file")
-        ]
-        return f" {verb} {_plural(total, 'run')}: {', '.join(parts)}."
+        parts = [plural(counts[f"{w}s"], w) for w in ("item", "evaluation", "trace", "result file")]
+        return f" {verb} {plural(total, 'run')}: {', '.join(parts)}."
     if kind == "traces":
-        return f" {verb} {_plural(total, 'trace')} of {_plural(counts['runs'], 'run')}."
-    return f" {verb} {_plural(total, 'recording')}."
+        return f" {verb} {plural(total, 'trace')} of {plural(counts['runs'], 'run')}."
+    return f" {verb} {plural(total, 'recording')}."
 
 
 def _space_line(space: Any) -> str:
@@ -222,10 +222,6 @@ def _print_runs(runs: list[Kept]) -> None:
         out().print(f"   {run.run_id}  {escape(run.experiment)}: {escape(run.why)}")
     if len(runs) > KEPT_SHOWN:
         out().print(f"   … and {len(runs) - KEPT_SHOWN} more")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def _size(size: float) -> str:

@@ -16,6 +16,7 @@ from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
 from cobalt.usage_notes import cost_text, estimated_usage_note
 from cobalt.version import __version__
+from cobalt.wording import plural
 from cobalt_app import recordings, traces
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_cli.console import cli_console
@@ -30,11 +31,6 @@ def fmt_ms(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value / 1000:.1f}s" if value >= 1000 else f"{value:.0f}ms"
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """`1 error`, `2 errors`, `0 errors`."""
-    return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 class ConsoleReporter:

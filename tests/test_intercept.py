@@ -242,7 +242,9 @@ def test_a_runaway_tool_loop_is_stopped_by_max_tool_calls(project):
     found = run_agent(project, runaway, items(2), max_tool_calls=5, timeout=20)
     for result in found.values():
         assert result.status == "error"
-        assert result.error.startswith("budget exceeded: max_tool_calls=5 tool calls made")
+        assert result.error.startswith(
+            "budget exceeded: max_tool_calls=5 reached (5 tool calls made)"
+        )
     assert len(CALLED) == 10
     run = next(iter(found.values())).run
     assert run.summary["budgetStopped"] == 2
@@ -261,7 +263,7 @@ def test_model_call_token_and_cost_budgets_stop_the_agent(project, fake_provider
         return replies
 
     for budget, expected in [
-        ({"max_llm_calls": 3}, "budget exceeded: max_llm_calls=3 model calls made"),
+        ({"max_llm_calls": 3}, "budget exceeded: max_llm_calls=3 reached (3 model calls made)"),
         ({"max_tokens": 1}, "budget exceeded: max_tokens=1 reached"),
         ({"max_cost": 0.0000001}, "budget exceeded: max_cost=$1e-07 reached"),
     ]:

@@ -48,7 +48,7 @@ def test_mcp_cobalt_run_stops_a_runaway_agent_at_max_tool_calls(
     run_session(project, fake_provider_server, scenario)
     (item,) = seen["run"]["items"]
     assert item["status"] == "error"
-    assert item["error"].startswith("budget exceeded: max_tool_calls=4 tool calls made")
+    assert item["error"].startswith("budget exceeded: max_tool_calls=4 reached (4 tool calls made)")
 
 
 @cobalt.tool

@@ -7,11 +7,12 @@ import json
 import pytest
 from django.test import Client
 
+from cobalt.wording import plural
 from cobalt_app import exports
 from cobalt_app.models import Run
 from cobalt_app.pricing import agent_cost, agent_usage, estimate_cost, usage_problem
 from cobalt_app.selectors import RunNotFound, run_get
-from cobalt_cli.reporter import fmt_ms, plural
+from cobalt_cli.reporter import fmt_ms
 from tests.test_pages import keys, make_run
 
 # Three evaluators with realistic names, two repetitions (so the 95% CI column shows), a
