@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cobalt.wording import install_hint
 from cobalt_app.cache import cache_get, cache_key, cache_put
 from cobalt_app.pricing import estimate_cost
 
@@ -27,7 +28,7 @@ PROVIDERS = ("openai", "local")
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 LOCAL_MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
-LOCAL_INSTALL_HINT = "pip install 'cobalt-agents[local]'"
+LOCAL_INSTALL_HINT = install_hint("local")
 VOCAB_PATH = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2-vocab.txt"
 
 

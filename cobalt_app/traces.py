@@ -49,6 +49,7 @@ from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from cobalt.run_settings import RUN_DEFAULTS
+from cobalt.wording import install_hint
 from cobalt_app import intercepts, runaway, trace_spans
 
 logger = logging.getLogger("cobalt.traces")
@@ -361,10 +362,7 @@ def _missing(exc: ImportError, module_name: str) -> bool:
 
 def flat_hint(library: str) -> str:
     framework, extra = EXTRAS[library]
-    return (
-        f"{framework}'s own steps are not traced, only its model calls: "
-        f"pip install 'cobalt-agents[{extra}]'"
-    )
+    return f"{framework}'s own steps are not traced, only its model calls: {install_hint(extra)}"
 
 
 def flat_ahead() -> list[str]:

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt.wording import install_hint
 from cobalt_app import embeddings
 from cobalt_app.cache import cached_call
 from cobalt_app.evaluators.base import (
@@ -51,7 +52,7 @@ from cobalt_app.providers import (
 )
 from cobalt_app.templating import TemplateError, _lookup
 
-INSTALL_HINT = "pip install 'cobalt-agents[autoevals]'"
+INSTALL_HINT = install_hint("autoevals")
 # What each well-known scorer cannot do without (autoevals' LLM classifiers would silently
 # render an empty template variable instead of failing).
 REQUIRED: dict[str, tuple[str, ...]] = {

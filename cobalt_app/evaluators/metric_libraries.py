@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cobalt.evaluator import Evaluator
+from cobalt.wording import install_hint
 from cobalt_app import trace_spans
 from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
@@ -25,10 +26,7 @@ from cobalt_app.evaluators.llm_judge import cached_judgement, judge_settings, ju
 from cobalt_app.evaluators.usage import Usage, counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
-INSTALL = {
-    "deepeval": "pip install 'cobalt-agents[deepeval]'",
-    "ragas": "pip install 'cobalt-agents[ragas]'",
-}
+INSTALL = {library: install_hint(library) for library in ("deepeval", "ragas")}
 # The judge settings every metric reads (its LLM is Cobalt's judge).
 JUDGE_OPTIONS = ("model", "provider", "base_url", "api_key_env")
 SYSTEM_PROMPT = (
