@@ -214,9 +214,23 @@ def summary(sweep: Sweep, runs: dict[str, Run] | None = None) -> dict[str, Any]:
     are as they were then (`settle`), else computed now and not stored — for a sweep still
     running, what is known so far. `runs`: `variant_runs(sweep)`, when the caller has them."""
     runs = variant_runs(sweep) if runs is None else runs
-    if sweep.summary and sweep.summary.get("basis") == basis(runs):
-        return sweep.summary
-    return analysis(sweep, runs)
+    return sweep.summary if is_current(sweep, runs) else analysis(sweep, runs)
+
+
+def is_current(sweep: Sweep, runs: dict[str, Run]) -> bool:
+    """The stored analysis was computed from these runs as they are now."""
+    stored = sweep.summary or {}
+    if "basis" in stored:
+        return stored["basis"] == basis(runs)
+    # Stored before analyses named their runs: current if every run ended before it.
+    return (
+        bool(stored)
+        and sweep.analysed_at is not None
+        and all(
+            run.finished_at is not None and run.finished_at <= sweep.analysed_at
+            for run in runs.values()
+        )
+    )
 
 
 def settle(sweep_ids: Iterable[str], config: Config) -> list[dict[str, Any]]:
@@ -236,7 +250,7 @@ def settle(sweep_ids: Iterable[str], config: Config) -> list[dict[str, Any]]:
             declared = {v["label"] for v in sweep.variants}
             if set(runs) != declared or any(r.status not in Run.FINISHED for r in runs.values()):
                 continue
-            if sweep.summary and sweep.summary.get("basis") == basis(runs):
+            if is_current(sweep, runs):
                 settled.append(sweep.summary)
                 continue
             result = analysis(sweep, runs)

@@ -85,8 +85,8 @@ def test_the_page_of_a_running_sweep_shows_it_so_far_and_writes_nothing(
     assert "not completed: k=3" in html
     after = Sweep.objects.get()
     assert (after.summary, after.analysed_at) == (before.summary, before.analysed_at)
-    # sweep, its runs, the running run's table (items, scores), the outputs compared for
-    # an ignored key (one per run), the session/messages of the page's base
+    # the sweep, its runs, the running run's table (items, scores) — the finished runs'
+    # tables are kept in memory — and each run's first outputs (is a key ignored?)
     with django_assert_num_queries(7):
         sweeps.summary(Sweep.objects.get())
 
@@ -110,3 +110,16 @@ def test_the_page_of_a_settled_sweep_reads_its_stored_analysis_in_a_few_queries(
         Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/", HTTP_HX_REQUEST="true")
     with django_assert_num_queries(2):
         Client(HTTP_HOST="127.0.0.1").get(f"/api/sweeps/{sweep.id}/")
+
+
+def test_an_analysis_stored_before_analyses_named_their_runs_is_read_while_current(
+    settled, django_assert_num_queries
+):
+    project, runs, sweep = settled
+    older = {k: v for k, v in sweep.summary.items() if k != "basis"}
+    Sweep.objects.filter(id=sweep.id).update(summary=older)
+    stored = Sweep.objects.get()
+    with django_assert_num_queries(1):  # its runs
+        assert sweeps.summary(stored) == older
+    Run.objects.filter(id=runs[0].id).update(finished_at=stored.analysed_at.replace(year=2100))
+    assert sweeps.summary(stored)["basis"]  # a run ended after it: computed again
