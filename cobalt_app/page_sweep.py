@@ -59,9 +59,15 @@ def column(label: str, row: dict[str, Any] | None) -> dict[str, Any]:
 
 def sweep_context(sweep: Sweep, *, page: int, per_page: int) -> dict[str, Any]:
     runs = sweeps.variant_runs(sweep)
-    result = sweeps.summary(sweep, runs)  # read only: stored when the last run finished
+    tables = sweeps.tables_of(runs)  # a running run's is read from its rows: once
+    result = sweeps.summary(sweep, runs, tables)  # read only: stored when the last run ended
     labels, rows, total = sweeps.matrix_rows(
-        sweep, offset=(page - 1) * per_page, limit=per_page, order=result["ranking"], runs=runs
+        sweep,
+        offset=(page - 1) * per_page,
+        limit=per_page,
+        order=result["ranking"],
+        runs=runs,
+        tables=tables,
     )  # best first
     matrix = MatrixPage(number=page, per_page=per_page, total=total, labels=labels, rows=rows)
     rows_by_label = {r["label"]: r for r in result["variants"]}

@@ -140,8 +140,10 @@ def table_of(run: Run) -> score_tables.ScoreTable:
     return table
 
 
-def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
-    table = table_of(run)
+def variant_data(
+    label: str, run: Run, table: score_tables.ScoreTable | None = None
+) -> sweep_stats.VariantData:
+    table = table_of(run) if table is None else table
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     columns = {name: table.column(name) for name in table.evaluators}
     quality, passed = sweep_stats.item_quality(columns, marks, len(table))
@@ -166,10 +168,15 @@ def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
     )
 
 
-def analysis(sweep: Sweep, runs: dict[str, Run] | None = None) -> dict[str, Any]:
+def analysis(
+    sweep: Sweep,
+    runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
+) -> dict[str, Any]:
     """The sweep's analysis computed now from its runs as they are; nothing is written."""
     runs = variant_runs(sweep) if runs is None else runs
-    data = [variant_data(label, run) for label, run in runs.items()]
+    tables = tables or {}
+    data = [variant_data(label, run, tables.get(label)) for label, run in runs.items()]
     result = sweep_stats.analyse(data, default=sweep.default_label or None)
     result["ignoredKeys"] = ignored_keys(sweep, runs)
     missing = [v["label"] for v in sweep.variants if v["label"] not in runs]
@@ -209,12 +216,22 @@ def basis(runs: dict[str, Run]) -> dict[str, str]:
     }
 
 
-def summary(sweep: Sweep, runs: dict[str, Run] | None = None) -> dict[str, Any]:
+def summary(
+    sweep: Sweep,
+    runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
+) -> dict[str, Any]:
     """The sweep's analysis, read only (every door asks this): the stored one while its runs
     are as they were then (`settle`), else computed now and not stored — for a sweep still
-    running, what is known so far. `runs`: `variant_runs(sweep)`, when the caller has them."""
+    running, what is known so far. `runs` (`variant_runs`) and `tables` (`tables_of`), when
+    the caller has them."""
     runs = variant_runs(sweep) if runs is None else runs
-    return sweep.summary if is_current(sweep, runs) else analysis(sweep, runs)
+    return sweep.summary if is_current(sweep, runs) else analysis(sweep, runs, tables)
+
+
+def tables_of(runs: dict[str, Run]) -> dict[str, score_tables.ScoreTable]:
+    """The runs' score tables by label: read once for a page's analysis and its matrix."""
+    return {label: table_of(run) for label, run in runs.items()}
 
 
 def is_current(sweep: Sweep, runs: dict[str, Run]) -> bool:
@@ -311,15 +328,17 @@ def matrix_rows(
     limit: int = 50,
     order: list[str] | None = None,
     runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """One page of the items × variants matrix: (labels, rows, total keys). A row: the item
     key and, per variant (in `order`, e.g. the ranking; else as declared), its scores by
-    evaluator, its status and its verdict (the one rule). `runs`: `variant_runs(sweep)`,
-    when the caller has them."""
+    evaluator, its status and its verdict (the one rule). `runs` (`variant_runs`) and
+    `tables` (`tables_of`), when the caller has them."""
     runs = variant_runs(sweep) if runs is None else runs
     if order:
         runs = {label: runs[label] for label in order if label in runs}
-    tables = {label: table_of(run) for label, run in runs.items()}
+    known = tables or {}
+    tables = {label: known.get(label) or table_of(run) for label, run in runs.items()}
     if not tables:
         return [], [], 0
     first = next(iter(tables.values())).keys

@@ -80,7 +80,8 @@ def test_the_page_of_a_running_sweep_shows_it_so_far_and_writes_nothing(
     ItemResult.objects.filter(run_id=last.id, item_index__gte=4).update(status="pending")
     with CaptureQueriesContext(connection) as queries:
         html = page(sweep.id)
-    assert writes(queries) == []
+    # the sweep, its runs, the running run's table (items, scores), each run's first outputs
+    assert writes(queries) == [] and len(queries) == 7
     assert "Still running (2 of 3 variants finished); so far: Best: k=2" in html
     assert "not completed: k=3" in html
     after = Sweep.objects.get()
@@ -105,7 +106,12 @@ def test_the_page_of_a_settled_sweep_reads_its_stored_analysis_in_a_few_queries(
     page(sweep.id)  # the runs' score tables are kept in memory after the first read
     with CaptureQueriesContext(connection) as queries:
         html = page(sweep.id)
-    assert writes(queries) == [] and "Best: k=2" in html and "Still running" not in html
+    assert (
+        writes(queries) == []
+        and len(queries) == 2
+        and "Best: k=2" in html
+        and "Still running" not in html
+    )
     with django_assert_num_queries(2):  # the sweep, its runs
         Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{sweep.id}/", HTTP_HX_REQUEST="true")
     with django_assert_num_queries(2):

@@ -82,9 +82,10 @@ class SweepDetailView(CobaltAPIView):
         sweep = sweeps.sweep_get(sweep_id)
         offset, limit = query.validated_data["offset"], query.validated_data["limit"]
         runs = sweeps.variant_runs(sweep)
-        result = sweeps.summary(sweep, runs)
+        tables = sweeps.tables_of(runs)
+        result = sweeps.summary(sweep, runs, tables)
         labels, rows, total = sweeps.matrix_rows(
-            sweep, offset=offset, limit=limit, order=result["ranking"], runs=runs
+            sweep, offset=offset, limit=limit, order=result["ranking"], runs=runs, tables=tables
         )
         body = {
             **result,
