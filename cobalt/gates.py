@@ -362,12 +362,19 @@ def check_sweep(
     if gate["require"] == "not-worse-than-best":
         row = next(r for r in result["variants"] if r["label"] == chosen)
         test = row.get("vsBest") or {}
-        worse = test.get("verdict") == "worse than the best"
+        p = test.get("pHolm")
+        # At the gate's α (the stored verdict is at the analysis' α).
+        worse = p is not None and p < alpha and (test.get("delta") or 0) < 0
         note = f"{chosen} is the best" if row["isBest"] else f"{chosen} vs best {result['best']}: "
+        if row["meanScore"] is None:  # every item errored: nothing says it is not worse
+            note = f"{chosen} has no score ({row['errors']} items errored)"
+            return Check(name, "not worse than best", None, alpha, "sweep", False, note=note)
         if test:
-            p = test.get("pHolm")
-            note += f"Δ {test['delta']:+.3f}, Holm p {'—' if p is None else f'{p:.3g}'} "
-            note += f"→ {test['verdict']}"
+            verdict = "worse than the best" if worse else "not significantly worse"
+            if p is None:
+                verdict = test.get("verdict") or "not enough data"
+            note += f"Δ {test.get('delta') or 0:+.3f}, Holm p {'—' if p is None else f'{p:.3g}'} "
+            note += f"at α {alpha:g} → {verdict}"
         return Check(
             name, "not worse than best", test.get("pHolm"), alpha, "sweep", not worse, note=note
         )

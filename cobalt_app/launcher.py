@@ -161,7 +161,8 @@ async def launch(
         options["reporter"] = ProgressReporter(options.get("reporter"))
         try:
             runs = await team_wait.follow(experiments, config, options, on_start=on_start)
-            await db(sweeps.finish, sweeps_of(experiments), config)
+            # The worker finalising a sweep's last run settles it too; the first one does.
+            await db(sweeps.settle, sweeps_of(experiments), config)
         finally:
             db.close()
         return runs
@@ -178,7 +179,7 @@ async def launch(
                 **options,
             )
             runs.append(run)
-        await db(sweeps.finish, sweeps_of(experiments), config)
+        await db(sweeps.settle, sweeps_of(experiments), config)
     finally:
         try:
             if receiver is not None:

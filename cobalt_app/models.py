@@ -15,7 +15,7 @@ def new_run_id() -> str:
 
 class Sweep(models.Model):
     """One experiment run once per variant over the same items (`cobalt.variants`): its runs
-    are ordinary runs pointing here. `summary` holds the last analysis (`sweeps.analyse`),
+    are ordinary runs pointing here. `summary` holds the last analysis (`sweeps.settle`),
     computed once after its runs finished and again when one of them changed."""
 
     id = models.CharField(primary_key=True, max_length=32, default=new_run_id, editable=False)

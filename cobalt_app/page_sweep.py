@@ -47,18 +47,32 @@ def chart_data(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def column(label: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    """A matrix column's head: the variant, its run, and why it has no score (if so)."""
+    note = ""
+    if row is not None and row["meanScore"] is None and row["errors"]:
+        note = f"{row['errors']:,} of {row['items']:,} items errored"
+        note += f": {row['firstError']}" if row.get("firstError") else ""
+    url = reverse("cobalt:run", args=[row["runId"]]) if row is not None else ""
+    return {"label": label, "url": url, "note": note}
+
+
 def sweep_context(sweep: Sweep, *, page: int, per_page: int) -> dict[str, Any]:
-    result = sweeps.summary(sweep)
+    runs = sweeps.variant_runs(sweep)
+    tables = sweeps.tables_of(runs)  # a running run's is read from its rows: once
+    result = sweeps.summary(sweep, runs, tables)  # read only: stored when the last run ended
     labels, rows, total = sweeps.matrix_rows(
-        sweep, offset=(page - 1) * per_page, limit=per_page, order=result["ranking"]
+        sweep,
+        offset=(page - 1) * per_page,
+        limit=per_page,
+        order=result["ranking"],
+        runs=runs,
+        tables=tables,
     )  # best first
     matrix = MatrixPage(number=page, per_page=per_page, total=total, labels=labels, rows=rows)
-    runs = {r["label"]: r["runId"] for r in result["variants"]}
-    columns = [
-        {"label": label, "url": reverse("cobalt:run", args=[runs[label]]) if label in runs else ""}
-        for label in labels
-    ]
+    rows_by_label = {r["label"]: r for r in result["variants"]}
     failed = [r for r in result["variants"] if r["meanScore"] is None]
+    columns = [column(label, rows_by_label.get(label)) for label in labels]
     return {
         "sweep": sweep,
         "result": result,

@@ -186,8 +186,9 @@ def failing_count(run: Run, evaluator: str = "") -> int | None:
     return None if counts is None else counts.get(evaluator)
 
 
-def load(run: Run) -> ScoreTable:
-    """The run's table: the stored one, else built now (and stored, if the run is over)."""
+def load(run: Run, *, keep: bool = True) -> ScoreTable:
+    """The run's table: the stored one, else built now (and stored, if the run is over and
+    `keep`: a read-only caller passes False)."""
     if run.status in UNFINISHED:
         return build(run.id)
     stored = (
@@ -198,7 +199,8 @@ def load(run: Run) -> ScoreTable:
     if stored is not None:
         return ScoreTable.from_bytes(bytes(stored))
     table = build(run.id)
-    _save(run, table)
+    if keep:
+        _save(run, table)
     return table
 
 

@@ -3,16 +3,19 @@ ordinary runs with `sweep` and `variant` set.
 
 Built on top of the engine: `assign()` gives the launcher's variant experiments their sweep
 before their runs are created (`services.run_create` stores `sweep`/`variant`); the runs then
-go through the engine one after another like any others, sharing the judge cache and the rate
-budget. After them, `finish()` analyses the sweep (`cobalt.sweep_stats`, from the runs' stored
-score tables), stores the analysis on the sweep and writes its results file (`"sweep"`).
-Every door reads `summary()`: the stored analysis, or a new one when a run of the sweep
-finished after it (a `--resume`, a re-judge).
+go through the engine like any others, sharing the judge cache and the rate budget (embedded:
+one after another; team: queued together). When the last of them is finalised, whoever
+finalises it (`runs.lifecycle.finalise` calls `settle()`), the sweep is analysed
+(`cobalt.sweep_stats`, from the runs' stored score tables), the analysis stored on the sweep
+with the runs it was computed from, and its results file (`"sweep"`) written. Every door
+reads `summary()`, which never writes: the stored analysis, or — for a sweep still running,
+or one whose run changed since — one computed for the request.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from django.db.models import Max
+from django.db import transaction
 from django.utils import timezone
 
 from cobalt import sweep_stats, verdict
@@ -38,6 +41,7 @@ IDENTICAL_SAMPLE = 50  # items whose outputs are compared to tell an ignored var
 TABLES_KEPT = 64  # score tables of finished runs kept in memory (12 × 10,000 items: ~5 MB)
 _tables: OrderedDict[tuple[str, Any], score_tables.ScoreTable] = OrderedDict()
 _tables_lock = threading.Lock()
+logger = logging.getLogger("cobalt.sweeps")
 
 
 class SweepNotFound(NotFoundError):
@@ -122,13 +126,13 @@ def table_of(run: Run) -> score_tables.ScoreTable:
     """The run's score table; a finished run's is kept (it changes only when the run is
     finalised again, which moves `finished_at`): a sweep page reads twelve of them."""
     if run.status in score_tables.UNFINISHED:
-        return score_tables.load(run)
+        return score_tables.load(run, keep=False)
     key = (run.id, run.finished_at)
     with _tables_lock:
         if key in _tables:
             _tables.move_to_end(key)
             return _tables[key]
-    table = score_tables.load(run)
+    table = score_tables.load(run, keep=False)  # a page reads; the finalisation stores it
     with _tables_lock:
         _tables[key] = table
         while len(_tables) > TABLES_KEPT:
@@ -136,8 +140,10 @@ def table_of(run: Run) -> score_tables.ScoreTable:
     return table
 
 
-def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
-    table = table_of(run)
+def variant_data(
+    label: str, run: Run, table: score_tables.ScoreTable | None = None
+) -> sweep_stats.VariantData:
+    table = table_of(run) if table is None else table
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     columns = {name: table.column(name) for name in table.evaluators}
     quality, passed = sweep_stats.item_quality(columns, marks, len(table))
@@ -162,11 +168,16 @@ def variant_data(label: str, run: Run) -> sweep_stats.VariantData:
     )
 
 
-def analyse(sweep: Sweep, *, alpha: float = sweep_stats.ALPHA) -> dict[str, Any]:
-    """Compute the sweep's analysis now and store it."""
-    runs = variant_runs(sweep)
-    data = [variant_data(label, run) for label, run in runs.items()]
-    result = sweep_stats.analyse(data, default=sweep.default_label or None, alpha=alpha)
+def analysis(
+    sweep: Sweep,
+    runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
+) -> dict[str, Any]:
+    """The sweep's analysis computed now from its runs as they are; nothing is written."""
+    runs = variant_runs(sweep) if runs is None else runs
+    tables = tables or {}
+    data = [variant_data(label, run, tables.get(label)) for label, run in runs.items()]
+    result = sweep_stats.analyse(data, default=sweep.default_label or None)
     result["ignoredKeys"] = ignored_keys(sweep, runs)
     missing = [v["label"] for v in sweep.variants if v["label"] not in runs]
     unfinished = [label for label, run in runs.items() if run.status != Run.Status.COMPLETED]
@@ -178,6 +189,7 @@ def analyse(sweep: Sweep, *, alpha: float = sweep_stats.ALPHA) -> dict[str, Any]
         missing=missing,
         unfinished=unfinished,
         complete=not missing and not unfinished,
+        basis=basis(runs),
     )
     if result["ignoredKeys"]:
         keys = ", ".join(result["ignoredKeys"])
@@ -185,19 +197,87 @@ def analyse(sweep: Sweep, *, alpha: float = sweep_stats.ALPHA) -> dict[str, Any]
             f" Variant key(s) {keys}: identical outputs across variants that differ only in "
             "them; does the runner read ctx.variant?"
         )
-    Sweep.objects.filter(id=sweep.id).update(summary=result, analysed_at=timezone.now())
+    running = [label for label, run in runs.items() if run.status not in Run.FINISHED]
+    if running or missing:
+        done = len(runs) - len(running)
+        result["verdict"] = (
+            f"Still running ({done} of {len(sweep.variants)} variants finished); so far: "
+            + result["verdict"]
+        )
     return result
 
 
-def summary(sweep: Sweep) -> dict[str, Any]:
-    """The stored analysis, or a new one when a run of the sweep changed after it."""
-    latest = Run.objects.filter(sweep=sweep).aggregate(
-        finished=Max("finished_at"), created=Max("created_at")
+def basis(runs: dict[str, Run]) -> dict[str, str]:
+    """What an analysis was computed from: each variant's run, its status and when it ended
+    (a resumed or re-finalised run changes it)."""
+    return {
+        label: f"{run.id} {run.status} {run.finished_at.isoformat() if run.finished_at else ''}"
+        for label, run in runs.items()
+    }
+
+
+def summary(
+    sweep: Sweep,
+    runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
+) -> dict[str, Any]:
+    """The sweep's analysis, read only (every door asks this): the stored one while its runs
+    are as they were then (`settle`), else computed now and not stored — for a sweep still
+    running, what is known so far. `runs` (`variant_runs`) and `tables` (`tables_of`), when
+    the caller has them."""
+    runs = variant_runs(sweep) if runs is None else runs
+    return sweep.summary if is_current(sweep, runs) else analysis(sweep, runs, tables)
+
+
+def tables_of(runs: dict[str, Run]) -> dict[str, score_tables.ScoreTable]:
+    """The runs' score tables by label: read once for a page's analysis and its matrix."""
+    return {label: table_of(run) for label, run in runs.items()}
+
+
+def is_current(sweep: Sweep, runs: dict[str, Run]) -> bool:
+    """The stored analysis was computed from these runs as they are now."""
+    stored = sweep.summary or {}
+    if "basis" in stored:
+        return stored["basis"] == basis(runs)
+    # Stored before analyses named their runs: current if every run ended before it.
+    return (
+        bool(stored)
+        and sweep.analysed_at is not None
+        and all(
+            run.finished_at is not None and run.finished_at <= sweep.analysed_at
+            for run in runs.values()
+        )
     )
-    changed = [t for t in latest.values() if t is not None]
-    if sweep.summary and sweep.analysed_at and all(t <= sweep.analysed_at for t in changed):
-        return sweep.summary
-    return analyse(sweep)
+
+
+def settle(sweep_ids: Iterable[str], config: Config) -> list[dict[str, Any]]:
+    """Once every variant of a sweep has a finished run: analyse it, store the analysis and
+    write its results file (`"sweep"`), once for those runs. `lifecycle.finalise` calls it
+    for each variant's run, whoever finalises it (a lane, a team worker, a cancel, the
+    sweeper); the launcher calls it after a sweep's runs. Returns the analyses stored now or
+    before; a sweep with a variant not finished is left as it is (its page computes what is
+    known so far)."""
+    settled = []
+    for sweep_id in dict.fromkeys(sweep_ids):
+        with transaction.atomic():  # the row lock: two finalisers analyse once
+            sweep = Sweep.objects.select_for_update().filter(id=sweep_id).first()
+            if sweep is None:
+                continue
+            runs = variant_runs(sweep)
+            declared = {v["label"] for v in sweep.variants}
+            if set(runs) != declared or any(r.status not in Run.FINISHED for r in runs.values()):
+                continue
+            if is_current(sweep, runs):
+                settled.append(sweep.summary)
+                continue
+            result = analysis(sweep, runs)
+            Sweep.objects.filter(id=sweep.id).update(summary=result, analysed_at=timezone.now())
+            try:
+                write_sweep_file(sweep, result, config.results_dir)
+            except OSError:  # a full disk must not undo the stored analysis
+                logger.exception("could not write the results file of sweep %s", sweep.id)
+        settled.append(result)
+    return settled
 
 
 def ignored_keys(sweep: Sweep, runs: dict[str, Run]) -> list[str]:
@@ -223,17 +303,6 @@ def ignored_keys(sweep: Sweep, runs: dict[str, Run]) -> list[str]:
     return ignored
 
 
-def finish(sweep_ids: Iterable[str], config: Config) -> list[dict[str, Any]]:
-    """After the launcher ran a sweep's runs: analyse it, write its results file."""
-    done = []
-    for sweep_id in dict.fromkeys(sweep_ids):
-        sweep = Sweep.objects.get(id=sweep_id)
-        result = analyse(sweep)
-        write_sweep_file(sweep, result, config.results_dir)
-        done.append(result)
-    return done
-
-
 def write_sweep_file(sweep: Sweep, result: dict[str, Any], results_dir: Path) -> Path:
     """`<timestamp>_<name>_sweep_<id>.json`: `{"sweep": analysis}` beside the runs' files."""
     from cobalt_app.results import RESULTS_NAME_MAX, iso
@@ -253,15 +322,23 @@ def write_sweep_file(sweep: Sweep, result: dict[str, Any], results_dir: Path) ->
 
 
 def matrix_rows(
-    sweep: Sweep, *, offset: int = 0, limit: int = 50, order: list[str] | None = None
+    sweep: Sweep,
+    *,
+    offset: int = 0,
+    limit: int = 50,
+    order: list[str] | None = None,
+    runs: dict[str, Run] | None = None,
+    tables: dict[str, score_tables.ScoreTable] | None = None,
 ) -> tuple[list[str], list[dict[str, Any]], int]:
     """One page of the items × variants matrix: (labels, rows, total keys). A row: the item
     key and, per variant (in `order`, e.g. the ranking; else as declared), its scores by
-    evaluator, its status and its verdict (the one rule)."""
-    runs = variant_runs(sweep)
+    evaluator, its status and its verdict (the one rule). `runs` (`variant_runs`) and
+    `tables` (`tables_of`), when the caller has them."""
+    runs = variant_runs(sweep) if runs is None else runs
     if order:
         runs = {label: runs[label] for label in order if label in runs}
-    tables = {label: table_of(run) for label, run in runs.items()}
+    known = tables or {}
+    tables = {label: known.get(label) or table_of(run) for label, run in runs.items()}
     if not tables:
         return [], [], 0
     first = next(iter(tables.values())).keys

@@ -199,11 +199,7 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
         )
     for problem in outcome.config_errors:
         console.print(f"✗ {escape(problem)}", soft_wrap=True)
-    global_violations = [c for c in outcome.global_checks if not c.passed]
-    if global_violations:
-        console.print("✗ thresholds in the configuration:")
-        for check in global_violations:
-            console.print(f"    {escape(check.line())}", soft_wrap=True)
+    print_global_checks(console, outcome)
     for report in outcome.reports:
         checked = len(report.checks)
         if report.passed:
@@ -225,6 +221,18 @@ def print_outcome(console: Console, outcome: CiOutcome) -> None:
         console.print(f"\nCI failed: {count} violation{'s' * (count != 1)} (exit 1)")
     else:
         console.print("\nCI failed: configuration or import errors (exit 2)")
+
+
+def print_global_checks(console: Console, outcome: CiOutcome) -> None:
+    """The configuration's own checks: each violation, and each sweep gate that held."""
+    global_violations = [c for c in outcome.global_checks if not c.passed]
+    if global_violations:
+        console.print("✗ thresholds in the configuration:")
+        for check in global_violations:
+            console.print(f"    {escape(check.line())}", soft_wrap=True)
+    for check in outcome.global_checks:
+        if check.passed and check.kind == "sweep":  # a gate asked for by name: say it held
+            console.print(f"✓ {escape(check.line())}", soft_wrap=True)
 
 
 def print_error_classes(console: Console, report: GateReport) -> None:

@@ -238,6 +238,7 @@ def test_a_variant_failing_on_every_item_says_why_and_spares_the_others(
     assert "every item errored" in result["verdict"]
     page = Client(HTTP_HOST="127.0.0.1").get(f"/sweeps/{result['id']}/").content.decode()
     assert 'data-failed-variant="model=broken"' in page and "does not exist" in page
+    assert '<small class="muted" data-failed-column="model=broken">6 of 6 items errored: ' in page
     # `seed` changes nothing the runner does: said so.
     assert result["ignoredKeys"] == ["seed"] and "Variant key(s) seed" in result["verdict"]
 

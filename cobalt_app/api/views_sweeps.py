@@ -81,9 +81,11 @@ class SweepDetailView(CobaltAPIView):
         query.is_valid(raise_exception=True)
         sweep = sweeps.sweep_get(sweep_id)
         offset, limit = query.validated_data["offset"], query.validated_data["limit"]
-        result = sweeps.summary(sweep)
+        runs = sweeps.variant_runs(sweep)
+        tables = sweeps.tables_of(runs)
+        result = sweeps.summary(sweep, runs, tables)
         labels, rows, total = sweeps.matrix_rows(
-            sweep, offset=offset, limit=limit, order=result["ranking"]
+            sweep, offset=offset, limit=limit, order=result["ranking"], runs=runs, tables=tables
         )
         body = {
             **result,

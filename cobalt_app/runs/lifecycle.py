@@ -2,8 +2,9 @@
 
 `finalise` is the one way a run ends. Whoever gets there — the lane that records the last
 item, `cobalt cancel` (or the API, MCP, the dashboard), an embedded run stopped by Ctrl-C or
-a crash, the team sweeper — it stores the same summary, writes the results file and sends
-the webhooks, whether anyone waits for the run or not.
+a crash, the team sweeper — it stores the same summary, writes the results file, settles the
+run's sweep when it was its last variant (`sweeps.settle`) and sends the webhooks, whether
+anyone waits for the run or not.
 """
 
 from __future__ import annotations
@@ -152,8 +153,21 @@ def finalise(
             Run.objects.filter(id=run_id).update(failure=storable.clean_message(failure))
         results.run_finalise(run_id, status=status)
         run = _results_written(run_id, config)
+    if run.sweep_id:
+        _sweep_settled(run.sweep_id, config)
     _send_webhooks(config, run)
     return run
+
+
+def _sweep_settled(sweep_id: str, config: Config) -> None:
+    """A variant's run ended: when it was the sweep's last, analyse and store the sweep
+    (`sweeps.settle`). A failure is logged; the run's end stands."""
+    from cobalt_app import sweeps  # numpy and the statistics: only for a sweep's runs
+
+    try:
+        sweeps.settle([sweep_id], config)
+    except Exception:  # noqa: BLE001 - the sweep's page still computes it when read
+        logger.exception("could not analyse sweep %s", sweep_id)
 
 
 def _results_written(run_id: str, config: Config) -> Run:
