@@ -76,6 +76,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "cobalt_project.static_files.CollectingWhiteNoiseMiddleware",
+    # Pages and API replies gzipped when asked (below WhiteNoise, which serves its own
+    # precompressed files); streamed exports are compressed chunk by chunk as they stream.
+    "django.middleware.gzip.GZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
