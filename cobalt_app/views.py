@@ -458,6 +458,7 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
         chart = trend.chart_data
         chart["urls"] = [run_url(run.id) for run in trend.runs]
+        chart["compareUrl"] = reverse("cobalt:compare")  # two picked points open their compare
         context |= {
             "trend": trend,
             "charts": chart,
