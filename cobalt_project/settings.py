@@ -184,6 +184,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # No deep links: Swagger UI puts each one inside its operation's button, a link in a
+    # button (axe: nested-interactive). Page and contrast: templates/drf_spectacular/.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
