@@ -365,6 +365,18 @@ def item_repeats(run: Run, item: ItemResult, asked: str | None) -> Repeats | Non
     return repeats
 
 
+def item_neighbours(run: Run, item: ItemResult) -> tuple[int | None, int | None]:
+    """The first repeats of the items just before and after this one: j and k step from item
+    to item (each opening on its worst repeat), not from repeat to repeat."""
+    firsts = ItemResult.objects.filter(run=run, run_index=0)
+    before = firsts.filter(item_index__lt=item.item_index).order_by("-item_index")
+    after = firsts.filter(item_index__gt=item.item_index).order_by("item_index")
+    return (
+        before.values_list("id", flat=True).first(),
+        after.values_list("id", flat=True).first(),
+    )
+
+
 def _repeat_diff(rows: list[ItemRow], tabs: list[RepeatTab], shown: int) -> RepeatDiff | None:
     """The shown repeat against the best passing one (when it failed) or the worst failing
     one (when it passed); None when every repeat passed or none did."""

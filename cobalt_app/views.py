@@ -335,7 +335,8 @@ def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpRespo
     if repeats and repeats.current.id != item.id:  # the asked (or the worst) repeat
         item = page_items.item_detail(run, repeats.current.id)
     values = page_values.item_values(run, item)
-    previous_id, next_id = page_items.item_neighbours(run, item)
+    neighbours = page_repeats.item_neighbours if repeats else page_items.item_neighbours
+    previous_id, next_id = neighbours(run, item)
     context = {
         "run": run,
         "item": item,

@@ -130,3 +130,9 @@ def test_an_item_that_ran_once_has_no_tabs(client):
     single = make_run(keys=keys(2), evaluators=("judge",))
     page = client.get(f"/runs/{single.id}/items/{item_id(single, 'k001')}/").content.decode()
     assert "repeat-tabs" not in page and '<h2 id="item-title">Item #2</h2>' in page
+
+
+def test_previous_and_next_step_from_item_to_item_not_from_repeat_to_repeat(client, run):
+    page = client.get(f"/runs/{run.id}/items/{item_id(run, 'k002', 1)}/").content.decode()
+    assert f'rel="prev" href="/runs/{run.id}/items/{item_id(run, "k001")}/"' in page
+    assert f'rel="next" href="/runs/{run.id}/items/{item_id(run, "k003")}/"' in page

@@ -46,7 +46,7 @@
       // The score lines, or (data-metric) the error rate, cost or latency lines beside them.
       var metric = canvas.dataset.metric;
       var axes = {
-        errorRate: { min: 0, suggestedMax: 0.1, ticks: { format: { style: "percent" } } },
+        errorRate: { min: 0, suggestedMax: 0.1, ticks: { format: { style: "percent", maximumFractionDigits: 1 } } },
         cost: { beginAtZero: true, title: { display: true, text: "USD" } },
         latency: { beginAtZero: true, title: { display: true, text: "ms" } },
       };
@@ -62,7 +62,7 @@
           }),
         },
         options: {
-          scales: { y: metric ? axes[metric] : scoreAxis },
+          scales: { y: metric ? axes[metric] : scoreAxis, x: metric ? { ticks: { maxRotation: 0, autoSkipPadding: 16 } } : {} },
           interaction: { mode: "nearest", intersect: true },
           onClick: function (_event, elements) {
             if (elements.length) pickTrendPoint(d, elements[0].index);
