@@ -46,7 +46,7 @@
       // The score lines, or (data-metric) the error rate, cost or latency lines beside them.
       var metric = canvas.dataset.metric;
       var axes = {
-        errorRate: { min: 0, suggestedMax: 0.1, ticks: { format: { style: "percent", maximumFractionDigits: 1 } } },
+        errorRate: { min: 0, suggestedMax: 0.1, ticks: { callback: function (v) { return Math.round(v * 1000) / 10 + "%"; } } },
         cost: { beginAtZero: true, title: { display: true, text: "USD" } },
         latency: { beginAtZero: true, title: { display: true, text: "ms" } },
       };
