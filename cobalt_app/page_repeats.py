@@ -192,8 +192,10 @@ def repeated_failure_page(
     for index, run_index in failed_items(run).values_list("item_index", "run_index"):
         failing[index].add(run_index)
         worst[index] = -2.0
-    verdicts = failing_verdicts(run, evaluator).values_list(
-        "item__item_index", "item__run_index", "worst"
+    verdicts = (
+        failing_verdicts(run, evaluator)
+        .order_by()  # ranked below, per item
+        .values_list("item__item_index", "item__run_index", "worst")
     )
     for index, run_index, score in verdicts:
         failing[index].add(run_index)
