@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
-from cobalt.verdict import Verdict, evaluation_verdict, score_verdict
+from cobalt.verdict import Verdict, evaluation_verdict
 from cobalt_app import score_tables
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
@@ -190,62 +190,6 @@ def item_page(
                 order += ["item_index", "run_index"]
         ids = list(items.order_by(*order).values_list("id", flat=True)[offset : offset + per_page])
     return _page_of(run, ids, number, per_page, total)
-
-
-def repeated_item_page(run: Run, *, page: int = 1, per_page: int = 50) -> ItemsPage:
-    """One page of a run with repetitions, one row per item (in index order) with each
-    evaluator's mean, stddev and passing repetitions; each repetition under it.
-
-    Four queries, as for a page of single rows: the item count, the page's item indexes (on
-    the unique `(run, item_index, run_index)` index), every repetition's row, their scores.
-    """
-    firsts = ItemResult.objects.filter(run=run, run_index=0)
-    total = firsts.count()
-    number, offset = _clamp(page, total, per_page)
-    ordered = firsts.order_by("item_index").values_list("item_index", flat=True)
-    indexes = list(ordered[offset : offset + per_page])
-    loaded = list(
-        ItemResult.objects.filter(run=run, item_index__in=indexes)
-        .only(*ROW_FIELDS)
-        .order_by("item_index", "run_index")
-    )
-    scores = _scores_of([item.id for item in loaded])
-    names, marks = run.evaluator_names, pass_marks(run)
-    grouped: dict[int, list[ItemRow]] = defaultdict(list)
-    for item in loaded:
-        grouped[item.item_index].append(_item_row(item, scores.get(item.id, {}), names, marks))
-    rows = []
-    for index in indexes:
-        repetitions = grouped.get(index)
-        if not repetitions:
-            continue
-        first = repetitions[0]
-        first.repetitions = repetitions
-        first.summary = [
-            _repeated_scores(name, [r.scores[n] for r in repetitions], marks.get(name))
-            for n, name in enumerate(names)
-        ]
-        rows.append(first)
-    return ItemsPage(rows=rows, number=number, per_page=per_page, total=total)
-
-
-def _repeated_scores(name: str, cells: list[dict[str, Any]], mark: float | None) -> dict[str, Any]:
-    judged = [c for c in cells if Verdict(c.get("verdict") or "none").passed is not None]
-    values = [c["score"] for c in judged]
-    mean = sum(values) / len(values) if values else None
-    stddev = (
-        math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if mean is not None else None
-    )
-    passes = sum(1 for c in judged if Verdict(c["verdict"]).passed)  # borderline ones pass
-    return {
-        "name": name,
-        "mean": mean,
-        "stddev": stddev,
-        "passes": passes,
-        "k": len(cells),
-        "passAtK": passes > 0,
-        "verdict": "error" if mean is None and cells else score_verdict(mean, mark),
-    }
 
 
 def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int = 50) -> ItemsPage:

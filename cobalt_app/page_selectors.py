@@ -240,11 +240,20 @@ class Trend:
         return [(_scores(run).get(name) or {}).get("avg") for name in self.evaluators]
 
     def points(self) -> list[dict[str, Any]]:
-        return [{"run": run, "scores": self.averages(run)} for run in self.runs]
+        return [
+            {"run": run, "scores": self.averages(run), **run_measures(run)} for run in self.runs
+        ]
 
     @property
     def chart_data(self) -> dict[str, Any]:
+        """The x axis (each run's date and id), the score lines, and the error rate, cost and
+        latency lines drawn beside them (`metrics`, one chart each)."""
         columns = list(zip(*(self.averages(run) for run in self.runs), strict=True))
+        measures = [run_measures(run) for run in self.runs]
+
+        def line(label: str, key: str) -> dict[str, Any]:
+            return {"label": label, "values": [m[key] for m in measures]}
+
         return {
             "labels": [run.created_at.strftime("%d %b %Y %H:%M") for run in self.runs],
             "runs": [run.id for run in self.runs],
@@ -252,7 +261,25 @@ class Trend:
                 {"label": name, "values": list(columns[i]) if columns else []}
                 for i, name in enumerate(self.evaluators)
             ],
+            "metrics": {
+                "errorRate": [line("errors and timeouts", "errorRate")],
+                "cost": [line("cost (USD)", "cost")],
+                "latency": [line("p50", "latencyP50"), line("p95", "latencyP95")],
+            },
         }
+
+
+def run_measures(run: Run) -> dict[str, float | None]:
+    """A finished run's share of items that errored or timed out, its cost (agent and judges),
+    and its p50 and p95 latency (ms), from the stored counts and summary."""
+    latency = (run.summary or {}).get("latency") or {}
+    failed = run.error_count + run.timeout_count
+    return {
+        "errorRate": failed / run.total_items if run.total_items else None,
+        "cost": run.estimated_cost,
+        "latencyP50": latency.get("p50"),
+        "latencyP95": latency.get("p95"),
+    }
 
 
 def trend(experiment: str, *, tag: str = "", limit: int = 100) -> Trend:

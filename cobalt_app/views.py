@@ -38,6 +38,7 @@ from cobalt_app import (
     labels,
     page_compare,
     page_items,
+    page_repeats,
     page_selectors,
     page_sweep,
     page_trace,
@@ -270,19 +271,19 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
     view = form.chosen_view()
+    # A run whose items ran several times shows one row per item in every view.
+    repeated = _repeated(RunSettings.from_run_config(run.config))
     if view == "failures":
-        items = page_items.failure_page(
+        failures = page_repeats.repeated_failure_page if repeated else page_items.failure_page
+        items = failures(
             run,
             evaluator=filters.get("evaluator") or "",
             page=filters.get("page") or 1,
             per_page=ITEMS_PER_PAGE,
         )
-    elif _repeated(RunSettings.from_run_config(run.config)) and _unfiltered(filters):
-        items = page_items.repeated_item_page(
-            run, page=filters.get("page") or 1, per_page=ITEMS_PER_PAGE
-        )
     else:
-        items = page_items.item_page(
+        listing = page_repeats.repeated_item_page if repeated else page_items.item_page
+        items = listing(
             run,
             status=filters.get("status") or "",
             evaluator=filters.get("evaluator") or "",
@@ -313,13 +314,6 @@ def _repeated(run_settings: RunSettings) -> bool:
     return run_settings.runs > 1 or bool(run_settings.repeat_flaky)
 
 
-def _unfiltered(filters: dict[str, Any]) -> bool:
-    """No status, score range or sort other than the index: a run with repetitions then shows
-    one row per item (filters and sorts apply to each repetition)."""
-    ranged = filters.get("min") is not None or filters.get("max") is not None
-    return not filters.get("status") and not ranged and (filters.get("sort") or "index") == "index"
-
-
 @page
 def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
     run = get_run_or_404(run_id)
@@ -335,11 +329,18 @@ def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpRespo
     if only_trace:
         context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
         return partial_or_page(request, "cobalt/item.html", context, "trace")
+    repeats = None
+    if _repeated(RunSettings.from_run_config(run.config)):
+        repeats = page_repeats.item_repeats(run, item, request.GET.get("repeat"))
+    if repeats and repeats.current.id != item.id:  # the asked (or the worst) repeat
+        item = page_items.item_detail(run, repeats.current.id)
     values = page_values.item_values(run, item)
-    previous_id, next_id = page_items.item_neighbours(run, item)
+    neighbours = page_repeats.item_neighbours if repeats else page_items.item_neighbours
+    previous_id, next_id = neighbours(run, item)
     context = {
         "run": run,
         "item": item,
+        "repeats": repeats,
         "previous_id": previous_id,
         "next_id": next_id,
         "trace": page_trace.item_trace(item, trace_page),
@@ -458,6 +459,7 @@ def trends(request: HtmxHttpRequest) -> HttpResponse:
         trend = page_selectors.trend(experiment, tag=filters.get("tag") or "")
         chart = trend.chart_data
         chart["urls"] = [run_url(run.id) for run in trend.runs]
+        chart["compareUrl"] = reverse("cobalt:compare")  # two picked points open their compare
         context |= {
             "trend": trend,
             "charts": chart,

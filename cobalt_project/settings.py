@@ -76,6 +76,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "cobalt_project.static_files.CollectingWhiteNoiseMiddleware",
+    # Pages and API replies gzipped when asked (below WhiteNoise, which serves its own
+    # precompressed files); streamed exports are compressed chunk by chunk as they stream.
+    "django.middleware.gzip.GZipMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -181,6 +184,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # No deep links: Swagger UI puts each one inside its operation's button, a link in a
+    # button (axe: nested-interactive). Page and contrast: templates/drf_spectacular/.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -42,12 +42,19 @@
         options: { scales: { y: scoreAxis } },
       };
     },
-    trends: function (d) {
+    trends: function (d, canvas) {
+      // The score lines, or (data-metric) the error rate, cost or latency lines beside them.
+      var metric = canvas.dataset.metric;
+      var axes = {
+        errorRate: { min: 0, suggestedMax: 0.1, ticks: { callback: function (v) { return Math.round(v * 1000) / 10 + "%"; } } },
+        cost: { beginAtZero: true, title: { display: true, text: "USD" } },
+        latency: { beginAtZero: true, title: { display: true, text: "ms" } },
+      };
       return {
         type: "line",
         data: {
           labels: d.labels,
-          datasets: d.series.map(function (s, i) {
+          datasets: (metric ? d.metrics[metric] : d.series).map(function (s, i) {
             return {
               label: s.label, data: s.values, borderColor: colour(i), backgroundColor: colour(i),
               pointRadius: 4, pointHoverRadius: 7, spanGaps: false, tension: 0,
@@ -55,10 +62,10 @@
           }),
         },
         options: {
-          scales: { y: scoreAxis },
+          scales: { y: metric ? axes[metric] : scoreAxis, x: metric ? { ticks: { maxRotation: 0, autoSkipPadding: 16 } } : {} },
           interaction: { mode: "nearest", intersect: true },
           onClick: function (_event, elements) {
-            if (elements.length && d.urls) window.location.assign(d.urls[elements[0].index]);
+            if (elements.length) pickTrendPoint(d, elements[0].index);
           },
           onHover: function (event, elements) {
             event.native.target.style.cursor = elements.length ? "pointer" : "default";
@@ -93,6 +100,27 @@
     },
   };
 
+  // Trends: the first point picked (on any chart) is one run, the second another: their
+  // compare page opens, the older run as A. The table below the charts does the same without
+  // script.
+  var trendPick = null;
+  function pickTrendPoint(d, index) {
+    var first = trendPick ? d.runs.indexOf(trendPick) : -1;
+    if (first !== -1 && first !== index) {
+      trendPick = null;
+      var a = d.runs[Math.min(first, index)], b = d.runs[Math.max(first, index)];
+      window.location.assign(d.compareUrl + "?a=" + encodeURIComponent(a) + "&b=" + encodeURIComponent(b));
+      return;
+    }
+    trendPick = d.runs[index];
+    var status = document.getElementById("trend-pick");
+    if (!status) return;
+    var open = document.createElement("a");
+    open.href = d.urls[index];
+    open.textContent = "open run " + trendPick;
+    status.replaceChildren("Picked run " + trendPick + " (" + d.labels[index] + "): pick another point to compare them, or ", open, ".");
+  }
+
   function draw(root) {
     if (!window.Chart) return;
     // Axis and legend text in the page's colours (light or dark).
@@ -103,7 +131,7 @@
       var source = document.getElementById(canvas.dataset.source);
       var build = builders[canvas.dataset.chart];
       if (!source || !build) return;
-      var config = build(JSON.parse(source.textContent));
+      var config = build(JSON.parse(source.textContent), canvas);
       config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
       new window.Chart(canvas, config);
       canvas.setAttribute("data-drawn", "true");
@@ -213,7 +241,7 @@
   // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
   // it goes back past those steps to the page it opened over; j and k open the next and the
   // previous item.
-  var ITEM_PATH = /\/items\/\d+\/$/;
+  var ITEM_PATH = /\/items\/\d+\/(\?.*)?$/;  // ?repeat=N: a tab of a repeated item
   var itemSteps = 0;
   document.addEventListener("htmx:pushedIntoHistory", function (event) {
     itemSteps = ITEM_PATH.test(event.detail.path) ? itemSteps + 1 : 0;
