@@ -1,10 +1,10 @@
 """A real CrewAI crew, run by the real `cobalt run` in a CrewAI project's own virtualenv.
 
 CrewAI requires mcp<2 and openai<3, so it cannot share the suite's environment. The
-virtualenv is what a user gets from `pip install cobalt-agents crewai` (here
-`pip install -c constraints-crewai.txt '.[crewai]' crewai`, the tested set scripts/lock
-writes), built once into a cache folder named after that file and pyproject.toml: the
-first run of this module builds it (minutes), later ones reuse it. Commands run with this
+virtualenv is what a user gets from `pip install cobalt-agents crewai` (here the tested set
+of `pip install -c constraints-crewai.txt '.[crewai]' crewai`, which scripts/lock writes),
+built once into a cache folder named after that file and pyproject.toml: the first run of
+this module builds it (a minute or two), later ones reuse it. Commands run with this
 checkout first on PYTHONPATH, so a cached environment still tests the code in front of it.
 
 Set SKIP_CREWAI_ENV=1 to skip the module on a machine that cannot build it (no package
@@ -38,7 +38,7 @@ from tests.fake_provider import FakeProvider
 from tests.helpers import run_id_of
 from tests.trace_agents import CITIES, CREW_EXPERIMENT, tree
 
-# The first test that needs the virtualenv builds it (minutes on a loaded 2-core machine).
+# The first test that needs the virtualenv builds it (a minute or two; pip alone: 13+ minutes).
 pytestmark = pytest.mark.timeout(1800)
 
 CONSTRAINTS = REPO / "constraints-crewai.txt"
@@ -60,18 +60,21 @@ def pinned(name: str) -> str:
 
 
 def build(folder: Path) -> float:
-    """A new virtualenv in `folder` with Cobalt, its crewai extra and CrewAI; the seconds taken."""
+    """A new virtualenv in `folder` with Cobalt, its crewai extra and CrewAI; the seconds taken.
+
+    The set is the pinned one either way; uv (a dependency of CrewAI's, pinned there too)
+    installs it with parallel downloads: 78 s where pip took 13 to 16 minutes on this
+    project's loaded 2-core machine (docs/guide/install.md)."""
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
-    install = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q"]
-    done = subprocess.run(
-        [*install, "-c", str(CONSTRAINTS), f"{REPO}[crewai]", "crewai"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    python = str(folder / "bin" / "python")
+    for command in (
+        [python, "-m", "pip", "install", "-q", f"uv=={pinned('uv')}"],
+        [str(folder / "bin" / "uv"), "pip", "install", "-q", "--python", python]
+        + ["-c", str(CONSTRAINTS), f"{REPO}[crewai]", "crewai"],
+    ):
+        done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=1500)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return time.monotonic() - started
 
 
