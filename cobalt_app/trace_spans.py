@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,6 +34,10 @@ KINDS = ("llm", "tool", "agent", "retrieval", "http", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
 FINAL_ANSWER = "final_answer"  # smolagents' last "tool call": the agent's answer
 SMOLAGENTS_SCOPE = "openinference.instrumentation.smolagents"
+CREWAI_SCOPE = "openinference.instrumentation.crewai"
+# CrewAI's instrumentation names a crew that has no name of its own after its random id
+# (`Crew_<uuid>.kickoff`): every item's and run's crew step would be named differently.
+UNNAMED_CREW = re.compile(r"Crew_[0-9a-fA-F-]{32,36}\.kickoff")
 PREPARING = "._prepare_chat_with_tools"  # an LLM-kind span of LlamaIndex that calls nothing
 OBSERVATION = "#observation:"  # a tool result known by its place, not by a call id
 OPENINFERENCE_KINDS = {
@@ -139,13 +144,15 @@ def step_of(
             "error",
         )
     name = span.name
+    scope = getattr(getattr(span, "instrumentation_scope", None), "name", "") or ""
     if kind == "tool":
         name = str(_first(a, "tool.name", "gen_ai.tool.name", "cobalt.name") or name)
-        scope = getattr(getattr(span, "instrumentation_scope", None), "name", "") or ""
         if name == FINAL_ANSWER and scope.startswith(SMOLAGENTS_SCOPE):
             kind = "other"  # smolagents ends its loop through this "tool": it is the answer
     elif kind == "llm" and name.endswith(PREPARING):
         kind = "other"  # LlamaIndex's span around building a request: no model call
+    elif scope.startswith(CREWAI_SCOPE) and UNNAMED_CREW.fullmatch(name):
+        name = "Crew.kickoff"
     tool_input = _first(
         a, "cobalt.input", "input.value", "gen_ai.tool.call.arguments", "tool_arguments"
     )

@@ -80,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # rather than one of them starting a long module near the end. (Seconds: a parallel run on a
 # loaded 2-core machine, setup and teardown included; the whole suite is ~1150 s of tests.)
 LONG_MODULES = (
+    "test_trace_crewai.py",  # 259 s building its CrewAI virtualenv (70 s); 65 s once cached
     "test_team.py",  # 198 s
     "test_api_schema.py",  # 62 s
     "test_browser.py",  # 61 s

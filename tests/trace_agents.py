@@ -308,3 +308,52 @@ def dspy_program():
             return predict(question=f"Weather in {city}?").answer
 
     return run
+
+
+# A CrewAI crew: one agent with one tool and one task, on CrewAI's own OpenAI client (its
+# `LLM`, which reads OPENAI_BASE_URL). CrewAI needs mcp<2, so it runs in its own virtualenv
+# (tests/test_trace_crewai.py).
+CREW_EXPERIMENT = """
+from crewai import LLM, Agent, Crew, Task
+from crewai.tools import tool
+
+from cobalt import Dataset, Evaluator, experiment
+
+
+@tool("get_weather")
+def get_weather(city: str) -> str:
+    \"\"\"The weather in a city.\"\"\"
+    return f"sunny in {city}"
+
+
+def crew():
+    forecaster = Agent(
+        role="Forecaster",
+        goal="Tell the weather",
+        backstory="You read the weather station.",
+        tools=[get_weather],
+        llm=LLM(model="gpt-4o-mini"),
+    )
+    task = Task(
+        name="forecast",
+        description="{question}",
+        expected_output="The weather in one sentence.",
+        agent=forecaster,
+    )
+    return Crew(agents=[forecaster], tasks=[task])
+
+
+CITIES = ["Paris", "Lima", "Oslo"]
+dataset = Dataset(items=[
+    {"id": c.lower(), "input": c,
+     "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": c}}]}
+    for c in CITIES
+])
+
+
+@experiment("crew", dataset, evaluators=[Evaluator("tools", "tool-calls", mode="strict")])
+def run(ctx):
+    city = ctx.item["input"]
+    question = f'Weather in {city}? [[tool:{{"city": "{city}"}}]]'
+    return crew().kickoff(inputs={"question": question}).raw
+"""
