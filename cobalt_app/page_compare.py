@@ -503,7 +503,7 @@ def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
         for column in columns:
             e = column["evaluators"][n]
             good = {IMPROVED: "good", REGRESSED: "bad"}.get(e["verdict"], "")
-            delta = "—" if e["delta"] is None else f"{e['delta'] * 100:+.0f} pp"
+            delta = "—" if e["delta"] is None else signed(e["delta"], _points)
             cells.append(
                 {
                     "value": percent(e["passRateB"]),
@@ -523,6 +523,10 @@ def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
     ):
         rows.append(_strip_row(label, base[key], columns, key, shown, signed, True))
     return rows
+
+
+def _points(share: float) -> str:
+    return f"{share * 100:.0f} pp"
 
 
 def _strip_row(
