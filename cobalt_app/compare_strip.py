@@ -16,8 +16,10 @@ from cobalt.significance import IMPROVED, REGRESSED, format_p
 from cobalt_app.models import Run
 
 # Latency, tokens and cost have no paired test here: a change smaller than this share of the
-# baseline's value is neither a win nor a loss (a rerun of the same agent moves them this much).
+# baseline's value is neither a win nor a loss (a rerun of the same agent moves them this much),
+# nor is a latency change under LATENCY_FLOOR_MS (scheduling jitter on a fast agent).
 RELATIVE_CHANGE = 0.05
+LATENCY_FLOOR_MS = 100.0
 # (key in `run_figures`, how the sentence names it), lower is better for each.
 COSTS = (
     ("latencyP50", "p50 latency"),
@@ -25,6 +27,19 @@ COSTS = (
     ("tokens", "tokens"),
     ("cost", "cost"),
 )
+
+
+def notable(key: str, before: float | None, after: float | None) -> bool:
+    """Whether a run's latency, tokens or cost (`key`) moved enough to be a win or a loss;
+    any change of errors or timeouts is."""
+    if before is None or after is None or before == after:
+        return False
+    if key in ("errors", "timeouts"):
+        return True
+    if key.startswith("latency") and abs(after - before) < LATENCY_FLOOR_MS:
+        return False
+    change = _relative(after, before)
+    return change is None or abs(change) >= RELATIVE_CHANGE
 
 
 def run_figures(run: Run) -> dict[str, Any]:
@@ -125,9 +140,10 @@ def _wins_and_losses(
         phrase = f"{e['name']} ({rates}significant, {format_p(e['pValue'])})"
         (wins if e["verdict"] == IMPROVED else losses).append(phrase)
     for key, named in COSTS:
-        change = _relative(run[key], base[key])
-        if change is not None and abs(change) >= RELATIVE_CHANGE:
-            (wins if change < 0 else losses).append(f"{named} ({change:+.0%})")
+        if notable(key, base[key], run[key]):
+            change = _relative(run[key], base[key])
+            shown = "new" if change is None else f"{change:+.0%}".replace("-", "−")
+            (wins if run[key] < base[key] else losses).append(f"{named} ({shown})")
     return wins, losses, unchanged
 
 

@@ -19,7 +19,7 @@ from django.db.models import Min
 from cobalt.significance import ALPHA, IMPROVED, REGRESSED, format_p
 from cobalt.verdict import score_verdict
 from cobalt_app import calibration, score_tables
-from cobalt_app.compare_strip import RELATIVE_CHANGE, verdict_strip
+from cobalt_app.compare_strip import notable, verdict_strip
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging
 from cobalt_app.page_selectors import pass_marks
@@ -484,7 +484,7 @@ def neighbours(
 def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
     """The verdict strip as the page's table: a row per measure, the baseline's value, then
     each other run's value and change, coloured good or bad (an evaluator only when its
-    paired test says so; latency, tokens and cost past `RELATIVE_CHANGE`)."""
+    paired test says so; latency, tokens and cost when `compare_strip.notable`)."""
     from cobalt_app.templatetags.cobalt import cost, duration, percent, thousands
 
     def signed(value: float, shown: Any) -> str:
@@ -536,10 +536,8 @@ def _strip_row(
     for column in columns:
         change = column["deltas"][key]
         trend = ""
-        if change and lower_better is not None:
-            relative = change / base if base else 1.0
-            if key in ("errors", "timeouts") or abs(relative) >= RELATIVE_CHANGE:
-                trend = "good" if (change < 0) == lower_better else "bad"
+        if lower_better is not None and notable(key, base, column[key]):
+            trend = "good" if (change < 0) == lower_better else "bad"
         cells.append(
             {
                 "value": shown(column[key]),

@@ -99,8 +99,9 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
         }
         output_a = _text(pair["a"].output) if "a" in pair else ""
         output_b = _text(pair["b"].output) if "b" in pair else ""
-        trace_a = _trace_text(pair.get("a"))
-        trace_b = _trace_text(pair.get("b"))
+        steps_a, steps_b = _steps_of(pair.get("a")), _steps_of(pair.get("b"))
+        trace_a = _trace_text(steps_a)
+        trace_b = _trace_text(steps_b)
         transcript = any(is_transcript(item.output) for item in pair.values())
         rows = []
         for name in names:
@@ -126,7 +127,7 @@ def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
                 "traceA": shown(trace_a),
                 "traceB": shown(trace_b),
                 "traceDiff": steps_diff(trace_a, trace_b) if trace_a and trace_b else [],
-                "steps": step_table(trace_a, trace_b) if trace_a or trace_b else [],
+                "steps": step_table(steps_a, steps_b) if steps_a or steps_b else [],
                 "verdicts": rows,
             }
         )
@@ -143,10 +144,13 @@ def _text(value: Any) -> str:
     return pretty(value)
 
 
-def _trace_text(item: ItemResult | None) -> str:
-    """The item's trace as one line per step (kind, name, model, input, output, error: what
-    the agent did, without the timings that differ on every run); "" when none was captured."""
-    steps = trace_store.of_item(item).steps if item is not None else []
+def _steps_of(item: ItemResult | None) -> list[dict[str, Any]]:
+    return trace_store.of_item(item).steps if item is not None else []
+
+
+def _trace_text(steps: list[dict[str, Any]]) -> str:
+    """A trace as one line per step (kind, name, model, input, output, error: what the agent
+    did, without the timings that differ on every run); "" when none was captured."""
     return trace_spans.render(steps, max_chars=TRACE_STEP_CHARS) if steps else ""
 
 
@@ -156,36 +160,40 @@ def _verdict_of(evaluation: Any, mark: float | None) -> str:
     return evaluation_verdict(evaluation.score, mark, error=evaluation.status != "ok")
 
 
-def step_table(before: str, after: str) -> list[dict[str, Any]]:
-    """The two rendered traces (`trace_spans.render`, one step a line) as rows of steps matched
-    by kind and name: each row's step, how it changed ("same", "changed", "only in A",
-    "only in B") and what it did (model, input, output, error), word-diffed when changed."""
-    old, new = before.splitlines()[:STEP_ROWS], after.splitlines()[:STEP_ROWS]
+def step_table(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two traces' steps as rows matched by depth, kind and name: each row's step, how it
+    changed ("same", "changed", "only in A", "only in B") and what it did (model, input,
+    output, error: `trace_spans.render` of the step, without timings or ids), word-diffed
+    when changed."""
+    old, new = _step_rows(before[:STEP_ROWS], before), _step_rows(after[:STEP_ROWS], after)
     rows: list[dict[str, Any]] = []
-    matcher = difflib.SequenceMatcher(None, _steps(old), _steps(new), autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [s[0] for s in old], [s[0] for s in new], autojunk=False
+    )
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
-            for line_a, line_b in zip(old[i1:i2], new[j1:j2], strict=True):
-                step, did_a = _split_step(line_a)
-                did_b = _split_step(line_b)[1]
+            for (step, did_a), (_, did_b) in zip(old[i1:i2], new[j1:j2], strict=True):
                 if did_a == did_b:
                     rows.append({"step": step, "change": "same", "did": [("same", did_a)]})
                 else:
                     rows.append({"step": step, "change": "changed", "did": word_diff(did_a, did_b)})
             continue
-        for line in old[i1:i2]:
-            step, did = _split_step(line)
+        for step, did in old[i1:i2]:
             rows.append({"step": step, "change": "only in A", "did": [("del", did)]})
-        for line in new[j1:j2]:
-            step, did = _split_step(line)
+        for step, did in new[j1:j2]:
             rows.append({"step": step, "change": "only in B", "did": [("ins", did)]})
     return rows
 
 
-def _split_step(line: str) -> tuple[str, str]:
-    """`  [kind] name rest` as (`[kind] name` indented with ↳ by depth, rest)."""
-    found = STEP.match(line)
-    head = found[0] if found else line
-    depth = (len(head) - len(head.lstrip())) // 2
-    step = ("\u00a0\u00a0" * (depth - 1) + "↳\u00a0" if depth else "") + head.strip()
-    return step, line[len(head) :].strip()
+def _step_rows(shown: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[tuple]:
+    """(`[kind] name` indented with ↳ by depth, what the step did) of each shown step."""
+    rows = []
+    for step in shown:
+        depth, parent = 0, step.get("parent")
+        while parent is not None and depth < 20 and 0 <= parent < len(steps):
+            depth, parent = depth + 1, steps[parent].get("parent")
+        head = f"[{step.get('kind')}] {step.get('name')}"
+        line = trace_spans.render([{**step, "parent": None}], max_chars=TRACE_STEP_CHARS)
+        indent = "\u00a0\u00a0" * (depth - 1) + "↳\u00a0" if depth else ""
+        rows.append((indent + head, line[len(head) :].strip()))
+    return rows

@@ -7,13 +7,25 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.test import Client
 
+from tests.conftest import Project, start_server
+from tests.test_browser import (  # noqa: F401 (browser: a fixture)
+    ARTIFACTS,
+    AXE,
+    CHROMIUM,
+    browser,
+    cobalt_run,
+    watched_tab,
+)
 from tests.test_pages import XSS, keys, make_run, pair_rows, step, target
 
-pytestmark = pytest.mark.django_db
+db = pytest.mark.django_db
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
 
 
 @pytest.fixture
@@ -51,6 +63,7 @@ def fixed_and_curt() -> tuple:
     return a, b
 
 
+@db
 def test_the_strip_says_b_fixes_errors_but_loses_on_tone_with_significance(
     client, django_assert_num_queries
 ):
@@ -69,6 +82,7 @@ def test_the_strip_says_b_fixes_errors_but_loses_on_tone_with_significance(
     assert page.index('id="verdict"') < page.index('class="deltas"')
 
 
+@db
 def test_the_api_and_the_strip_share_one_function(client):
     a, b = fixed_and_curt()
     body = client.get(f"/api/compare/?a={a.id}&b={b.id}").json()
@@ -100,6 +114,7 @@ def classes_runs() -> tuple:
     return a, b
 
 
+@db
 def test_each_item_has_a_change_class_and_noise_is_greyed(client):
     a, b = classes_runs()
     page = client.get(f"/compare/?a={a.id}&b={b.id}&sort=key").content.decode()
@@ -131,6 +146,7 @@ def test_each_item_has_a_change_class_and_noise_is_greyed(client):
     ] == ["k001", "k003"]
 
 
+@db
 def test_a_baseline_against_several_runs_shows_each_as_columns(client, django_assert_num_queries):
     a, b = fixed_and_curt()
     c = make_run(keys=keys(30), evaluators=("resolved", "tone"))
@@ -177,6 +193,7 @@ def traced_runs() -> tuple:
     return a, b
 
 
+@db
 def test_the_side_by_side_has_its_own_page_reasons_first_then_diffs(
     client, django_assert_num_queries
 ):
@@ -210,7 +227,233 @@ def test_the_side_by_side_has_its_own_page_reasons_first_then_diffs(
     assert client.get(f"/compare/item/?a={a.id}").status_code == 400
 
 
+@db
 def test_a_key_filtered_out_has_no_neighbours(client):
     a, b = traced_runs()
     page = client.get(f"/compare/item/?a={a.id}&b={b.id}&change=score-up&key=k001").content.decode()
     assert 'data-step="' not in page and "judge says k001" in page
+
+
+# In Chromium, after real runs ---------------------------------------------------------------
+
+SUPPORT_AGENT = """
+import os
+
+import cobalt
+from cobalt import Dataset, Evaluator, experiment
+
+VERSION = os.environ.get("AGENT_VERSION", "1")
+dataset = Dataset(
+    items=[{"id": f"o{i:02d}", "input": f"Where is order o{i:02d}? I want a refund."}
+           for i in range(40)]
+)
+
+
+@cobalt.tool
+def lookup_order(order_id: str) -> dict:
+    return {"order": order_id, "status": "in transit" if int(order_id[1:]) % 3 else "delivered"}
+
+
+@cobalt.tool
+def refund(order_id: str) -> str:
+    i = int(order_id[1:])
+    if (VERSION == "1" and i % 8 == 0) or (VERSION == "2" and i == 0):
+        raise RuntimeError(f"refund service timed out for {order_id}")
+    return f"refund issued for {order_id}"
+
+
+def resolved(ctx):
+    done = "refund issued" in str(ctx.output)
+    return {"score": 1.0 if done else 0.0, "reason": "refunded" if done else "no refund"}
+
+
+def tone(ctx):
+    polite = "thank you" in str(ctx.output).lower()
+    return {"score": 1.0 if polite else 0.0,
+            "reason": "thanks the customer" if polite else "curt: no thanks, no status"}
+
+
+@experiment("support", dataset, tags=[f"v{VERSION}"], evaluators=[
+    Evaluator(name="resolved", type="function", fn=resolved),
+    Evaluator(name="tone", type="function", fn=tone),
+])
+def run(ctx):
+    order_id = ctx.item["id"]
+    order = lookup_order(order_id)
+    done = refund(order_id)
+    with cobalt.span("draft reply", kind="llm", input=ctx.item["input"]) as step:
+        if VERSION == "2" and int(order_id[1:]) % 2:
+            step.output = f"{done}."
+        else:
+            step.output = (f"Thank you for waiting. Your order is {order['status']} and the "
+                           f"{done}.")
+    return step.output
+"""
+
+
+@pytest.fixture(scope="module")
+def support(tmp_path_factory) -> Iterator[tuple[str, list[str]]]:
+    """Three versions of a tool-using support agent: v2 fixes most refund errors but is curt
+    on half the orders (its tone fails); v3 fixes both."""
+    project = Project(tmp_path_factory.mktemp("compare") / "proj")
+    project.path.mkdir()
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    project.write("experiments/support.cobalt.py", SUPPORT_AGENT)
+    runs = [
+        cobalt_run(project, "experiments/support.cobalt.py", env={"AGENT_VERSION": version})
+        for version in ("1", "2", "3")
+    ]
+    server, url = start_server(project)
+    try:
+        yield url, runs
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@needs_chromium
+def test_in_one_screen_the_strip_says_b_fixes_errors_and_loses_on_tone(support, browser):  # noqa: F811
+    from playwright.sync_api import expect
+
+    url, (v1, v2, v3) = support
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    problems: list[str] = []
+    tab = watched_tab(context, problems)
+    tab.set_default_timeout(60_000)  # a loaded machine: the first compare imports scipy
+    try:
+        tab.goto(f"{url}/compare/?a={v1}&b={v2}")
+        sentence = tab.locator("#verdict .verdict-sentence")
+        expect(sentence).to_contain_text("B wins on errors and timeouts (5 → 1)")
+        expect(sentence).to_contain_text("loses on tone (pass rate 100% → 49%, significant")
+        box = tab.locator("#verdict").bounding_box()
+        assert box["y"] + box["height"] <= 800, box  # above the fold
+        tab.screenshot(path=str(ARTIFACTS / "compare-verdict-desktop.png"))
+
+        # The side by side slides over with its own URL; j and k walk the compare rows.
+        rows = tab.locator("tr.pair-row")
+        first_key = rows.first.locator("code.key").inner_text()
+        rows.first.get_by_role("link", name="diff", exact=True).click()
+        tab.wait_for_url(re.compile(r"/compare/item/\?.*key=" + first_key))
+        panel = tab.locator("dialog#side")
+        expect(panel).to_have_attribute("data-modal", "true")
+        expect(panel.locator("h2")).to_contain_text(first_key)
+        expect(panel.locator("#trace-steps")).to_contain_text("draft reply")
+        expect(panel.locator("#trace-steps")).to_contain_text("changed")
+        opened = tab.url
+        tab.screenshot(path=str(ARTIFACTS / "compare-side-by-side-desktop.png"))
+        tab.keyboard.press("j")
+        second_key = rows.nth(1).locator("code.key").inner_text()
+        tab.wait_for_url(re.compile(r"key=" + second_key + "$"))
+        expect(panel.locator("h2")).to_contain_text(second_key)
+        expect(panel).to_have_attribute("data-modal", "true")
+        tab.keyboard.press("k")
+        tab.wait_for_url(opened)
+        expect(panel.locator("h2")).to_contain_text(first_key)
+        expect(panel).to_have_attribute("data-modal", "true")
+        tab.keyboard.press("Escape")  # back past the panel's URLs to the compare page
+        tab.wait_for_url(f"{url}/compare/?a={v1}&b={v2}")
+        expect(tab.locator("dialog#side")).to_have_count(0)
+
+        # A baseline against two runs: a column each.
+        tab.goto(f"{url}/compare/?a={v1}&b={v2}&b={v3}")
+        expect(tab.locator("#verdict-b1")).to_contain_text("B1 wins on errors and timeouts")
+        expect(tab.locator("#verdict-b2")).to_contain_text("B2 wins on errors and timeouts (5 → 0)")
+        expect(tab.locator("#verdict-b2")).not_to_contain_text("loses on tone")
+        box = tab.locator("#verdict").bounding_box()
+        assert box["y"] + box["height"] <= 800, box
+        tab.screenshot(path=str(ARTIFACTS / "compare-three-runs-desktop.png"))
+    finally:
+        context.close()
+    assert problems == []
+
+
+@needs_chromium
+@pytest.mark.parametrize("screen", ["phone", "dark"])
+def test_the_strip_on_a_phone_and_in_dark(support, browser, screen):  # noqa: F811
+    url, (v1, v2, _) = support
+    options = (
+        {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True}
+        if screen == "phone"
+        else {"viewport": {"width": 1280, "height": 800}, "color_scheme": "dark"}
+    )
+    context = browser.new_context(**options)
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    try:
+        for name, path in (
+            ("compare", f"/compare/?a={v1}&b={v2}"),
+            ("side", f"/compare/item/?a={v1}&b={v2}&key=o01"),
+        ):
+            tab.goto(url + path)
+            width = tab.evaluate("document.documentElement.scrollWidth")
+            assert width <= options["viewport"]["width"], (path, width)
+            tab.screenshot(path=str(ARTIFACTS / f"compare-{name}-{screen}.png"))
+    finally:
+        context.close()
+
+
+@needs_chromium
+def test_compare_and_its_side_by_side_work_without_javascript(support, browser):  # noqa: F811
+    from playwright.sync_api import expect
+
+    url, (v1, v2, _) = support
+    context = browser.new_context(
+        java_script_enabled=False, viewport={"width": 1280, "height": 800}
+    )
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    try:
+        tab.goto(f"{url}/compare/?a={v1}&b={v2}")
+        expect(tab.locator("#verdict")).to_contain_text("B wins on errors and timeouts (5 → 1)")
+        tab.locator("tr.pair-row").first.get_by_role("link", name="diff", exact=True).click()
+        tab.wait_for_url(re.compile(r"/compare/item/\?"))
+        expect(tab.locator("dialog#side")).to_be_visible()
+        expect(tab.locator("#side .side-reasons")).to_contain_text("tone")
+        tab.get_by_role("link", name="Next ›").click()
+        tab.wait_for_url(re.compile(r"/compare/item/\?"))
+        expect(tab.locator("dialog#side")).to_be_visible()
+    finally:
+        context.close()
+
+
+@needs_chromium
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_violation_on_the_compare_pages(support, browser, scheme):  # noqa: F811
+    url, (v1, v2, v3) = support
+    context = browser.new_context(
+        bypass_csp=True, color_scheme=scheme, viewport={"width": 1280, "height": 800}
+    )
+    tab = context.new_page()
+    tab.set_default_timeout(60_000)
+    found = {}
+    try:
+        for path in (
+            f"/compare/?a={v1}&b={v2}",
+            f"/compare/?a={v1}&b={v2}&b={v3}",
+            f"/compare/item/?a={v1}&b={v2}&key=o01",
+            f"/compare/?a={v1}&b={v2}&change=score-down",
+        ):
+            tab.goto(url + path)
+            tab.add_script_tag(path=str(AXE))
+            violations = tab.evaluate(
+                """async () => (await axe.run(document, {runOnly: ["wcag2a", "wcag2aa"]}))
+                     .violations.map(v => `${v.id}: ${v.nodes.map(n => n.html).join(" | ")}`)"""
+            )
+            if violations:
+                found[path] = violations
+    finally:
+        context.close()
+    assert found == {}
+
+
+def test_latency_tokens_and_cost_count_only_past_their_thresholds():
+    from cobalt_app.compare_strip import notable, sentence
+
+    assert not notable("latencyP50", 15.0, 7.0)  # −53%, but 8 ms: jitter
+    assert notable("latencyP95", 1_000.0, 1_200.0) and not notable("latencyP95", 1_000, 1_040)
+    assert notable("cost", 0.10, 0.12) and not notable("cost", 0.10, 0.104)
+    assert notable("tokens", 0, 10) and notable("errors", 3, 4)
+    assert sentence("B", [], [], []) == "B neither wins nor loses."
+    assert sentence("B2", [], ["cost (+20%)"], ["judge"]) == (
+        "B2 loses on cost (+20%); no significant change on judge."
+    )

@@ -5,7 +5,7 @@
 (function () {
   "use strict";
 
-  var SIDE_PATH = /\/compare\/item\/$/;
+  var SIDE_PATH = /\/compare\/item\/(\?.*)?$/;  // a path, with or without its query
   var sideSteps = 0;
 
   document.addEventListener("htmx:afterSettle", function () {
