@@ -272,25 +272,33 @@ class _PairArrays:
     best: Any
 
     @classmethod
-    def of(cls, pairing: Pairing, names: list[str]) -> _PairArrays:
+    def of(cls, pairing: Pairing, names: list[str], subset: Any = None) -> _PairArrays:
+        """Over every shared key, or only the pairing's positions `subset` (a few rows)."""
         import numpy as np
 
-        count = pairing.matched
+        at = np.arange(pairing.matched) if subset is None else np.asarray(subset, dtype=int)
+        count = len(at)
         columns = [pairing.scores(name) for name in names]
+        if subset is not None:
+            columns = [(c[0][at], c[1][at]) for c in columns]
         before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
         after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
-        failed_a = pairing.a.failed[pairing.at_a]
-        failed_b = pairing.b.failed[pairing.at_b]
+        failed_a = pairing.a.failed[pairing.at_a[at]]
+        failed_b = pairing.b.failed[pairing.at_b[at]]
         # A key is in the table when each run either scored it (on these evaluators) or failed it.
         present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
             failed_b | (~np.isnan(after)).any(axis=0)
         )
-        keep = np.flatnonzero(present)
-        deltas = after[:, keep] - before[:, keep]
+        kept = np.flatnonzero(present)
+        keep = at[kept]
+        spreads = _spreads(pairing, names, at)
+        if len(kept) < count:
+            before, after = before[:, kept], after[:, kept]
+            failed_a, failed_b = failed_a[kept], failed_b[kept]
+            spreads = spreads if spreads is None else spreads[:, kept]
+        deltas = after - before
         with np.errstate(invalid="ignore"):
-            noise = np.abs(deltas) <= _spreads(pairing, names, count)[:, keep] + EPSILON
-        before, after = before[:, keep], after[:, keep]
-        failed_a, failed_b = failed_a[keep], failed_b[keep]
+            noise = np.abs(deltas) <= (EPSILON if spreads is None else spreads + EPSILON)
         broke = failed_b & ~failed_a
         mended = failed_a & ~failed_b
         with np.errstate(invalid="ignore"):
@@ -331,18 +339,18 @@ class _PairArrays:
         return selected
 
 
-def _spreads(pairing: Pairing, names: list[str], count: int) -> Any:
-    """Per evaluator and shared key, the larger of its spreads over repetitions in A and B
-    (all 0 when neither run repeated an item)."""
+def _spreads(pairing: Pairing, names: list[str], at: Any) -> Any:
+    """Per evaluator and shared key (at the pairing's positions `at`), the larger of its
+    spreads over repetitions in A and B; None when neither run repeated an item."""
     import numpy as np
 
     if not pairing.repeated:
-        return np.zeros((len(names), count))
+        return None
     rows = []
     for name in names:
         spread_a, spread_b = pairing.spreads(name)
-        rows.append(np.fmax(spread_a, spread_b))
-    return np.array(rows, dtype=float).reshape(len(names), count)
+        rows.append(np.fmax(spread_a[at], spread_b[at]))
+    return np.array(rows, dtype=float).reshape(len(names), len(at))
 
 
 def _extremes(deltas: Any, broke: Any, mended: Any) -> tuple[Any, Any]:
@@ -401,15 +409,20 @@ def _add_column(
     rows: list[PairRow], pairing: Pairing, names: list[str], marks: dict[str, float], run_id: str
 ) -> None:
     """Each row's class, scores and Δ in one more run against the baseline (None where that
-    run has no such item), found by the row's position in the baseline's table."""
+    run has no such item), found by the row's position in the baseline's table: only the
+    shown rows are classified."""
     import numpy as np
 
-    pairs = _PairArrays.of(pairing, names)
-    positions = pairing.at_a[pairs.keep]  # ascending, as the baseline's keys
+    wanted = np.array([row.at for row in rows], dtype=int)
+    found = np.minimum(np.searchsorted(pairing.at_a, wanted), max(pairing.matched - 1, 0))
+    shared = pairing.matched > 0
+    matched = found[pairing.at_a[found] == wanted] if shared else found[:0]
+    pairs = _PairArrays.of(pairing, names, subset=matched)
+    where = {int(pairing.at_a[m]): i for i, m in enumerate(pairs.keep.tolist())}
     statuses = ItemResult.Status.values
     for row in rows:
-        j = int(np.searchsorted(positions, row.at))
-        if j == len(positions) or positions[j] != row.at:
+        j = where.get(row.at)
+        if j is None:
             row.others.append(None)
             continue
         kind = KINDS[int(pairs.kinds[j])]
