@@ -2,15 +2,16 @@
 
     python bench/bench_dashboard.py [--items 50000] [--small 20] [--repeat 9] [--keep DIR]
 
-Builds a project whose history holds two runs of `--items` items (same item keys, scores
+Builds a project whose history holds three runs of `--items` items (same item keys, scores
 moved between them, 1% errors, two evaluators) plus `--small` runs of 100 items over three
 experiments and tags (one of them still running), with bulk inserts and the real
 finalisation (`run_finalise` stores each summary and score table). `--items 500000` is the
 1,000,000-item size (two runs of 500,000). It times `selectors.compare_runs` of the
 two big runs in-process (what `cobalt compare`, the API, MCP and the compare page call; target
-< 1 s), then starts `cobalt serve` as a subprocess and times each page with httpx: after a
+< 1 s) and `page_compare.compare` of the first against the other two (N=3: the verdict strip,
+both pairs' tests and the first page of items; target < 1 s), then starts `cobalt serve` as a subprocess and times each page with httpx: after a
 warm-up pass over all pages, the median, p95 and max of `--repeat` keep-alive requests.
-Targets: list < 200 ms, detail < 300 ms, compare of the two big runs < 1 s, trends < 300 ms,
+Targets: list < 200 ms, detail < 300 ms, compare of two or three big runs < 1 s, trends < 300 ms,
 next items page (and the API's) < 200 ms. The run page opens on its failures (worst first);
 the items pages ask for `view=all`. A run of one item with a 5 MB single-line output and
 5,000 trace steps times that item's page, its panel and a page of its trace (< 300 ms, and
@@ -131,6 +132,7 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
     started = time.perf_counter()
     big_a = make_run("qa-agent", items, tags=["baseline"], age=30)
     big_b = make_run("qa-agent", items, tags=["v2"], age=20, shift=0.05)
+    big_c = make_run("qa-agent", items, tags=["v3"], age=15, shift=-0.03)
     experiments = ["qa-agent", "summariser", "router"]
     small_ids = []
     for i in range(small):
@@ -150,7 +152,13 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
         f"{Evaluation.objects.count():,} evaluations, {Run.objects.count()} runs "
         f"in {time.perf_counter() - started:.1f}s"
     )
-    return {"a": big_a.id, "b": big_b.id, "running": small_ids[-1], "big_item": big_item}
+    return {
+        "a": big_a.id,
+        "b": big_b.id,
+        "c": big_c.id,
+        "running": small_ids[-1],
+        "big_item": big_item,
+    }
 
 
 BIG_OUTPUT_CHARS = 5_000_000
@@ -203,7 +211,7 @@ def make_big_item() -> str:
                 "output": f"step {i} output " + "y" * 200,
             }
         )
-    trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps)])
+    trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps, "")])
     return f"/runs/{run.id}/items/{item.id}/"
 
 
@@ -259,6 +267,33 @@ def time_compare_runs(project: Path, a: str, b: str, repeat: int, size: str) -> 
     return (f"compare_runs() {size} vs {size}", first, median, p95, times[-1], 1000, length)
 
 
+def time_compare_three(project: Path, ids: dict[str, str], repeat: int, size: str) -> tuple:
+    """`page_compare.compare` of the first big run against the other two (what the compare
+    page reads for `?a=…&b=…&b=…`), in this process."""
+    from cobalt_app import page_compare
+    from cobalt_app.models import Run
+
+    run_a = Run.objects.get(id=ids["a"])
+    others = [Run.objects.get(id=ids["b"]), Run.objects.get(id=ids["c"])]
+    times = []
+    for _ in range(repeat + 1):
+        started = time.perf_counter()
+        comparison = page_compare.compare(run_a, others)
+        times.append((time.perf_counter() - started) * 1000)
+    first, times = times[0], sorted(times[1:])
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    length = len(json.dumps(comparison.strip, default=str))
+    return (
+        f"compare() N=3, {size} each",
+        first,
+        statistics.median(times),
+        p95,
+        times[-1],
+        1000,
+        length,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=50_000)
@@ -271,10 +306,12 @@ def main() -> None:
     ids = project_runs(project, items=args.items, small=args.small)
     # The selector first, in this process, before the server competes for the cores.
     scale = f"{args.items // 1000}k" if args.items >= 1000 else str(args.items)
-    selector = time_compare_runs(project, ids["a"], ids["b"], args.repeat, scale)
+    selectors = [time_compare_runs(project, ids["a"], ids["b"], args.repeat, scale)]
+    if "c" in ids:  # absent from a project `--keep` built before it
+        selectors.append(time_compare_three(project, ids, args.repeat, scale))
     process, base = serve(project)
     try:
-        rows = [selector, *time_pages(base, page_cases(ids, scale), ids["a"], args.repeat)]
+        rows = [*selectors, *time_pages(base, page_cases(ids, scale), ids["a"], args.repeat)]
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -308,7 +345,7 @@ def project_runs(project: Path, *, items: int, small: int) -> dict[str, str]:
 def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, dict, int]]:
     """(name, URL, headers, target in ms) of each page timed; the item panel's URL (None) is
     found at run time."""
-    a, b, running = ids["a"], ids["b"], ids["running"]
+    a, b, c, running = ids["a"], ids["b"], ids.get("c"), ids["running"]
     items_partial = {**HTMX, "HX-Target": "items"}
     big = ids.get("big_item")  # absent from a project `--keep` built before it
     big_cases = [
@@ -336,6 +373,25 @@ def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, d
             f"/compare/?a={a}&b={b}&change=regressed&page=5",
             {**HTMX, "HX-Target": "pairs"},
             1000,
+        ),
+        *(
+            [
+                (f"compare N=3, {scale} each", f"/compare/?a={a}&b={b}&b={c}", {}, 1000),
+                (
+                    "compare N=3: score down, page 2",
+                    f"/compare/?a={a}&b={b}&b={c}&change=score-down&page=2",
+                    {**HTMX, "HX-Target": "pairs"},
+                    1000,
+                ),
+                (
+                    "compare: an item side by side",
+                    f"/compare/item/?a={a}&b={b}&key=item-000007",
+                    {**HTMX, "HX-Target": "side-host"},
+                    1000,
+                ),
+            ]
+            if c
+            else []
         ),
         ("API: items, page 2", f"/api/runs/{a}/items/?page=2", {}, 200),
         ("trends", "/trends/?experiment=qa-agent", {}, 300),

@@ -1,53 +1,67 @@
-"""Reads behind the compare page: the per-evaluator summary, every matched item A against B,
-and one item side by side with word-level diffs of its two outputs (or transcripts) and of
-its two traces.
+"""Reads behind the compare page: a baseline against up to five other runs — the verdict
+strip (`compare_strip`), the per-evaluator summary of each pair, and every matched item with
+its change class.
 
 The summary is `selectors.compare_runs`, shared with the CLI, the API and the MCP tool; the
-per-item table reuses the same join of the two runs' score tables (`score_tables`, stored at
-finalisation), so no request reads every verdict of both runs.
+per-item table reuses the same join of the runs' score tables (`score_tables`, stored at
+finalisation), so no request reads every verdict of the runs. The side by side of one item is
+`page_compare_side`.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Min
 
-from cobalt.significance import ALPHA
-from cobalt.verdict import evaluation_verdict, score_verdict
-from cobalt_app import calibration, score_tables, trace_spans, trace_store
-from cobalt_app.conversation import is_transcript, render_transcript
+from cobalt.significance import ALPHA, IMPROVED, REGRESSED, format_p
+from cobalt.verdict import score_verdict
+from cobalt_app import calibration, score_tables
+from cobalt_app.compare_strip import notable, verdict_strip
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging
 from cobalt_app.page_selectors import pass_marks
-from cobalt_app.page_values import SHOWN_CHARS, pretty, shown
 from cobalt_app.score_tables import Pairing
 from cobalt_app.selectors import compare_runs
 
 CHANGES = ("regressed", "improved", "unchanged")
+# Each pair's change class, most telling first (an index into KINDS is stored per pair).
+KINDS = ("new-error", "score-down", "fixed-error", "score-up", "noise", "same", "both-errors")
+KIND_LABELS = {
+    "new-error": "new error",
+    "score-down": "score down",
+    "fixed-error": "fixed error",
+    "score-up": "score up",
+    "noise": "within noise",
+    "same": "no change",
+    "both-errors": "error in both",
+}
 PAIR_SORTS = ("delta", "-delta", "key")
-TRACE_STEP_CHARS = 500  # of each step's input and output in the diffed trace
-DIFF_LIMIT = SHOWN_CHARS  # of each output the diff reads (SequenceMatcher is quadratic)
+MAX_OTHERS = 5  # runs compared with the baseline at once
 EPSILON = 1e-12
-STEP = re.compile(r"\s*\[[^\]]*\] \S+")
 
 
 @dataclass
 class PairRow:
-    """One item key matched in both runs: each evaluator's (repetition-averaged) A, B and Δ."""
+    """One item key matched in both runs: each evaluator's (repetition-averaged) A, B and Δ;
+    with more runs, `others` holds each further run's class, scores and Δ for the key."""
 
     key: str
     scores: list[dict[str, Any]]
     status_a: str
     status_b: str
     change: str
+    kind: str
+    at: int  # the key's position in the baseline's score table
     item_a: int | None = None
     item_b: int | None = None
+    others: list[dict[str, Any] | None] = field(default_factory=list)
+
+    @property
+    def kind_label(self) -> str:
+        return KIND_LABELS[self.kind]
 
 
 @dataclass
@@ -55,10 +69,16 @@ class PairTable(Paging):
     rows: list[PairRow] = field(default_factory=list)
     evaluators: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    more: list[Run] = field(default_factory=list)  # the runs after B, as further columns
 
     @property
     def columns(self) -> int:
-        return 3 * len(self.evaluators) + 3
+        return 3 * len(self.evaluators) + 3 + len(self.more) * (1 + len(self.evaluators))
+
+    @property
+    def kinds(self) -> list[tuple[str, str, int]]:
+        """(class, its label, how many pairs) for the filter."""
+        return [(kind, KIND_LABELS[kind], self.counts.get(kind, 0)) for kind in KINDS]
 
     @property
     def summary(self) -> str:
@@ -67,6 +87,19 @@ class PairTable(Paging):
         start = (self.number - 1) * self.per_page + 1
         end = min(self.total, self.number * self.per_page)
         return f"Items {start:,}–{end:,} of {self.total:,}"
+
+
+@dataclass
+class Versus:
+    """The baseline against one other run: the per-evaluator tests and the keys matched."""
+
+    run: Run
+    label: str
+    evaluators: list[dict[str, Any]]
+    matched: int
+    only_in_a: int
+    only_in_b: int
+    alpha: float
 
 
 @dataclass
@@ -80,10 +113,16 @@ class Comparison:
     table: PairTable
     alpha: float = ALPHA
     judges: list[Any] = field(default_factory=list)  # calibration.JudgeComparison
+    versus: list[Versus] = field(default_factory=list)
+    strip: dict[str, Any] = field(default_factory=dict)  # compare_strip.verdict_strip
 
     @property
     def same_experiment(self) -> bool:
-        return self.a.name == self.b.name
+        return all(v.run.name == self.a.name for v in self.versus)
+
+    @property
+    def others(self) -> list[Run]:
+        return [v.run for v in self.versus]
 
     @property
     def chart_data(self) -> dict[str, Any]:
@@ -98,7 +137,7 @@ class Comparison:
 
 def compare(
     a: Run,
-    b: Run,
+    others: list[Run],
     *,
     evaluator: str = "",
     change: str = "",
@@ -107,11 +146,49 @@ def compare(
     per_page: int = 50,
     alpha: float = ALPHA,
 ) -> Comparison:
-    """The compare page: `selectors.compare_runs` per evaluator, and a page of every item
-    matched by key (filtered by evaluator and by change, sorted by Δ or key)."""
-    pairing = score_tables.pair(a, b)
-    diff = compare_runs(a, b, top=0, alpha=alpha, pairing=pairing)
-    marks = pass_marks(a) | pass_marks(b)
+    """The compare page of baseline `a` against `others` (the first is B): the strip, the
+    paired tests per other run, and a page of every item matched by key in A and B (filtered
+    by evaluator and by change or class, sorted by Δ or key), with the further runs' columns."""
+    base = score_tables.load(a)
+    pairings = [score_tables.join(base, score_tables.load(run)) for run in others]
+    diffs = [
+        compare_runs(a, run, top=0, alpha=alpha, pairing=pairing)
+        for run, pairing in zip(others, pairings, strict=True)
+    ]
+    marks = pass_marks(a)
+    for run in others:
+        marks = marks | pass_marks(run)
+    versus = [
+        _versus(run, diff, marks, "B" if len(others) == 1 else f"B{n + 1}")
+        for n, (run, diff) in enumerate(zip(others, diffs, strict=True))
+    ]
+    names = [e["name"] for e in versus[0].evaluators]
+    shown = [evaluator] if evaluator else names
+    b = others[0]
+    table = pair_table(
+        a, b, pairings[0], shown, marks, change=change, sort=sort, page=page, per_page=per_page
+    )
+    table.more = others[1:]
+    for run, pairing in zip(others[1:], pairings[1:], strict=True):
+        _add_column(table.rows, pairing, shown, marks, run.id)
+    _link_items(table.rows, a, others)
+    first = versus[0]
+    return Comparison(
+        a=a,
+        b=b,
+        evaluators=first.evaluators,
+        matched=first.matched,
+        only_in_a=first.only_in_a,
+        only_in_b=first.only_in_b,
+        table=table,
+        alpha=first.alpha,
+        judges=calibration.compare_calibration(a, b),
+        versus=versus,
+        strip=verdict_strip(a, list(zip(others, diffs, strict=True))),
+    )
+
+
+def _versus(run: Run, diff: dict[str, Any], marks: dict[str, float], label: str) -> Versus:
     evaluators = []
     for name, values in diff["evaluators"].items():
         test = diff["significance"][name]
@@ -129,28 +206,14 @@ def compare(
                 "verdict": test["verdict"],
             }
         )
-    names = [e["name"] for e in evaluators]
-    table = pair_table(
-        a,
-        b,
-        pairing,
-        [evaluator] if evaluator else names,
-        marks,
-        change=change,
-        sort=sort,
-        page=page,
-        per_page=per_page,
-    )
-    return Comparison(
-        a=a,
-        b=b,
+    return Versus(
+        run=run,
+        label=label,
         evaluators=evaluators,
         matched=diff["matchedItems"],
         only_in_a=len(diff["onlyInA"]),
         only_in_b=len(diff["onlyInB"]),
-        table=table,
         alpha=diff["alpha"],
-        judges=calibration.compare_calibration(a, b),
     )
 
 
@@ -170,17 +233,17 @@ def pair_table(
 
     An item that errored or timed out in one run only counts as regressed (in B) or improved
     (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
-    none fell. The changes of every pair are classified and sorted as arrays over the two
-    runs' score tables; only the shown page becomes rows, with one query for its item ids.
+    none fell. Its class says more (`_PairArrays`). The changes of every pair are classified
+    and sorted as arrays over the two runs' score tables; only the shown page becomes rows.
     """
     pairs = _PairArrays.of(pairing, names)
     counts = {name: int((pairs.changes == i).sum()) for i, name in enumerate(CHANGES)}
+    counts |= {name: int((pairs.kinds == i).sum()) for i, name in enumerate(KINDS)}
     selected = pairs.selected(change, sort)
     total = len(selected)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     shown = selected[(number - 1) * per_page : number * per_page].tolist()
     rows = [_pair_row(pairs, i, pairing, names, marks) for i in shown]
-    _link_items(rows, a, b)
     return PairTable(
         number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
     )
@@ -189,62 +252,86 @@ def pair_table(
 @dataclass
 class _PairArrays:
     """The pairs of the table as arrays: per evaluator (rows) and pair (columns) the scores
-    before and after and their deltas; per pair its position in the pairing (`keep`), its
-    change (an index into CHANGES), its largest fall (`worst`) and rise (`best`)."""
+    before and after, their deltas and whether each delta is within the item's own noise;
+    per pair its position in the pairing (`keep`), its change (an index into CHANGES), its
+    class (into KINDS), its largest fall (`worst`) and rise (`best`).
+
+    With repetitions, a delta no larger than the item's spread over its repetitions (in
+    either run) is within noise: the item moves that much against itself. A pair is "score
+    down" (or "up") only when some delta beyond its noise fell (or rose), "within noise"
+    when its deltas were all within it."""
 
     keep: Any
     before: Any
     after: Any
     deltas: Any
+    noise: Any
     changes: Any
+    kinds: Any
     worst: Any
     best: Any
 
     @classmethod
-    def of(cls, pairing: Pairing, names: list[str]) -> _PairArrays:
+    def of(cls, pairing: Pairing, names: list[str], subset: Any = None) -> _PairArrays:
+        """Over every shared key, or only the pairing's positions `subset` (a few rows)."""
         import numpy as np
 
-        count = pairing.matched
+        at = np.arange(pairing.matched) if subset is None else np.asarray(subset, dtype=int)
+        count = len(at)
         columns = [pairing.scores(name) for name in names]
+        if subset is not None:
+            columns = [(c[0][at], c[1][at]) for c in columns]
         before = np.array([c[0] for c in columns], dtype=float).reshape(len(names), count)
         after = np.array([c[1] for c in columns], dtype=float).reshape(len(names), count)
-        failed_a = pairing.a.failed[pairing.at_a]
-        failed_b = pairing.b.failed[pairing.at_b]
+        failed_a = pairing.a.failed[pairing.at_a[at]]
+        failed_b = pairing.b.failed[pairing.at_b[at]]
         # A key is in the table when each run either scored it (on these evaluators) or failed it.
         present = (failed_a | (~np.isnan(before)).any(axis=0)) & (
             failed_b | (~np.isnan(after)).any(axis=0)
         )
-        keep = np.flatnonzero(present)
-        if len(keep) < count:
-            before, after = before[:, keep], after[:, keep]
-            failed_a, failed_b = failed_a[keep], failed_b[keep]
-            count = len(keep)
+        kept = np.flatnonzero(present)
+        keep = at[kept]
+        spreads = _spreads(pairing, names, at)
+        if len(kept) < count:
+            before, after = before[:, kept], after[:, kept]
+            failed_a, failed_b = failed_a[kept], failed_b[kept]
+            spreads = spreads if spreads is None else spreads[:, kept]
         deltas = after - before
+        with np.errstate(invalid="ignore"):
+            noise = np.abs(deltas) <= (EPSILON if spreads is None else spreads + EPSILON)
         broke = failed_b & ~failed_a
         mended = failed_a & ~failed_b
         with np.errstate(invalid="ignore"):
-            fell = (deltas < -EPSILON).any(axis=0)
-            rose = (deltas > EPSILON).any(axis=0)
+            falls, rises = deltas < -EPSILON, deltas > EPSILON
+        fell, rose = falls.any(axis=0), rises.any(axis=0)
         regressed = broke | (~mended & fell)
         improved = ~regressed & (mended | rose)
         changes = np.where(regressed, 0, np.where(improved, 1, 2))  # index into CHANGES
-        if names and count:  # each pair's largest fall and rise (a missing score is no change)
-            with np.errstate(invalid="ignore"):
-                lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
-                highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
-        else:
-            lowest = highest = np.zeros(count)
-        worst = np.where(broke, -np.inf, lowest)
-        best = np.where(mended, np.inf, highest)
-        return cls(keep, before, after, deltas, changes, worst, best)
+        kinds = np.select(
+            [
+                broke,
+                mended,
+                failed_a & failed_b,
+                (falls & ~noise).any(axis=0),
+                (rises & ~noise).any(axis=0),
+                fell | rose,
+            ],
+            [0, 2, 6, 1, 3, 4],
+            default=5,
+        )
+        worst, best = _extremes(deltas, broke, mended)
+        return cls(keep, before, after, deltas, noise, changes, kinds, worst, best)
 
     def selected(self, change: str, sort: str) -> Any:
-        """The pairs of the `change` asked for (all without one), in the order asked for."""
+        """The pairs of the `change` (or class) asked for (all without one), in the order
+        asked for."""
         import numpy as np
 
         selected = np.arange(len(self.changes))
         if change in CHANGES:
             selected = selected[self.changes == CHANGES.index(change)]
+        elif change in KINDS:
+            selected = selected[self.kinds == KINDS.index(change)]
         if sort == "delta":
             selected = selected[np.lexsort((self.best[selected], self.worst[selected]))]
         elif sort == "-delta":
@@ -252,10 +339,36 @@ class _PairArrays:
         return selected
 
 
-def _pair_row(
-    pairs: _PairArrays, i: int, pairing: Pairing, names: list[str], marks: dict[str, float]
-) -> PairRow:
-    at = int(pairs.keep[i])
+def _spreads(pairing: Pairing, names: list[str], at: Any) -> Any:
+    """Per evaluator and shared key (at the pairing's positions `at`), the larger of its
+    spreads over repetitions in A and B; None when neither run repeated an item."""
+    import numpy as np
+
+    if not pairing.repeated:
+        return None
+    rows = []
+    for name in names:
+        spread_a, spread_b = pairing.spreads(name)
+        rows.append(np.fmax(spread_a[at], spread_b[at]))
+    return np.array(rows, dtype=float).reshape(len(names), len(at))
+
+
+def _extremes(deltas: Any, broke: Any, mended: Any) -> tuple[Any, Any]:
+    """Each pair's largest fall and rise (a missing score is no change); a new error falls
+    furthest, a fixed one rises furthest."""
+    import numpy as np
+
+    count = deltas.shape[1]
+    if deltas.shape[0] and count:
+        with np.errstate(invalid="ignore"):
+            lowest = np.nan_to_num(np.fmin.reduce(deltas, axis=0), nan=0.0)
+            highest = np.nan_to_num(np.fmax.reduce(deltas, axis=0), nan=0.0)
+    else:
+        lowest = highest = np.zeros(count)
+    return np.where(broke, -np.inf, lowest), np.where(mended, np.inf, highest)
+
+
+def _cells(pairs: _PairArrays, i: int, names: list[str], marks: dict[str, float]) -> list:
     cells = []
     for n, name in enumerate(names):
         score_a, score_b = _score(pairs.before[n, i]), _score(pairs.after[n, i])
@@ -266,22 +379,74 @@ def _pair_row(
                 "a": score_a,
                 "b": score_b,
                 "delta": None if math.isnan(delta) else float(delta),
+                "noise": bool(pairs.noise[n, i]) and abs(delta) > EPSILON,
                 "verdictA": score_verdict(score_a, marks.get(name)),
                 "verdictB": score_verdict(score_b, marks.get(name)),
             }
         )
+    return cells
+
+
+def _pair_row(
+    pairs: _PairArrays, i: int, pairing: Pairing, names: list[str], marks: dict[str, float]
+) -> PairRow:
+    at = int(pairs.keep[i])
     statuses = ItemResult.Status.values
     status_a = statuses[int(pairing.a.status[pairing.at_a[at]])]
     status_b = statuses[int(pairing.b.status[pairing.at_b[at]])]
-    return PairRow(pairing.key(at), cells, status_a, status_b, CHANGES[int(pairs.changes[i])])
+    return PairRow(
+        key=pairing.key(at),
+        scores=_cells(pairs, i, names, marks),
+        status_a=status_a,
+        status_b=status_b,
+        change=CHANGES[int(pairs.changes[i])],
+        kind=KINDS[int(pairs.kinds[i])],
+        at=int(pairing.at_a[at]),
+    )
 
 
-def _link_items(rows: list[PairRow], a: Run, b: Run) -> None:
-    """Each row's first item result in A and in B (one query for the page)."""
+def _add_column(
+    rows: list[PairRow], pairing: Pairing, names: list[str], marks: dict[str, float], run_id: str
+) -> None:
+    """Each row's class, scores and Δ in one more run against the baseline (None where that
+    run has no such item), found by the row's position in the baseline's table: only the
+    shown rows are classified."""
+    import numpy as np
+
+    wanted = np.array([row.at for row in rows], dtype=int)
+    found = np.minimum(np.searchsorted(pairing.at_a, wanted), max(pairing.matched - 1, 0))
+    shared = pairing.matched > 0
+    matched = found[pairing.at_a[found] == wanted] if shared else found[:0]
+    pairs = _PairArrays.of(pairing, names, subset=matched)
+    where = {int(pairing.at_a[m]): i for i, m in enumerate(pairs.keep.tolist())}
+    statuses = ItemResult.Status.values
+    for row in rows:
+        j = where.get(row.at)
+        if j is None:
+            row.others.append(None)
+            continue
+        kind = KINDS[int(pairs.kinds[j])]
+        status = statuses[int(pairing.b.status[pairing.at_b[pairs.keep[j]]])]
+        row.others.append(
+            {
+                "run": run_id,
+                "kind": kind,
+                "kindLabel": KIND_LABELS[kind],
+                "status": status,
+                "scores": _cells(pairs, j, names, marks),
+                "item": None,
+            }
+        )
+
+
+def _link_items(rows: list[PairRow], a: Run, others: list[Run]) -> None:
+    """Each row's first item result in A and in each other run (one query for the page)."""
     if not rows:
         return
     ids = (
-        ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
+        ItemResult.objects.filter(
+            run_id__in=[a.id, *(run.id for run in others)], item_key__in=[r.key for r in rows]
+        )
         .values("run_id", "item_key")
         .annotate(first=Min("id"))
         .values_list("run_id", "item_key", "first")
@@ -289,140 +454,109 @@ def _link_items(rows: list[PairRow], a: Run, b: Run) -> None:
     found = {(run_id, key): item_id for run_id, key, item_id in ids}
     for row in rows:
         row.item_a = found.get((a.id, row.key))
-        row.item_b = found.get((b.id, row.key))
+        row.item_b = found.get((others[0].id, row.key))
+        for run, cell in zip(others[1:], row.others, strict=True):
+            if cell is not None:
+                cell["item"] = found.get((run.id, row.key))
 
 
 def _score(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
-# Side by side -------------------------------------------------------------------------------
+def neighbours(
+    a: Run, b: Run, key: str, *, evaluator: str = "", change: str = "", sort: str = "delta"
+) -> tuple[str | None, str | None]:
+    """The keys before and after `key` in the compare table's filter and sort (for j/k in
+    the side by side); (None, None) when the key is not in it."""
+    import numpy as np
 
-
-def word_diff(before: str, after: str) -> list[tuple[str, str]]:
-    """(op, text) segments turning `before` into `after` word by word; op is "same", "del"
-    or "ins". The texts are plain strings: the template escapes them."""
-    old, new = _words(before[:DIFF_LIMIT]), _words(after[:DIFF_LIMIT])
-    segments: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            segments.append(("same", "".join(old[i1:i2])))
-            continue
-        if op in ("delete", "replace"):
-            segments.append(("del", "".join(old[i1:i2])))
-        if op in ("insert", "replace"):
-            segments.append(("ins", "".join(new[j1:j2])))
-    return segments
-
-
-def steps_diff(before: str, after: str) -> list[tuple[str, str]]:
-    """Like `word_diff`, for two traces rendered one step a line (`trace_spans.render`): steps
-    are matched by their kind and name, a step in one trace only is one segment, and matched
-    steps are diffed word by word (their inputs, outputs, errors)."""
-    old = before[:DIFF_LIMIT].splitlines(keepends=True)
-    new = after[:DIFF_LIMIT].splitlines(keepends=True)
-    segments: list[tuple[str, str]] = []
-    matcher = difflib.SequenceMatcher(None, _steps(old), _steps(new), autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            for line_a, line_b in zip(old[i1:i2], new[j1:j2], strict=True):
-                segments += word_diff(line_a, line_b)
-            continue
-        if i2 > i1:
-            segments.append(("del", "".join(old[i1:i2])))
-        if j2 > j1:
-            segments.append(("ins", "".join(new[j1:j2])))
-    return segments
-
-
-def _steps(lines: list[str]) -> list[str]:
-    """Each rendered step's `[kind] name`, with its indentation (its depth)."""
-    return [(STEP.match(line) or [line])[0] for line in lines]
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\s+|\w+|[^\w\s]", text)
-
-
-def side_by_side(a: Run, b: Run, key: str) -> list[dict[str, Any]]:
-    """The item with this key in both runs, repetition by repetition, outputs diffed.
-
-    Runs with different repetition counts pair each repetition of the longer run with the
-    last repetition of the shorter one, so every repetition is shown against something.
-    """
-    items = (
-        ItemResult.objects.filter(run__in=[a, b], item_key=key)
-        .select_related("trace")
-        .prefetch_related("evaluations")
-        .order_by("run_index")
+    pairing = score_tables.pair(a, b)
+    names = (
+        [evaluator] if evaluator else list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
     )
-    sides: dict[str, list[ItemResult]] = defaultdict(list)
-    for item in items:
-        sides["a" if item.run_id == a.id else "b"].append(item)
-    if not sides:
-        return []
-    names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-    marks = pass_marks(a) | pass_marks(b)
-    result = []
-    for n in range(max(len(sides["a"]), len(sides["b"]))):
-        pair = {side: sides[side][min(n, len(sides[side]) - 1)] for side in "ab" if sides[side]}
-        verdicts = {
-            side: {e.evaluator: e for e in item.evaluations.all()} for side, item in pair.items()
-        }
-        output_a = _text(pair["a"].output) if "a" in pair else ""
-        output_b = _text(pair["b"].output) if "b" in pair else ""
-        trace_a = _trace_text(pair.get("a"))
-        trace_b = _trace_text(pair.get("b"))
-        transcript = any(is_transcript(item.output) for item in pair.values())
-        rows = []
-        for name in names:
-            va, vb = verdicts.get("a", {}).get(name), verdicts.get("b", {}).get(name)
-            rows.append(
+    pairs = _PairArrays.of(pairing, names)
+    wanted = key.encode()
+    position = int(np.searchsorted(pairing.a.keys, wanted))
+    if position == len(pairing.a.keys) or pairing.a.keys[position] != wanted:
+        return None, None
+    at = int(np.searchsorted(pairing.at_a, position))
+    i = int(np.searchsorted(pairs.keep, at))
+    if at == len(pairing.at_a) or i == len(pairs.keep) or pairs.keep[i] != at:
+        return None, None
+    order = pairs.selected(change, sort)
+    found = np.flatnonzero(order == i)
+    if not len(found):
+        return None, None
+    n = int(found[0])
+    before = pairing.key(int(pairs.keep[order[n - 1]])) if n > 0 else None
+    after = pairing.key(int(pairs.keep[order[n + 1]])) if n + 1 < len(order) else None
+    return before, after
+
+
+def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verdict strip as the page's table: a row per measure, the baseline's value, then
+    each other run's value and change, coloured good or bad (an evaluator only when its
+    paired test says so; latency, tokens and cost when `compare_strip.notable`)."""
+    from cobalt_app.templatetags.cobalt import cost, duration, percent, thousands
+
+    def signed(value: float, shown: Any) -> str:
+        return ("+" if value > 0 else "−" if value < 0 else "±") + shown(abs(value))
+
+    base, columns = strip["baseline"], strip["runs"]
+    rows = []
+    for label, key, shown, lower_better in (
+        ("Items", "items", thousands, None),
+        ("Errors", "errors", thousands, True),
+        ("Timeouts", "timeouts", thousands, True),
+    ):
+        rows.append(_strip_row(label, base[key], columns, key, shown, signed, lower_better))
+    for n, name in enumerate(strip["evaluators"]):
+        cells = []
+        for column in columns:
+            e = column["evaluators"][n]
+            good = {IMPROVED: "good", REGRESSED: "bad"}.get(e["verdict"], "")
+            delta = "—" if e["delta"] is None else signed(e["delta"], _points)
+            cells.append(
                 {
-                    "name": name,
-                    "a": va,
-                    "b": vb,
-                    "verdictA": _verdict_of(va, marks.get(name)),
-                    "verdictB": _verdict_of(vb, marks.get(name)),
+                    "value": percent(e["passRateB"]),
+                    "delta": delta,
+                    "trend": good,
+                    "verdict": e["verdict"],
+                    "p": format_p(e["pValue"]),
                 }
             )
-        result.append(
+        base_rate = base["passRates"].get(name)
+        rows.append({"label": f"{name} pass rate", "base": percent(base_rate), "cells": cells})
+    for label, key, shown in (
+        ("p50 latency", "latencyP50", duration),
+        ("p95 latency", "latencyP95", duration),
+        ("Tokens", "tokens", thousands),
+        ("Cost", "cost", cost),
+    ):
+        rows.append(_strip_row(label, base[key], columns, key, shown, signed, True))
+    return rows
+
+
+def _points(share: float) -> str:
+    return f"{share * 100:.0f} pp"
+
+
+def _strip_row(
+    label: str, base: Any, columns: list, key: str, shown: Any, signed: Any, lower_better: Any
+) -> dict[str, Any]:
+    cells = []
+    for column in columns:
+        change = column["deltas"][key]
+        trend = ""
+        if lower_better is not None and notable(key, base, column[key]):
+            trend = "good" if (change < 0) == lower_better else "bad"
+        cells.append(
             {
-                "a": pair.get("a"),
-                "b": pair.get("b"),
-                "input": shown(pretty((pair.get("a") or pair.get("b")).input)),
-                "outputA": shown(output_a),
-                "outputB": shown(output_b),
-                "outputKind": "transcript" if transcript else "output",
-                "diff": word_diff(output_a, output_b) if len(pair) == 2 else [],
-                "traceA": shown(trace_a),
-                "traceB": shown(trace_b),
-                "traceDiff": steps_diff(trace_a, trace_b) if trace_a and trace_b else [],
-                "verdicts": rows,
+                "value": shown(column[key]),
+                "delta": "—" if change is None else signed(change, shown),
+                "trend": trend,
+                "verdict": None,
             }
         )
-    return result
-
-
-def _text(value: Any) -> str:
-    """An output as the side-by-side view shows and diffs it: a conversation as its
-    `role: text` lines (as judges read it), anything else as text or indented JSON."""
-    if value is None:
-        return ""
-    if is_transcript(value):
-        return render_transcript(value)
-    return pretty(value)
-
-
-def _trace_text(item: ItemResult | None) -> str:
-    """The item's trace as one line per step (kind, name, model, input, output, error: what
-    the agent did, without the timings that differ on every run); "" when none was captured."""
-    steps = trace_store.of_item(item).steps if item is not None else []
-    return trace_spans.render(steps, max_chars=TRACE_STEP_CHARS) if steps else ""
-
-
-def _verdict_of(evaluation: Any, mark: float | None) -> str:
-    if evaluation is None:
-        return "none"
-    return evaluation_verdict(evaluation.score, mark, error=evaluation.status != "ok")
+    return {"label": label, "base": shown(base), "cells": cells}

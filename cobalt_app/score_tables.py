@@ -1,10 +1,12 @@
 """Per-run score tables: what comparing two runs needs, computed once when a run is finalised.
 
 A table holds a run's item keys (sorted, unique), each evaluator's score per key (the mean
-over the item's repetitions; NaN where it has none) and each key's status (of its first
-repetition). Comparing two runs then joins two stored tables with numpy instead of reading
-every evaluation of both runs on every request: at 500,000 items a side, reading and pairing
-the raw verdicts took ~8 s per compare; loading and joining two tables takes a fraction of it.
+over the item's repetitions; NaN where it has none), its spread (the highest repetition's score
+less the lowest: how far the item moves on its own; kept only when some item has two scored
+repetitions) and each key's status (of its first repetition). Comparing two runs then joins
+two stored tables with numpy instead of reading every evaluation of both runs on every
+request: at 500,000 items a side, reading and pairing the raw verdicts took
+~8 s per compare; loading and joining two tables takes a fraction of it.
 
 The table also keeps how many items the run page's failures view lists (per evaluator), which
 would otherwise be counted over every verdict of the run on each visit.
@@ -30,7 +32,7 @@ from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the archive's arrays change: older tables are rebuilt on first use
+FORMAT = 2  # bump when the archive's arrays change: older tables are rebuilt on first use
 STATUSES = tuple(ItemResult.Status.values)
 OK = STATUSES.index(ItemResult.Status.OK)
 UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
@@ -45,12 +47,14 @@ WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL
 
 @dataclass(frozen=True)
 class ScoreTable:
-    """One run's keys (UTF-8 bytes, sorted), scores (evaluators × keys) and statuses."""
+    """One run's keys (UTF-8 bytes, sorted), scores and spreads (evaluators × keys; spreads
+    empty when no item was scored twice) and statuses."""
 
     keys: np.ndarray
     evaluators: tuple[str, ...]
     scores: np.ndarray
     status: np.ndarray
+    spread: np.ndarray
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -60,6 +64,12 @@ class ScoreTable:
         if name in self.evaluators:
             return self.scores[self.evaluators.index(name)]
         return np.full(len(self.keys), np.nan)
+
+    def spread_of(self, name: str) -> np.ndarray:
+        """The evaluator's spread over each key's repetitions (0 for one repetition)."""
+        if name in self.evaluators and self.spread.size:
+            return self.spread[self.evaluators.index(name)]
+        return np.zeros(len(self.keys))
 
     @property
     def failed(self) -> np.ndarray:
@@ -80,6 +90,7 @@ class ScoreTable:
             evaluators=np.array(self.evaluators, dtype=str),
             scores=self.scores,
             status=self.status,
+            spread=self.spread,
         )
         return buffer.getvalue()
 
@@ -91,6 +102,7 @@ class ScoreTable:
                 evaluators=tuple(archive["evaluators"].tolist()),
                 scores=archive["scores"],
                 status=archive["status"],
+                spread=archive["spread"],
             )
 
 
@@ -133,7 +145,20 @@ def build(run_id: str) -> ScoreTable:
     keys = np.array([key.encode() for key in ordered], dtype=bytes)
     if not len(keys):
         keys = np.array([], dtype="S1")
-    return ScoreTable(keys=keys, evaluators=tuple(evaluators), scores=scores, status=status)
+    spread = _spread(shape, rows, columns, values) if (counts > 1).any() else np.zeros((0,))
+    return ScoreTable(
+        keys=keys, evaluators=tuple(evaluators), scores=scores, status=status, spread=spread
+    )
+
+
+def _spread(
+    shape: tuple[int, int], rows: list[int], columns: list[int], values: list[float]
+) -> np.ndarray:
+    """Per evaluator and key, the highest repetition's score less the lowest."""
+    lowest, highest = np.full(shape, np.inf), np.full(shape, -np.inf)
+    np.minimum.at(lowest, (rows, columns), values)
+    np.maximum.at(highest, (rows, columns), values)
+    return np.where(np.isfinite(lowest), highest - lowest, 0.0)
 
 
 def store(run_id: str) -> None:
@@ -229,6 +254,17 @@ class Pairing:
         if self.same_keys:  # the usual case: the columns themselves, not copies
             return self.a.column(name), self.b.column(name)
         return self.a.column(name)[self.at_a], self.b.column(name)[self.at_b]
+
+    def spreads(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The evaluator's spreads over repetitions of the shared keys in A and in B."""
+        if self.same_keys:
+            return self.a.spread_of(name), self.b.spread_of(name)
+        return self.a.spread_of(name)[self.at_a], self.b.spread_of(name)[self.at_b]
+
+    @property
+    def repeated(self) -> bool:
+        """Whether either run scored some item more than once (so spreads exist)."""
+        return bool(self.a.spread.size or self.b.spread.size)
 
     def key(self, i: int) -> str:
         return self.a.key(int(self.at_a[i]))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cobalt_app import views, views_review, views_traces
+from cobalt_app import views, views_compare, views_review, views_traces
 
 app_name = "cobalt"
 
@@ -20,7 +20,8 @@ urlpatterns = [
     path("runs/<str:run_id>/review/", views_review.review, name="review"),
     path("runs/<str:run_id>/review/label/", views_review.review_label, name="review-label"),
     path("runs/<str:run_id>/review/dataset/", views_review.review_dataset, name="review-dataset"),
-    path("compare/", views.compare, name="compare"),
+    path("compare/", views_compare.compare, name="compare"),
+    path("compare/item/", views_compare.compare_item, name="compare-item"),
     path("trends/", views.trends, name="trends"),
     path("sweeps/", views.sweeps_list, name="sweeps"),
     path("sweeps/<str:sweep_id>/", views.sweep_detail, name="sweep"),

@@ -27,16 +27,13 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from cobalt.config import active_config
 from cobalt.dashboard import project_fingerprint
-from cobalt.errors import CobaltError
 from cobalt.run_settings import RunSettings
 from cobalt_app import (
     calibration,
     exports,
     judge_loop,
     labels,
-    page_compare,
     page_items,
     page_repeats,
     page_selectors,
@@ -49,7 +46,6 @@ from cobalt_app import (
 )
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
 
 RUNS_PER_PAGE = 25
@@ -155,19 +151,6 @@ class PageForm(forms.Form):
     """`?page=` of the item page's trace."""
 
     page = forms.IntegerField(required=False, min_value=1, max_value=10**9)
-
-
-class CompareForm(forms.Form):
-    a = forms.CharField(max_length=32, label="Run A (baseline)")
-    b = forms.CharField(max_length=32, label="Run B (candidate)")
-    key = forms.CharField(required=False, max_length=200)
-    evaluator = forms.CharField(required=False, max_length=100)
-    change = forms.ChoiceField(
-        required=False, choices=[("", "any"), *((c, c) for c in page_compare.CHANGES)]
-    )
-    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
-    page = forms.IntegerField(required=False, min_value=1)
-    pairwise = forms.CharField(required=False, max_length=100)
 
 
 class TrendForm(forms.Form):
@@ -380,66 +363,6 @@ def run_export(request: HttpRequest, run_id: str, fmt: str) -> StreamingHttpResp
     response["Content-Disposition"] = f'{disposition}; filename="{exports.filename(run, fmt)}"'
     response["X-Content-Type-Options"] = "nosniff"
     return response
-
-
-@page
-def compare(request: HtmxHttpRequest) -> HttpResponse:
-    form = CompareForm(request.GET or None)
-    context: dict[str, Any] = {
-        "form": form,
-        "recent": selectors.run_list(limit=RECENT_RUNS, brief=True),
-    }
-    if form.is_valid():
-        try:
-            a, b = run_get(form.cleaned_data["a"]), run_get(form.cleaned_data["b"])
-        except RunNotFound as exc:
-            form.add_error(None, str(exc))
-        else:
-            data = form.cleaned_data
-            key = data["key"]
-            context |= {"a": a, "b": b, "key": key}
-            if request.htmx and request.htmx.target == "side" and key:
-                context["side"] = page_compare.side_by_side(a, b, key)
-                return partial_or_page(request, "cobalt/compare.html", context, "side")
-            names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
-            evaluator = data["evaluator"] if data["evaluator"] in names else ""
-            comparison = page_compare.compare(
-                a,
-                b,
-                evaluator=evaluator,
-                change=data["change"] or "",
-                sort=data["sort"] or "delta",
-                page=data["page"] or 1,
-                per_page=ITEMS_PER_PAGE,
-            )
-            context |= {
-                "comparison": comparison,
-                "table": comparison.table,
-                "evaluator": evaluator,
-                "change": data["change"] or "",
-                "pair_sort": data["sort"] or "delta",
-                "changes": page_compare.CHANGES,
-                "charts": comparison.chart_data,
-                "side": page_compare.side_by_side(a, b, key) if key else None,
-                **_pairwise_context(a, b, data["pairwise"]),
-            }
-            if request.htmx and request.htmx.target == "pairs":
-                return partial_or_page(request, "cobalt/compare.html", context, "pairs")
-    return render(request, "cobalt/compare.html", context)
-
-
-def _pairwise_context(a: Run, b: Run, judge: str) -> dict[str, Any]:
-    """The runs' pairwise judges, and the win rate of B when one was asked for (each pair's
-    answers are cached: asking again costs nothing)."""
-    context: dict[str, Any] = {"pairwise_judges": pairwise_judges(a, b), "pairwise_judge": judge}
-    if judge:
-        try:
-            context["pairwise"] = pairwise_compare(
-                a, b, judge, active_config(), max_pairs=REQUEST_PAIRS
-            )
-        except CobaltError as exc:
-            context["pairwise_error"] = str(exc)
-    return context
 
 
 @page

@@ -479,6 +479,7 @@ def compare(
 
     config = setup()
     from cobalt.significance import check_alpha
+    from cobalt_app.compare_strip import verdict_strip
     from cobalt_app.selectors import compare_runs, run_get
     from cobalt_cli.commands_stats import print_significance
 
@@ -490,8 +491,10 @@ def compare(
     a, b = run_get(run_a), run_get(run_b)
     diff = compare_runs(a, b, top=top, alpha=alpha)
     out().print(
-        f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})\n"
+        f"\n Comparison: [bold]{a.id}[/] ({escape(a.name)}) vs [bold]{b.id}[/] ({escape(b.name)})"
     )
+    sentence = verdict_strip(a, [(b, diff)])["runs"][0]["sentence"]
+    out().print(f" Verdict: {escape(sentence)}\n")
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for column in ("Metric", "Run A", "Run B", "Diff"):
         table.add_column(column, justify="left" if column == "Metric" else "right")

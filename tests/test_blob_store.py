@@ -24,7 +24,7 @@ from cobalt import Dataset, Evaluator, experiment
 from cobalt.experiments import collecting
 from cobalt_app import (
     blob_store,
-    page_compare,
+    page_compare_side,
     recording_store,
     results,
     services,
@@ -336,8 +336,8 @@ def test_the_pages_results_file_and_failed_items_show_the_same_trace(tmp_path):
     assert panel.status_code == 200
     assert trace_spans.summary(traced["b"]) in panel.content.decode()
 
-    (side,) = page_compare.side_by_side(before, after, "a")
-    expected = trace_spans.render(traced["a"], max_chars=page_compare.TRACE_STEP_CHARS)
+    (side,) = page_compare_side.side_by_side(before, after, "a")
+    expected = trace_spans.render(traced["a"], max_chars=page_compare_side.TRACE_STEP_CHARS)
     assert side["traceA"].text == side["traceB"].text == expected
 
 

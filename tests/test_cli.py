@@ -83,6 +83,7 @@ def test_history_and_compare_match_items_by_key_not_position(project, cobalt_cli
     assert compare.returncode == 0, compare.stderr
     out = compare.stdout
     assert "exact" in out and "-0.20" in out
+    assert "Verdict: B neither wins nor loses; no significant change on exact." in out
     assert "Regressions (1)" in out
     assert "k3 · exact: 1.00 → 0.00" in out
     assert "Improvements (0)" in out

@@ -362,7 +362,64 @@ class SignificanceSerializer(serializers.Serializer):
     onlyInBKeys = serializers.ListField(child=serializers.CharField())
 
 
+class StripFiguresSerializer(serializers.Serializer):
+    """One run's column of the verdict strip, from its stored summary."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    items = serializers.IntegerField()
+    errors = serializers.IntegerField(allow_null=True)
+    timeouts = serializers.IntegerField(allow_null=True)
+    latencyP50 = serializers.FloatField(allow_null=True, help_text="Milliseconds.")
+    latencyP95 = serializers.FloatField(allow_null=True, help_text="Milliseconds.")
+    tokens = serializers.IntegerField(allow_null=True)
+    cost = serializers.FloatField(allow_null=True, help_text="Estimated, in dollars.")
+    passRates = serializers.DictField(
+        child=serializers.FloatField(allow_null=True),
+        help_text="Per evaluator, the share of scored evaluations at or above its pass mark.",
+    )
+
+
+class StripEvaluatorSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    passRateA = serializers.FloatField(allow_null=True)
+    passRateB = serializers.FloatField(allow_null=True)
+    delta = serializers.FloatField(allow_null=True)
+    verdict = serializers.CharField(allow_null=True, help_text="Of the paired test.")
+    pValue = serializers.FloatField(allow_null=True)
+    test = serializers.CharField(allow_null=True)
+
+
+class StripDeltasSerializer(serializers.Serializer):
+    items = serializers.IntegerField(allow_null=True)
+    errors = serializers.IntegerField(allow_null=True)
+    timeouts = serializers.IntegerField(allow_null=True)
+    latencyP50 = serializers.FloatField(allow_null=True)
+    latencyP95 = serializers.FloatField(allow_null=True)
+    tokens = serializers.IntegerField(allow_null=True)
+    cost = serializers.FloatField(allow_null=True)
+
+
+class StripColumnSerializer(StripFiguresSerializer):
+    label = serializers.CharField(help_text="B, or B1, B2… when several runs are compared.")
+    deltas = StripDeltasSerializer(help_text="This run less the baseline.")
+    evaluators = StripEvaluatorSerializer(many=True)
+    wins = serializers.ListField(child=serializers.CharField())
+    losses = serializers.ListField(child=serializers.CharField())
+    sentence = serializers.CharField(help_text="Where this run wins and loses, in words.")
+
+
+class VerdictStripSerializer(serializers.Serializer):
+    """Is B better than A: items, errors, timeouts, pass rates, latency, tokens and cost of
+    each run with their changes, and a sentence naming the significant ones."""
+
+    baseline = StripFiguresSerializer()
+    evaluators = serializers.ListField(child=serializers.CharField())
+    runs = StripColumnSerializer(many=True)
+
+
 class CompareSerializer(serializers.Serializer):
+    strip = VerdictStripSerializer()
     runA = RunRefSerializer()
     runB = RunRefSerializer()
     evaluators = serializers.DictField(child=EvaluatorDeltaSerializer())

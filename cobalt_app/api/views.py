@@ -27,6 +27,7 @@ from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
 from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
+from cobalt_app.compare_strip import verdict_strip
 from cobalt_app.liveness import settle, settled
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.results import iter_item_entries, run_header
@@ -354,7 +355,8 @@ class CompareView(CobaltAPIView):
         diff = compare_runs(
             a, b, top=query.validated_data["top"], alpha=query.validated_data["alpha"]
         )
-        return Response(serializers.CompareSerializer(diff).data)
+        strip = verdict_strip(a, [(b, diff)])
+        return Response(serializers.CompareSerializer({"strip": strip, **diff}).data)
 
 
 class TrendsView(CobaltAPIView):

@@ -109,6 +109,7 @@ def cobalt_compare_tool(
     project: Project, *, run_a: str, run_b: str, offset: int = 0, limit: int = COMPARE_SHOWN
 ) -> CallToolResult:
     from cobalt.significance import describe_result
+    from cobalt_app.compare_strip import verdict_strip
     from cobalt_app.selectors import compare_runs
 
     tokens = project.result_tokens(project.config())
@@ -126,7 +127,9 @@ def cobalt_compare_tool(
         change["outputB"] = (entry_b or {}).get("output", {}).get("output")
         change["reasonA"] = verdict_text(entry_a, change["evaluator"])
         change["reasonB"] = verdict_text(entry_b, change["evaluator"])
+    strip = verdict_strip(a, [(b, diff)])
     head = {key: value for key, value in diff.items() if key not in ("regressions", "improvements")}
+    head["strip"] = strip
     room = tokens - value_tokens(head) - 1_500  # the plain-language lines
     fitted = fit(regressions, improvements, room, shape=shortened)
     kept_regressions, kept_improvements = fitted.kept_first, fitted.kept_rest
@@ -141,6 +144,7 @@ def cobalt_compare_tool(
     lines = [f"Run A {a.id} ({a.name}) → run B {b.id} ({b.name}):"]
     if a.name != b.name:
         lines.append("Note: the runs belong to different experiments; items match by key.")
+    lines.append(f"Verdict: {strip['runs'][0]['sentence']}")
     for name, values in diff["evaluators"].items():
         if values["delta"] is None:
             lines.append(f"  {name}: only scored in one run")

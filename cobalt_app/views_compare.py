@@ -1,0 +1,180 @@
+"""The compare pages: is B better than A?
+
+    GET /compare/?a=<id>&b=<id>[&b=<id>…]   a baseline against up to five runs (also
+                                             ?runs=<id>,<id>,…): the verdict strip, the
+                                             paired tests, every matched item by class
+    GET /compare/item/?a=<id>&b=<id>&key=…  one item side by side: a slide-over over the
+                                             compare page (htmx), a page of its own otherwise
+
+The reads are `page_compare` and `page_compare_side`; a view parses, calls and responds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django import forms
+from django.http import HttpResponse
+from django.shortcuts import render
+
+from cobalt.config import active_config
+from cobalt.errors import CobaltError
+from cobalt_app import page_compare, page_compare_side, selectors
+from cobalt_app.models import Run
+from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
+from cobalt_app.selectors import RunNotFound, run_get
+from cobalt_app.views import ITEMS_PER_PAGE, RECENT_RUNS, HtmxHttpRequest, page, partial_or_page
+
+FILTERS = (*page_compare.CHANGES, *page_compare.KINDS)
+
+
+class CompareForm(forms.Form):
+    a = forms.CharField(required=False, max_length=32, label="Run A (baseline)")
+    b = forms.CharField(required=False, max_length=32, label="Run B (candidate)")
+    runs = forms.CharField(required=False, max_length=33 * (page_compare.MAX_OTHERS + 1))
+    key = forms.CharField(required=False, max_length=200)
+    evaluator = forms.CharField(required=False, max_length=100)
+    change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
+    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
+    page = forms.IntegerField(required=False, min_value=1)
+    pairwise = forms.CharField(required=False, max_length=100)
+
+    def clean(self) -> dict[str, Any]:
+        """`ids`: the baseline then the others, from `runs=a,b,c` or from `a=` and each `b=`."""
+        data = super().clean()
+        if data.get("runs"):
+            ids = [part.strip() for part in data["runs"].split(",") if part.strip()]
+        else:
+            others = [value.strip() for value in self.data.getlist("b") if value.strip()]
+            ids = [data.get("a") or "", *others]
+        if len(ids) < 2 or not ids[0]:
+            raise forms.ValidationError("give a baseline run (A) and at least one run B")
+        if len(ids) > page_compare.MAX_OTHERS + 1:
+            raise forms.ValidationError(
+                f"compare a baseline with at most {page_compare.MAX_OTHERS} runs at once"
+            )
+        if any(len(run_id) > 32 for run_id in ids):
+            raise forms.ValidationError("a run id has at most 32 characters")
+        data["ids"] = ids
+        return data
+
+
+def runs_query(a: Run, others: list[Run]) -> str:
+    """`a=…&b=…[&b=…]`: the runs of a compare as its links carry them."""
+    return urlencode([("a", a.id), *(("b", run.id) for run in others)])
+
+
+@page
+def compare(request: HtmxHttpRequest) -> HttpResponse:
+    form = CompareForm(request.GET or None)
+    context: dict[str, Any] = {
+        "form": form,
+        "recent": selectors.run_list(limit=RECENT_RUNS, brief=True),
+    }
+    if form.is_valid():
+        try:
+            runs = [run_get(run_id) for run_id in form.cleaned_data["ids"]]
+        except RunNotFound as exc:
+            form.add_error(None, str(exc))
+        else:
+            data = form.cleaned_data
+            a, others = runs[0], runs[1:]
+            key = data["key"]
+            context |= {"a": a, "b": others[0], "key": key, "runs_query": runs_query(a, others)}
+            if request.htmx and request.htmx.target == "side" and key:
+                context["side"] = page_compare_side.side_by_side(a, others[0], key)
+                return partial_or_page(request, "cobalt/compare.html", context, "side")
+            context |= _comparison_context(a, others, data)
+            if request.htmx and request.htmx.target == "pairs":
+                return partial_or_page(request, "cobalt/compare.html", context, "pairs")
+    return render(request, "cobalt/compare.html", context)
+
+
+def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict[str, Any]:
+    names = list(dict.fromkeys([*a.evaluator_names, *others[0].evaluator_names]))
+    evaluator = data["evaluator"] if data["evaluator"] in names else ""
+    change = data["change"] or ""
+    sort = data["sort"] or "delta"
+    comparison = page_compare.compare(
+        a,
+        others,
+        evaluator=evaluator,
+        change=change,
+        sort=sort,
+        page=data["page"] or 1,
+        per_page=ITEMS_PER_PAGE,
+    )
+    filters = urlencode({"evaluator": evaluator, "change": change, "sort": sort})
+    return {
+        "comparison": comparison,
+        "strip": comparison.strip,
+        "strip_rows": page_compare.strip_rows(comparison.strip),
+        "table": comparison.table,
+        "evaluator": evaluator,
+        "change": change,
+        "pair_sort": sort,
+        "changes": page_compare.CHANGES,
+        "filters": filters,
+        "charts": comparison.chart_data,
+        "side": page_compare_side.side_by_side(a, others[0], data["key"]) if data["key"] else None,
+        **_pairwise_context(a, others[0], data["pairwise"]),
+    }
+
+
+def _pairwise_context(a: Run, b: Run, judge: str) -> dict[str, Any]:
+    """The runs' pairwise judges, and the win rate of B when one was asked for (each pair's
+    answers are cached: asking again costs nothing)."""
+    context: dict[str, Any] = {"pairwise_judges": pairwise_judges(a, b), "pairwise_judge": judge}
+    if judge:
+        try:
+            context["pairwise"] = pairwise_compare(
+                a, b, judge, active_config(), max_pairs=REQUEST_PAIRS
+            )
+        except CobaltError as exc:
+            context["pairwise_error"] = str(exc)
+    return context
+
+
+class SideForm(forms.Form):
+    a = forms.CharField(max_length=32)
+    b = forms.CharField(max_length=32)
+    key = forms.CharField(max_length=200)
+    evaluator = forms.CharField(required=False, max_length=100)
+    change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
+    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
+
+
+@page
+def compare_item(request: HtmxHttpRequest) -> HttpResponse:
+    """One item of A and B side by side; the previous and next keys of the compare table
+    (its filter and sort, carried in the query) for j/k."""
+    form = SideForm(request.GET)
+    if not form.is_valid():
+        return render(request, "cobalt/compare_side.html", {"form": form}, status=400)
+    data = form.cleaned_data
+    try:
+        a, b = run_get(data["a"]), run_get(data["b"])
+    except RunNotFound as exc:
+        form.add_error(None, str(exc))
+        return render(request, "cobalt/compare_side.html", {"form": form}, status=404)
+    names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
+    filters = {
+        "evaluator": data["evaluator"] if data["evaluator"] in names else "",
+        "change": data["change"] or "",
+        "sort": data["sort"] or "delta",
+    }
+    previous_key, next_key = page_compare.neighbours(a, b, data["key"], **filters)
+    query = urlencode({"a": a.id, "b": b.id, **filters})
+    context = {
+        "a": a,
+        "b": b,
+        "key": data["key"],
+        "side": page_compare_side.side_by_side(a, b, data["key"]),
+        "query": query,
+        "previous_key": previous_key,
+        "next_key": next_key,
+        "back": f"?{query}",
+        "floating": bool(request.htmx and not request.htmx.history_restore_request),
+    }
+    return partial_or_page(request, "cobalt/compare_side.html", context, "panel")
