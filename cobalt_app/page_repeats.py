@@ -18,7 +18,7 @@ from django.db.models import Count, F, FilteredRelation, Q
 
 from cobalt.verdict import Verdict, item_verdict, score_verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.page_compare import word_diff
+from cobalt_app.page_compare_side import word_diff
 from cobalt_app.page_items import (
     ITEM_SORTS,
     ROW_FIELDS,
