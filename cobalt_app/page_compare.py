@@ -46,7 +46,7 @@ class PairRow:
     status_a: str
     status_b: str
     change: str
-    item_a: int | None = None
+    item_a: int | None = None  # the item's number (as in `#17`) in A
     item_b: int | None = None
 
 
@@ -277,16 +277,16 @@ def _pair_row(
 
 
 def _link_items(rows: list[PairRow], a: Run, b: Run) -> None:
-    """Each row's first item result in A and in B (one query for the page)."""
+    """Each row's item number in A and in B (one query for the page)."""
     if not rows:
         return
     ids = (
         ItemResult.objects.filter(run_id__in=[a.id, b.id], item_key__in=[r.key for r in rows])
         .values("run_id", "item_key")
-        .annotate(first=Min("id"))
+        .annotate(first=Min("item_index"))
         .values_list("run_id", "item_key", "first")
     )
-    found = {(run_id, key): item_id for run_id, key, item_id in ids}
+    found = {(run_id, key): index + 1 for run_id, key, index in ids}
     for row in rows:
         row.item_a = found.get((a.id, row.key))
         row.item_b = found.get((b.id, row.key))
