@@ -211,6 +211,9 @@ def test_items_are_addressed_by_number_and_old_ids_redirect(client):
     download = client.get(f"/runs/{run.id}/items/2/download/output?repeat=2")
     assert download.status_code == 200 and download.content == b"answer t01"
     assert client.get(f"/runs/{run.id}/items/99/").status_code == 404
+    other = make_run(support_items(2))  # an old id of another run's item is not this run's
+    assert client.get(f"/runs/{other.id}/items/{second.id}/").status_code == 404
+    assert client.get(f"/runs/{other.id}/items/{second.id}/download/output").status_code == 404
 
 
 def test_an_old_id_that_is_also_a_number_is_the_number(client):
