@@ -9,13 +9,16 @@ list the person came from, with JavaScript or without, and after a reload.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Count, Q, QuerySet, TextField
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, F, Func, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from django.urls import reverse
@@ -31,6 +34,7 @@ MAX_GROUPS = 50
 GROUP_ITEMS_SHOWN = 40  # item links listed under a group of identical errors
 LONG_VALUE = 80  # a field with longer values is text, not a category: not offered
 TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
+LIST_SECONDS = 300  # how long a finished run's list is kept for the item panel's steps
 
 
 # The list an item is seen in ----------------------------------------------------------------
@@ -120,14 +124,20 @@ def field_value(key: str, prefix: str = "") -> Cast:
     """A dataset field (`category`), a key of the dataset item's metadata (`metadata.tier`)
     or of what the agent reported (`result.model`), as text; `prefix` reaches the item from
     another model (`"item__"` from an evaluation)."""
+    column, path = f"{prefix}input", [key]
     if key.startswith("result."):
-        value = KeyTextTransform(key.removeprefix("result."), f"{prefix}metadata")
+        column, path = f"{prefix}metadata", [key.removeprefix("result.")]
     elif key.startswith("metadata."):
-        inner = KeyTransform("metadata", f"{prefix}input")
-        value = KeyTextTransform(key.removeprefix("metadata."), inner)
-    else:
-        value = KeyTextTransform(key, f"{prefix}input")
-    return Cast(value, TextField())
+        path = ["metadata", key.removeprefix("metadata.")]
+    if connection.vendor == "sqlite":
+        # One JSON_EXTRACT (a string's text as it is) instead of Django's key transform, which
+        # parses each row's JSON three times: grouping 100k items by a field is a third faster.
+        steps = "".join(f".{json.dumps(step)}" for step in path)
+        return Cast(Func(F(column), Value(f"${steps}"), function="JSON_EXTRACT"), TextField())
+    value: Any = column
+    for step in path[:-1]:
+        value = KeyTransform(step, value)
+    return Cast(KeyTextTransform(path[-1], value), TextField())
 
 
 def field_keys(run: Run) -> list[str]:
@@ -350,7 +360,7 @@ def item_place(run: Run, item_id: int, state: ListState) -> Place:
     """Where the item stands in the list `state` names. The list's ids are read whole (ids
     only: 100k of them in tens of milliseconds), then the neighbours' numbers in one query."""
     scope = item_scope(run, state)
-    ids = list_ids(run, state, scope)
+    ids = _remembered(run, state.query(), lambda: list_ids(run, state, scope))
     position = ids.index(item_id) + 1 if item_id in ids else 0
     previous = ids[position - 2] if position > 1 else None
     following = ids[position:]  # after the item; the whole list when it is not in it
@@ -358,7 +368,8 @@ def item_place(run: Run, item_id: int, state: ListState) -> Place:
     if state.view == "failures":
         next_failure = upcoming
     else:
-        failing = set(failure_ids(run, "", scope))
+        narrowing = ListState(view="failures", q=state.q, key=state.key, value=state.value)
+        failing = set(_remembered(run, narrowing.query(), lambda: failure_ids(run, "", scope)))
         next_failure = next((i for i in following if i in failing), None)
     wanted = [i for i in (previous, upcoming, next_failure) if i is not None]
     numbers = {
@@ -374,3 +385,18 @@ def item_place(run: Run, item_id: int, state: ListState) -> Place:
         next=numbers.get(upcoming),
         next_failure=numbers.get(next_failure),
     )
+
+
+def _remembered(run: Run, name: str, ids: Callable[[], list[int]]) -> list[int]:
+    """A finished run's list, kept for a few minutes (in this process's cache): j and k
+    through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at 100k
+    items) on every step. A running run's list changes: it is read each time."""
+    if not run.is_finished:
+        return ids()
+    digest = hashlib.sha256(f"{run.id}|{run.finished_at}|{name}".encode()).hexdigest()
+    key = f"cobalt:triage-list:{digest}"
+    found = cache.get(key)
+    if found is None:
+        found = ids()
+        cache.set(key, found, LIST_SECONDS)
+    return found

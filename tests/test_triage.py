@@ -238,6 +238,11 @@ def test_the_panel_walks_the_list_it_came_from(client, django_assert_num_queries
     assert '<span class="item-place" id="item-place">4 of 5 failures</span>' in panel
     assert f'rel="prev" href="/runs/{run.id}/items/3/?view=failures"' in panel
     assert f'rel="next" href="/runs/{run.id}/items/6/?view=failures"' in panel
+    # The next step reads the list kept for this finished run: run, item, evaluations,
+    # neighbours.
+    with django_assert_num_queries(4):
+        step = client.get(f"/runs/{run.id}/items/6/?view=failures", **HTMX).content.decode()
+    assert '<span class="item-place" id="item-place">5 of 5 failures</span>' in step
     # All refunds, searched: next and next failure differ.
     query = "view=all&amp;key=category&amp;value=refund"
     walk = client.get(f"/runs/{run.id}/items/1/?view=all&key=category&value=refund").content
