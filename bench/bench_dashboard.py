@@ -38,6 +38,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 HTMX = {"HX-Request": "true"}
+CATEGORIES = ["refund", "shipping", "login", "billing", "other"]  # a dataset field to group by
 
 
 def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, str]:
@@ -89,7 +90,11 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
                             item_index=i,
                             run_index=0,
                             item_key=f"item-{i:06d}",
-                            input={"id": f"item-{i:06d}", "input": f"Question number {i}?"},
+                            input={
+                                "id": f"item-{i:06d}",
+                                "input": f"Question number {i}?",
+                                "category": CATEGORIES[i % len(CATEGORIES)],
+                            },
                             output=None if status_ != "ok" else f"Answer {i} " + "lorem " * 20,
                             metadata={"model": "gpt-4o-mini"} if status_ == "ok" else {},
                             status=status_,
@@ -212,7 +217,7 @@ def make_big_item() -> str:
             }
         )
     trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps, "")])
-    return f"/runs/{run.id}/items/{item.id}/"
+    return f"/runs/{run.id}/items/{item.number}/"
 
 
 def serve(project: Path) -> tuple[subprocess.Popen, str]:
@@ -240,7 +245,8 @@ def serve(project: Path) -> tuple[subprocess.Popen, str]:
 
 def first_item(client: httpx.Client, run_id: str) -> str:
     page = client.get(f"/runs/{run_id}/", headers={**HTMX, "HX-Target": "items"}).text
-    return re.search(r'href="(/runs/[^"]+/items/\d+/)"', page).group(1)
+    found = re.search(r'class="open-item" (?:id="first-failure" )?href="([^"]+)"', page)
+    return found.group(1).replace("&amp;", "&")
 
 
 def time_compare_runs(project: Path, a: str, b: str, repeat: int, size: str) -> tuple:
@@ -365,7 +371,18 @@ def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, d
         ("items: sort by score", f"/runs/{a}/?sort=-score:relevance&page=2", items_partial, 200),
         ("items: score ≤ 0.3", f"/runs/{a}/?evaluator=relevance&max=0.3", items_partial, 200),
         ("items: status error", f"/runs/{a}/?status=error", items_partial, 200),
-        ("item panel", None, HTMX, 200),
+        ("item panel (in its failures)", None, HTMX, 200),
+        ("search: all items", f"/runs/{a}/?view=all&q=number+4242", items_partial, 300),
+        ("search: failures", f"/runs/{a}/?q=crashed", items_partial, 300),
+        (
+            "filter: category = refund",
+            f"/runs/{a}/?view=all&key=category&value=refund",
+            items_partial,
+            300,
+        ),
+        ("group by category", f"/runs/{a}/?group=category", items_partial, 300),
+        ("item panel in all items", f"/runs/{a}/items/2/?view=all", HTMX, 300),
+        ("item panel in a search", f"/runs/{a}/items/4243/?view=all&q=number+4242", HTMX, 300),
         ("live progress (running run)", f"/runs/{running}/", {**HTMX, "HX-Target": "live"}, 200),
         (f"compare {scale} vs {scale}", f"/compare/?a={a}&b={b}", {}, 1000),
         (

@@ -55,7 +55,7 @@ class PairRow:
     change: str
     kind: str
     at: int  # the key's position in the baseline's score table
-    item_a: int | None = None
+    item_a: int | None = None  # the item's number (as in `#17`) in A
     item_b: int | None = None
     others: list[dict[str, Any] | None] = field(default_factory=list)
 
@@ -440,7 +440,7 @@ def _add_column(
 
 
 def _link_items(rows: list[PairRow], a: Run, others: list[Run]) -> None:
-    """Each row's first item result in A and in each other run (one query for the page)."""
+    """Each row's item number in A and in each other run (one query for the page)."""
     if not rows:
         return
     ids = (
@@ -448,10 +448,10 @@ def _link_items(rows: list[PairRow], a: Run, others: list[Run]) -> None:
             run_id__in=[a.id, *(run.id for run in others)], item_key__in=[r.key for r in rows]
         )
         .values("run_id", "item_key")
-        .annotate(first=Min("id"))
+        .annotate(first=Min("item_index"))
         .values_list("run_id", "item_key", "first")
     )
-    found = {(run_id, key): item_id for run_id, key, item_id in ids}
+    found = {(run_id, key): index + 1 for run_id, key, index in ids}
     for row in rows:
         row.item_a = found.get((a.id, row.key))
         row.item_b = found.get((others[0].id, row.key))

@@ -1,5 +1,5 @@
-"""Reads behind a run's items: the failures view (worst first), the items table (filtered,
-sorted and paginated on the server), the item panel, and flaky marks.
+"""Reads behind a run's items: the items table (filtered, sorted and paginated on the
+server), the item panel, and flaky marks (the failures view is `page_triage`'s).
 
 Pages of items find their ids with narrow queries on indexed columns, then load only those
 rows: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
@@ -10,20 +10,17 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from cobalt.verdict import Verdict, evaluation_verdict
-from cobalt_app import score_tables
 from cobalt_app.flaky import HISTORY_RUNS, ItemFlakiness, item_flakiness, observations
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_selectors import pass_marks
 from cobalt_app.page_values import ordered_verdicts
-from cobalt_app.score_tables import failing_verdicts
-from cobalt_app.selectors import failed_items
 
 TEXT_PREVIEW = 160
 ITEM_SORTS = {
@@ -53,6 +50,11 @@ class ItemRow:
     # stddev and how many repetitions passed (pass@k: at least one did).
     repetitions: list[ItemRow] = field(default_factory=list)
     summary: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed_count(self) -> int:
+        """How many evaluators failed it (or errored on it)."""
+        return sum(1 for s in self.scores if s.get("verdict") in ("fail", "error"))
 
     @property
     def why(self) -> str:
@@ -131,21 +133,46 @@ def item_page(
     sort: str = "index",
     page: int = 1,
     per_page: int = 50,
+    scope: QuerySet[ItemResult] | None = None,
 ) -> ItemsPage:
-    """One page of a run's items with their scores.
+    """One page of a run's items with their scores (`scope`: only these items, as a search or
+    a field filter narrows them).
 
     The page's ids are found with a narrow query on indexed columns, then only those rows are
     loaded: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
     Score filters and score sorts read the `(run, evaluator, score)` index.
     """
+    total, ids_from = ordered_item_ids(
+        run,
+        status=status,
+        evaluator=evaluator,
+        min_score=min_score,
+        max_score=max_score,
+        sort=sort,
+        scope=scope,
+    )
+    number, offset = clamp(page, total, per_page)
+    return page_of(run, ids_from(offset, per_page), number, per_page, total)
+
+
+def ordered_item_ids(
+    run: Run,
+    *,
+    status: str = "",
+    evaluator: str = "",
+    min_score: float | None = None,
+    max_score: float | None = None,
+    sort: str = "index",
+    scope: QuerySet[ItemResult] | None = None,
+) -> tuple[int, Callable[[int, int | None], list[int]]]:
+    """How many items the items table lists, and a function giving `limit` of their ids from
+    `offset` in the table's order (all of them with `limit=None`: the item panel walks them)."""
     descending = sort.startswith("-")
     key = sort.lstrip("-")
     sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
     ranged = bool(evaluator) and (min_score is not None or max_score is not None)
     if ranged and sort_evaluator in ("", evaluator):
-        verdicts = _verdicts(run, evaluator, status, min_score, max_score)
-        total = verdicts.count()
-        number, offset = _clamp(page, total, per_page)
+        verdicts = _verdicts(run, evaluator, status, min_score, max_score, scope)
         if sort_evaluator:
             order = ["-score", "-id"] if descending else ["score", "id"]
         elif key == "index":
@@ -155,67 +182,44 @@ def item_page(
             column = f"item__{ITEM_SORTS[key][0]}"
             order = [f"-{column}" if descending else column, "item_id"]
         page_ids = verdicts.order_by(*order).values_list("item_id", flat=True)
-        ids = list(page_ids[offset : offset + per_page])
-    elif sort_evaluator and not ranged:
-        total = _items(run, status).count()
-        number, offset = _clamp(page, total, per_page)
-        ids = _ids_by_score(run, sort_evaluator, status, descending, offset, per_page)
+        return verdicts.count(), lambda offset, limit: _slice(page_ids, offset, limit)
+    if sort_evaluator and not ranged:
+        return _items(run, status, scope).count(), lambda offset, limit: _ids_by_score(
+            run, sort_evaluator, status, descending, offset, limit, scope
+        )
+    items = _items(run, status, scope)
+    if ranged:
+        items = items.annotate(
+            verdict=FilteredRelation("evaluations", condition=Q(evaluations__evaluator=evaluator))
+        )
+        if min_score is not None:
+            items = items.filter(verdict__score__gte=min_score)
+        if max_score is not None:
+            items = items.filter(verdict__score__lte=max_score)
+    total = items.count()
+    if sort_evaluator:
+        items = items.annotate(
+            ranked=FilteredRelation(
+                "evaluations", condition=Q(evaluations__evaluator=sort_evaluator)
+            )
+        )
+        score = F("ranked__score")
+        ranked = score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)
+        order = [ranked, "item_index", "run_index"]
     else:
-        items = _items(run, status)
-        if ranged:
-            items = items.annotate(
-                verdict=FilteredRelation(
-                    "evaluations", condition=Q(evaluations__evaluator=evaluator)
-                )
-            )
-            if min_score is not None:
-                items = items.filter(verdict__score__gte=min_score)
-            if max_score is not None:
-                items = items.filter(verdict__score__lte=max_score)
-        total = items.count()
-        number, offset = _clamp(page, total, per_page)
-        if sort_evaluator:
-            items = items.annotate(
-                ranked=FilteredRelation(
-                    "evaluations", condition=Q(evaluations__evaluator=sort_evaluator)
-                )
-            )
-            score = F("ranked__score")
-            ranked = score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)
-            order = [ranked, "item_index", "run_index"]
-        else:
-            columns = ITEM_SORTS.get(key, ITEM_SORTS["index"])
-            order = [f"-{c}" if descending else c for c in columns]
-            if key != "index":
-                order += ["item_index", "run_index"]
-        ids = list(items.order_by(*order).values_list("id", flat=True)[offset : offset + per_page])
-    return _page_of(run, ids, number, per_page, total)
+        columns = ITEM_SORTS.get(key, ITEM_SORTS["index"])
+        order = [f"-{c}" if descending else c for c in columns]
+        if key != "index":
+            order += ["item_index", "run_index"]
+    ordered = items.order_by(*order).values_list("id", flat=True)
+    return total, lambda offset, limit: _slice(ordered, offset, limit)
 
 
-def failure_page(run: Run, *, evaluator: str = "", page: int = 1, per_page: int = 50) -> ItemsPage:
-    """The run's failures, worst first: items that errored or timed out (by index), then items
-    with an evaluation error, then items by their lowest score below its pass mark. With
-    `evaluator`, only that evaluator's errors and scores count (failed items always do).
-
-    Both parts read indexes: `(run, status)` for items, `(run, evaluator, score)` for verdicts.
-    """
-    broken = failed_items(run)
-    failing = failing_verdicts(run, evaluator)
-    broken_count = broken.count()
-    stored = score_tables.failing_count(run, evaluator)
-    total = broken_count + (failing.count() if stored is None else stored)
-    number, offset = _clamp(page, total, per_page)
-    ids: list[int] = []
-    if offset < broken_count:
-        ids = list(broken.values_list("id", flat=True)[offset : offset + per_page])
-    if len(ids) < per_page:
-        start = max(0, offset - broken_count)
-        worst = failing.values_list("item_id", flat=True)
-        ids += list(worst[start : start + per_page - len(ids)])
-    return _page_of(run, ids, number, per_page, total)
+def _slice(ids: QuerySet, offset: int, limit: int | None) -> list[int]:
+    return list(ids[offset:] if limit is None else ids[offset : offset + limit])
 
 
-def _page_of(run: Run, ids: list[int], number: int, per_page: int, total: int) -> ItemsPage:
+def page_of(run: Run, ids: list[int], number: int, per_page: int, total: int) -> ItemsPage:
     loaded = ItemResult.objects.only(*ROW_FIELDS).in_bulk(ids)
     scores = _scores_of(ids)
     names = run.evaluator_names
@@ -228,15 +232,24 @@ def _page_of(run: Run, ids: list[int], number: int, per_page: int, total: int) -
     )
 
 
-def _items(run: Run, status: str) -> QuerySet[ItemResult]:
-    items = ItemResult.objects.filter(run=run)
+def _items(
+    run: Run, status: str, scope: QuerySet[ItemResult] | None = None
+) -> QuerySet[ItemResult]:
+    items = ItemResult.objects.filter(run=run) if scope is None else scope
     return items.filter(status=status) if status else items
 
 
 def _verdicts(
-    run: Run, name: str, status: str, min_score: float | None, max_score: float | None
+    run: Run,
+    name: str,
+    status: str,
+    min_score: float | None,
+    max_score: float | None,
+    scope: QuerySet[ItemResult] | None = None,
 ) -> QuerySet[Evaluation]:
     verdicts = Evaluation.objects.filter(run=run, evaluator=name, score__isnull=False)
+    if scope is not None:
+        verdicts = verdicts.filter(item_id__in=scope.values("id"))
     if min_score is not None:
         verdicts = verdicts.filter(score__gte=min_score)
     if max_score is not None:
@@ -246,31 +259,36 @@ def _verdicts(
     return verdicts
 
 
-def _clamp(page: int, total: int, per_page: int) -> tuple[int, int]:
+def clamp(page: int, total: int, per_page: int) -> tuple[int, int]:
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     return number, (number - 1) * per_page
 
 
 def _ids_by_score(
-    run: Run, name: str, status: str, descending: bool, offset: int, limit: int
+    run: Run,
+    name: str,
+    status: str,
+    descending: bool,
+    offset: int,
+    limit: int | None,
+    scope: QuerySet[ItemResult] | None = None,
 ) -> list[int]:
     """Scored items in score order, then the items without a score (errors) by index."""
-    scored = _verdicts(run, name, status, None, None)
+    scored = _verdicts(run, name, status, None, None, scope)
     scored_count = scored.count()
     ids: list[int] = []
     if offset < scored_count:
         order = ["-score", "-id"] if descending else ["score", "id"]
-        ranked = scored.order_by(*order).values_list("item_id", flat=True)
-        ids = list(ranked[offset : offset + limit])
-    if len(ids) < limit:
+        ids = _slice(scored.order_by(*order).values_list("item_id", flat=True), offset, limit)
+    if limit is None or len(ids) < limit:
         start = max(0, offset - scored_count)
         unscored = (
-            _items(run, status)
+            _items(run, status, scope)
             .exclude(id__in=_verdicts(run, name, "", None, None).values("item_id"))
             .order_by("item_index", "run_index")
             .values_list("id", flat=True)
         )
-        ids += list(unscored[start : start + limit - len(ids)])
+        ids += _slice(unscored, start, None if limit is None else limit - len(ids))
     return ids
 
 
@@ -352,7 +370,18 @@ def _compact(value: Any) -> str:
 def item_detail(run: Run, item_id: int) -> ItemResult | None:
     """One item of a run with its evaluations (in the run's evaluator order); its trace is
     read with it (`page_trace.item_trace` pages it)."""
-    item = ItemResult.objects.filter(run=run, id=item_id).select_related("trace").first()
+    return _detailed(run, ItemResult.objects.filter(run=run, id=item_id))
+
+
+def item_detail_at(run: Run, number: int, repeat: int = 1) -> ItemResult | None:
+    """`item_detail` of the item shown as `#number` (repetition `repeat`, both from 1)."""
+    return _detailed(
+        run, ItemResult.objects.filter(run=run, item_index=number - 1, run_index=repeat - 1)
+    )
+
+
+def _detailed(run: Run, found: QuerySet[ItemResult]) -> ItemResult | None:
+    item = found.select_related("trace").first()
     if item is None:
         return None
     item.verdicts = ordered_verdicts(run, item)
@@ -364,14 +393,6 @@ def item_detail(run: Run, item_id: int) -> ItemResult | None:
             error=verdict.status != Evaluation.Status.OK,
         )
     return item
-
-
-def item_neighbours(run: Run, item: ItemResult) -> tuple[int | None, int | None]:
-    """The ids of the run's items just before and after this one (ids follow the index)."""
-    items = ItemResult.objects.filter(run=run)
-    before = items.filter(id__lt=item.id).order_by("-id").values_list("id", flat=True).first()
-    after = items.filter(id__gt=item.id).order_by("id").values_list("id", flat=True).first()
-    return before, after
 
 
 # Settings of how a run was executed, not of what ran: they do not make another version.

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, FilteredRelation, Q
+from django.db.models import Count, F, FilteredRelation, Q, QuerySet
 
 from cobalt.verdict import Verdict, item_verdict, score_verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
@@ -24,9 +24,9 @@ from cobalt_app.page_items import (
     ROW_FIELDS,
     ItemRow,
     ItemsPage,
-    _clamp,
     _item_row,
     _scores_of,
+    clamp,
     output_text,
 )
 from cobalt_app.page_selectors import pass_marks
@@ -117,25 +117,27 @@ def repeated_item_page(
     sort: str = "index",
     page: int = 1,
     per_page: int = 50,
+    scope: QuerySet[ItemResult] | None = None,
 ) -> ItemsPage:
     """One page of a run with repeats, one row per item: in index order, or the items with a
-    repeat that matches the filters, in the order of their first matching repeat.
+    repeat that matches the filters (and is in `scope`, what a search or a field filter
+    leaves), in the order of their first matching repeat.
 
     Unfiltered, four queries as for a page of single rows: the item count, the page's item
     indexes (on the unique `(run, item_index, run_index)` index), the repeats' rows, their
     scores. Filtered, the matching repeats' item indexes are read in order, then the page's.
     """
     ranged = bool(evaluator) and (min_score is not None or max_score is not None)
-    if not status and not ranged and sort == "index":
+    if not status and not ranged and sort == "index" and scope is None:
         firsts = ItemResult.objects.filter(run=run, run_index=0)
         total = firsts.count()
-        number, offset = _clamp(page, total, per_page)
+        number, offset = clamp(page, total, per_page)
         ordered = firsts.order_by("item_index").values_list("item_index", flat=True)
         indexes = list(ordered[offset : offset + per_page])
     else:
-        matching = _matching_indexes(run, status, evaluator, min_score, max_score, sort)
+        matching = _matching_indexes(run, status, evaluator, min_score, max_score, sort, scope)
         total = len(matching)
-        number, offset = _clamp(page, total, per_page)
+        number, offset = clamp(page, total, per_page)
         indexes = matching[offset : offset + per_page]
     return ItemsPage(rows=item_groups(run, indexes), number=number, per_page=per_page, total=total)
 
@@ -147,9 +149,10 @@ def _matching_indexes(
     min_score: float | None,
     max_score: float | None,
     sort: str,
+    scope: QuerySet[ItemResult] | None,
 ) -> list[int]:
     """The item indexes of the repeats that match, each once, in the sort's order."""
-    repeats = ItemResult.objects.filter(run=run)
+    repeats = ItemResult.objects.filter(run=run) if scope is None else scope
     if status:
         repeats = repeats.filter(status=status)
     if evaluator and (min_score is not None or max_score is not None):
@@ -177,7 +180,12 @@ def _matching_indexes(
 
 
 def repeated_failure_page(
-    run: Run, *, evaluator: str = "", page: int = 1, per_page: int = 50
+    run: Run,
+    *,
+    evaluator: str = "",
+    page: int = 1,
+    per_page: int = 50,
+    scope: QuerySet[ItemResult] | None = None,
 ) -> ItemsPage:
     """The items with a repeat that did not pass, worst first: the largest share of failing
     repeats ("0 of 3 passed" first), then the worst score (a crash or timeout below an
@@ -206,10 +214,13 @@ def repeated_failure_page(
         .annotate(n=Count("id"))
     )
     repeats = dict(extra)
+    if scope is not None:  # a search or a field filter
+        kept = set(scope.values_list("item_index", flat=True))
+        failing = {index: runs for index, runs in failing.items() if index in kept}
     ranked = sorted(
         failing, key=lambda i: (-len(failing[i]) / (1 + repeats.get(i, 0)), worst[i], i)
     )
-    number, offset = _clamp(page, len(ranked), per_page)
+    number, offset = clamp(page, len(ranked), per_page)
     return ItemsPage(
         rows=item_groups(run, ranked[offset : offset + per_page]),
         number=number,
@@ -368,15 +379,14 @@ def item_repeats(run: Run, item: ItemResult, asked: str | None) -> Repeats | Non
 
 
 def item_neighbours(run: Run, item: ItemResult) -> tuple[int | None, int | None]:
-    """The first repeats of the items just before and after this one: j and k step from item
-    to item (each opening on its worst repeat), not from repeat to repeat."""
+    """The numbers of the items just before and after this one: j and k step from item to
+    item (each opening on its worst repeat), not from repeat to repeat."""
     firsts = ItemResult.objects.filter(run=run, run_index=0)
     before = firsts.filter(item_index__lt=item.item_index).order_by("-item_index")
     after = firsts.filter(item_index__gt=item.item_index).order_by("item_index")
-    return (
-        before.values_list("id", flat=True).first(),
-        after.values_list("id", flat=True).first(),
-    )
+    found = [q.values_list("item_index", flat=True).first() for q in (before, after)]
+    previous, following = (None if index is None else index + 1 for index in found)
+    return previous, following
 
 
 def _repeat_diff(rows: list[ItemRow], tabs: list[RepeatTab], shown: int) -> RepeatDiff | None:

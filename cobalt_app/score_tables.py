@@ -187,10 +187,7 @@ def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
     """Per item with a failing verdict (an evaluation error, or a score below its pass mark;
     of `evaluator` only when given), its worst score (-1 for an error), worst first."""
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
-    names = [evaluator] if evaluator else list(marks)
-    below = Q(pk__in=[])
-    for name in names:
-        below |= Q(evaluator=name, score__lt=marks[name])
+    below = below_mark(marks, [evaluator] if evaluator else list(marks))
     unscored = ~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)
     if evaluator:
         unscored &= Q(evaluator=evaluator)
@@ -201,6 +198,15 @@ def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
         .annotate(worst=Min(Coalesce("score", Value(-1.0))))
         .order_by("worst", "item_id")
     )
+
+
+def below_mark(marks: dict[str, float], names: list[str]) -> Q:
+    """Evaluations of `names` whose score is below their pass mark (`cobalt.verdict`: a score
+    passes at or above it), as a filter on `Evaluation` rows."""
+    below = Q(pk__in=[])
+    for name in names:
+        below |= Q(evaluator=name, score__lt=marks[name])
+    return below
 
 
 def failing_count(run: Run, evaluator: str = "") -> int | None:

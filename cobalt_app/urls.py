@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cobalt_app import views, views_compare, views_review, views_traces
+from cobalt_app import views, views_compare, views_review, views_traces, views_triage
 
 app_name = "cobalt"
 
@@ -10,10 +10,10 @@ urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<str:run_id>/", views.run_detail, name="run"),
     path("runs/<str:run_id>/status/", views.run_status, name="run-status"),
-    path("runs/<str:run_id>/items/<int:item_id>/", views.item_panel, name="item"),
+    path("runs/<str:run_id>/items/<int:number>/", views_triage.item_panel, name="item"),
     path(
-        "runs/<str:run_id>/items/<int:item_id>/download/<str:part>",
-        views.item_download,
+        "runs/<str:run_id>/items/<int:number>/download/<str:part>",
+        views_triage.item_download,
         name="item-download",
     ),
     path("runs/<str:run_id>/export.<str:fmt>", views.run_export, name="export"),

@@ -38,8 +38,7 @@ from cobalt_app import (
     page_repeats,
     page_selectors,
     page_sweep,
-    page_trace,
-    page_values,
+    page_triage,
     selectors,
     sweep_exports,
     sweeps,
@@ -113,6 +112,10 @@ class ItemFilterForm(forms.Form):
     max = forms.FloatField(required=False)
     sort = forms.CharField(required=False, max_length=120)
     page = forms.IntegerField(required=False, min_value=1)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    key = forms.CharField(required=False, max_length=200, label="Field")
+    value = forms.CharField(required=False, max_length=200)
+    group = forms.CharField(required=False, max_length=200, label="Group by")
 
     def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -141,10 +144,27 @@ class ItemFilterForm(forms.Form):
         """The failures (worst first) unless asked for all items, or for a filter or a sort
         (which apply to all items); an evaluator alone picks that evaluator's failures."""
         data = self.cleaned_data if self.is_valid() else {}
+        narrowed = data.get("status") or data.get("min") is not None or data.get("max") is not None
+        if narrowed:  # a status or a score range lists all items (failures have no status)
+            return "all"
         if data.get("view"):
             return data["view"]
-        narrowed = data.get("status") or data.get("min") is not None or data.get("max") is not None
-        return "all" if narrowed or self.data.get("sort") else "failures"
+        return "all" if self.data.get("sort") else "failures"
+
+    def list_state(self) -> page_triage.ListState:
+        """The list these filters name (`page_triage.ListState`), carried to each item."""
+        data = self.cleaned_data if self.is_valid() else {}
+        return page_triage.ListState(
+            view=self.chosen_view(),
+            status=data.get("status") or "",
+            evaluator=data.get("evaluator") or "",
+            min=data.get("min"),
+            max=data.get("max"),
+            sort=data.get("sort") or "index",
+            q=(data.get("q") or "").strip(),
+            key=data.get("key") or "",
+            value=data.get("value") or "",
+        )
 
 
 class PageForm(forms.Form):
@@ -253,38 +273,43 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return response
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
-    view = form.chosen_view()
+    state = form.list_state()
+    scope = page_triage.item_scope(run, state)
+    page_number = filters.get("page") or 1
     # A run whose items ran several times shows one row per item in every view.
-    repeated = _repeated(RunSettings.from_run_config(run.config))
-    if view == "failures":
-        failures = page_repeats.repeated_failure_page if repeated else page_items.failure_page
-        items = failures(
-            run,
-            evaluator=filters.get("evaluator") or "",
-            page=filters.get("page") or 1,
-            per_page=ITEMS_PER_PAGE,
+    repeated = is_repeated(RunSettings.from_run_config(run.config))
+    if state.view == "failures":
+        failures = page_repeats.repeated_failure_page if repeated else page_triage.failure_page
+        items: page_items.ItemsPage = failures(
+            run, evaluator=state.evaluator, scope=scope, page=page_number, per_page=ITEMS_PER_PAGE
         )
     else:
         listing = page_repeats.repeated_item_page if repeated else page_items.item_page
         items = listing(
             run,
-            status=filters.get("status") or "",
-            evaluator=filters.get("evaluator") or "",
-            min_score=filters.get("min"),
-            max_score=filters.get("max"),
-            sort=filters.get("sort") or "index",
-            page=filters.get("page") or 1,
+            status=state.status,
+            evaluator=state.evaluator,
+            min_score=state.min,
+            max_score=state.max,
+            sort=state.sort,
+            page=page_number,
             per_page=ITEMS_PER_PAGE,
+            scope=scope,
         )
+    group = filters.get("group") or ""
     context |= {
         "form": form,
-        "view": view,
+        "view": state.view,
         "items": items,
-        "sort": filters.get("sort") or "index",
+        "sort": state.sort,
         "item_statuses": ItemResult.Status.choices,
         "items_url": request.get_full_path(),
         "flaky": page_items.flaky_marks(run, {row.key for row in items.rows}),
+        "list_params": state.params(),
+        "groups": page_triage.group_table(run, group, scope) if group else None,
     }
+    if target != "item-results":
+        context["field_keys"] = page_triage.field_keys(run)
     if target is None:
         context["previous"] = selectors.previous_run(run)
         context["labels"] = labels.label_summary(run)  # beside the link to review mode
@@ -292,63 +317,9 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return partial_or_page(request, "cobalt/run_detail.html", context, partial)
 
 
-def _repeated(run_settings: RunSettings) -> bool:
+def is_repeated(run_settings: RunSettings) -> bool:
     """Items that run more than once: repetitions, or `--repeat-flaky`."""
     return run_settings.runs > 1 or bool(run_settings.repeat_flaky)
-
-
-@page
-def item_panel(request: HtmxHttpRequest, run_id: str, item_id: int) -> HttpResponse:
-    run = get_run_or_404(run_id)
-    form = PageForm(request.GET)
-    trace_page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
-    only_trace = request.htmx and request.htmx.target == "item-trace"  # a page of steps
-    if only_trace:
-        item = page_trace.trace_only(run, item_id)
-    else:
-        item = page_items.item_detail(run, item_id)
-    if item is None:
-        raise Http404(f"run {run.id} has no item {item_id}")
-    if only_trace:
-        context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
-        return partial_or_page(request, "cobalt/item.html", context, "trace")
-    repeats = None
-    if _repeated(RunSettings.from_run_config(run.config)):
-        repeats = page_repeats.item_repeats(run, item, request.GET.get("repeat"))
-    if repeats and repeats.current.id != item.id:  # the asked (or the worst) repeat
-        item = page_items.item_detail(run, repeats.current.id)
-    values = page_values.item_values(run, item)
-    neighbours = page_repeats.item_neighbours if repeats else page_items.item_neighbours
-    previous_id, next_id = neighbours(run, item)
-    context = {
-        "run": run,
-        "item": item,
-        "repeats": repeats,
-        "previous_id": previous_id,
-        "next_id": next_id,
-        "trace": page_trace.item_trace(item, trace_page),
-        "values": values,
-        "conversation": page_items.conversation_turns(item.output, item.metadata),
-        # The whole item to copy, unless the page shows only part of it (then it downloads).
-        "item_json": None if values.cut else page_values.item_json(item),
-        # Over a run's page (an htmx swap into #panel), not a page of its own.
-        "floating": bool(request.htmx and not request.htmx.history_restore_request),
-    }
-    return partial_or_page(request, "cobalt/item.html", context, "panel")
-
-
-@require_GET
-def item_download(request: HttpRequest, run_id: str, item_id: int, part: str) -> HttpResponse:
-    """The whole of an item's value a page shows only the start of, as a file (never HTML)."""
-    run = get_run_or_404(run_id)
-    download = page_values.item_download(run, item_id, part)
-    if download is None:
-        raise Http404(f"run {run.id} has no {part} for item {item_id}")
-    response = HttpResponse(download.body, content_type=download.content_type)
-    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
-    response["X-Content-Type-Options"] = "nosniff"
-    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return response
 
 
 @require_GET

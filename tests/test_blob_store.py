@@ -332,7 +332,7 @@ def test_the_pages_results_file_and_failed_items_show_the_same_trace(tmp_path):
     failed = results.item_outcomes([i.id for i in items.values()])
     assert {o.item_key: o.trace for o in failed} == {"a": [], "b": [], "bad-c": traced["bad-c"]}
 
-    panel = Client(HTTP_HOST="127.0.0.1").get(f"/runs/{after.id}/items/{items['b'].id}/")
+    panel = Client(HTTP_HOST="127.0.0.1").get(f"/runs/{after.id}/items/{items['b'].number}/")
     assert panel.status_code == 200
     assert trace_spans.summary(traced["b"]) in panel.content.decode()
 

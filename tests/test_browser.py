@@ -339,7 +339,7 @@ def test_the_item_panel_has_its_own_url_with_back_forward_and_j_k(site, page):
     _, second = site.runs
     page.goto(f"{site.url}/runs/{second}/?view=all")
     page.get_by_role("link", name="#4", exact=True).click()
-    page.wait_for_url(re.compile(r"/runs/\w+/items/\d+/$"))
+    page.wait_for_url(re.compile(r"/runs/\w+/items/\d+/\?view=all$"))
     item_url = page.url
     panel = page.locator("#item-panel")
     expect(page.locator("#item-output")).to_have_text(XSS)
@@ -542,7 +542,7 @@ def test_the_pages_work_without_javascript(site, browser):
         expect(tab.locator(".item-row").first).to_contain_text("q50")
         tab.go_back()
         tab.get_by_role("link", name="#4", exact=True).click()
-        tab.wait_for_url("**/items/*/")
+        tab.wait_for_url("**/items/*/?view=all")
         expect(tab.locator("#item-output")).to_have_text(XSS)
         shot(tab, "09-item-page-without-javascript")
     finally:
@@ -656,7 +656,7 @@ def test_no_page_is_wider_than_a_phone(site, browser):
     )
     tab = context.new_page()
     item = re.search(
-        r'href="(/runs/\w+/items/\d+/)"', httpx.get(f"{site.url}/runs/{second}/").text
+        r'href="(/runs/\w+/items/\d+/[^"]*)"', httpx.get(f"{site.url}/runs/{second}/").text
     ).group(1)
     pages = {
         "runs": "/",
@@ -701,7 +701,7 @@ AXE = REPO / "tests" / "vendor" / "axe-core" / "axe.min.js"  # axe-core 4.10.2, 
 def test_axe_finds_no_wcag_aa_violation_on_any_page(site, browser, scheme):
     first, second = site.runs
     item = re.search(
-        r'href="(/runs/\w+/items/\d+/)"', httpx.get(f"{site.url}/runs/{second}/").text
+        r'href="(/runs/\w+/items/\d+/[^"]*)"', httpx.get(f"{site.url}/runs/{second}/").text
     ).group(1)
     # bypass_csp: axe is injected as an inline script, which the pages' policy forbids.
     context = browser.new_context(

@@ -544,7 +544,7 @@ def test_the_judges_chain_of_thought_is_kept_beside_the_reason(project, fake_pro
         assert entry.get("cached", False) is (attempt == 1)
     assert fake_provider.request_count() == 1
     item = Evaluation.objects.filter(run=run).get().item
-    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     assert "Chain of thought" in page and "The answer is 4; 2+2 is 4." in page
 
 

@@ -75,7 +75,7 @@ def test_a_tool_stub_answers_instead_of_the_tool_and_the_trace_marks_it(project,
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert re.search(r'id="run-intercepts".*2 stubbed', page, re.S)
     item = next(iter(found.values()))
-    panel = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    panel = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     assert 'class="tag intercepted stubbed"' in panel and "1 tool call, 1 stubbed" in panel
 
 

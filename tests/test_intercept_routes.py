@@ -174,6 +174,6 @@ def test_route_stubs_and_faults_answer_every_client_without_going_out(
     }
 
     item = run.items.get(item_key="aiohttp")  # its item panel shows each request's status
-    page = Client().get(reverse("cobalt:item", args=[run.id, item.id])).content.decode()
+    page = Client().get(reverse("cobalt:item", args=[run.id, item.number])).content.decode()
     assert page.count('class="http-status"') == 9
     assert ">500</code>" in page and ">no reply</code>" in page and ">live</span>" in page

@@ -209,13 +209,13 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         scores={"k000": {"exact": 0.0, "judge": 0.25}, "k002": {"judge": None}},
         errors={},
     )
-    # run, histogram, failed items count, failing verdicts count, their page, rows, scores,
-    # flaky marks (runs of the same version, their observations), previous run, labels, the
-    # labels its judges' calibration reads (none: nothing more)
-    with django_assert_num_queries(12):
+    # run, histogram, errors (grouped), failing verdicts count, their page, rows, scores,
+    # flaky marks (runs of the same version, their observations), the fields to filter by,
+    # previous run, labels, the labels its judges' calibration reads (none: nothing more)
+    with django_assert_num_queries(13):
         page = client.get(f"/runs/{run.id}/").content.decode()
-    # The page opens on the failures, worst first: the evaluation error, then the low score.
-    assert row_keys(page) == ["k002", "k000"]
+    # The page opens on the failures, worst first: two evaluators failed k000, one k002.
+    assert row_keys(page) == ["k000", "k002"]
     assert 'aria-current="page">Failures, worst first</a>' in page
     assert "judge: judge replied prose for k002" in page  # why it failed
     everything = client.get(f"/runs/{run.id}/?view=all").content.decode()
@@ -306,31 +306,36 @@ def test_scores_are_coloured_by_their_evaluators_pass_mark(client):
 
 
 def test_failures_come_worst_first_across_pages(client, django_assert_num_queries):
-    errors = {f"k{i:03d}": "RuntimeError: boom" for i in range(0, 60, 2)}  # 30 crashed
-    low = {f"k{i:03d}": {"judge": i / 1000} for i in range(1, 60, 2)}  # 30 below 0.5
-    run = make_run(keys=keys(70), errors=errors, scores=low, evaluators=("judge",))
+    errors = {f"k{i:03d}": "RuntimeError: boom" for i in range(0, 60, 2)}  # 30 alike
+    errors |= {"k060": "KeyError: 'a'", "k062": "KeyError: 'b'"}
+    low = {f"k{i:03d}": {"judge": i / 1000} for i in range(1, 100, 2)}  # 50 below 0.5
+    run = make_run(keys=keys(100), errors=errors, scores=low, evaluators=("judge",))
     first = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
-    assert row_keys(first)[:30] == sorted(errors)  # crashed, by index
-    assert row_keys(first)[30:] == [f"k{i:03d}" for i in range(1, 40, 2)]  # lowest first
-    assert "Items 1–50 of 60" in first
-    # run, failed count, failing count (stored at finalisation), failing ids (no crashed item
-    # left), rows, scores, flaky marks (2)
-    with django_assert_num_queries(8):
+    # The 30 alike crashes are one row, before the two others (by index); then the lowest.
+    assert first.count('class="item-row error-group') == 3
+    assert "<summary>30 items</summary>" in first and first.count("RuntimeError: boom") == 1
+    assert first.index("RuntimeError: boom") < first.index("KeyError: &#x27;a&#x27;")
+    assert row_keys(first) == [f"k{i:03d}" for i in range(1, 95, 2)]  # 47 judged, lowest first
+    assert "Failures 1–50 of 53" in first
+    # run, errors, failing count (stored at finalisation), failing ids, rows, scores, flaky
+    # marks (2), the fields to filter by
+    with django_assert_num_queries(9):
         second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
-    assert row_keys(second) == [f"k{i:03d}" for i in range(41, 60, 2)]
-    assert RunScoreTable.objects.get(run_id=run.id).failing == {"": 30, "judge": 30}
+    assert row_keys(second) == ["k095", "k097", "k099"]
+    assert RunScoreTable.objects.get(run_id=run.id).failing == {"": 50, "judge": 50}
     # A run finalised before the counts were stored counts them, the same.
     RunScoreTable.objects.filter(run_id=run.id).delete()
     again = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
-    assert row_keys(again) == row_keys(second) and "Items 51–60 of 60" in again
+    assert row_keys(again) == row_keys(second) and "Failures 51–53 of 53" in again
 
 
 def test_repetitions_show_as_one_row_per_item_with_mean_stddev_and_passes(
     client, django_assert_num_queries
 ):
     run = make_run(keys=keys(2), runs=3, evaluators=("judge",), scores={"k000#1": {"judge": 0.0}})
-    # run, count, page indexes, every repetition's row, scores, flaky marks (2)
-    with django_assert_num_queries(7):
+    # run, count, page indexes, every repetition's row, scores, flaky marks (2), the fields
+    # to filter by
+    with django_assert_num_queries(8):
         page = client.get(f"/runs/{run.id}/?view=all", **target("items")).content.decode()
     assert row_keys(page) == ["k000", "k001"]
     assert re.search(r"score-pass repeated[^>]*>0\.67 <span class=\"sd\">± 0\.47</span>", page)
@@ -400,8 +405,9 @@ def test_the_items_table_filters_by_status_and_score_range(client, django_assert
     )
     errors = client.get(f"/runs/{run.id}/?status=error", **target("items")).content.decode()
     assert row_keys(errors) == ["k005"]
-    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations)
-    with django_assert_num_queries(7):
+    # run, count, page ids, rows, scores, flaky marks (same-version runs, observations), the
+    # fields to filter by
+    with django_assert_num_queries(8):
         ranged = client.get(
             f"/runs/{run.id}/?evaluator=judge&min=0.3&max=0.8", **target("items")
         ).content.decode()
@@ -441,8 +447,10 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
 def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_assert_num_queries):
     run = make_run(keys=keys(2), outputs={"k000": XSS}, errors={"k001": "RuntimeError: boom"})
     ok_item, failed_item = run.items.order_by("item_index")
-    with django_assert_num_queries(5):  # run, item and its trace, evaluations, previous, next
-        panel = client.get(f"/runs/{run.id}/items/{ok_item.id}/", **HTMX).content.decode()
+    # run, item and its trace, evaluations, the list it is in (all items: count, ids), the
+    # failures in it (errors, judged), its neighbours' numbers
+    with django_assert_num_queries(8):
+        panel = client.get(f"/runs/{run.id}/items/1/", **HTMX).content.decode()
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel
     assert "judge says k000 &lt;b&gt;ok&lt;/b&gt;" in panel
@@ -450,16 +458,17 @@ def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_
     assert "&quot;model&quot;: &quot;m&quot;" in panel
     assert '<pre class="expected" id="item-expected" dir="auto">answer k000</pre>' in panel
     assert 'data-step="prev"' not in panel
-    assert f'data-step="next" rel="next" href="/runs/{run.id}/items/{failed_item.id}/"' in panel
+    assert f'data-step="next" rel="next" href="/runs/{run.id}/items/2/"' in panel
+    assert '<span class="item-place" id="item-place">1 of 2 items</span>' in panel
     copied = json.loads(re.search(r'id="item-json"[^>]*>(.*?)</script>', panel, re.S)[1])
     assert copied["output"] == XSS and copied["evaluations"][0]["evaluator"] == "exact"
-    page = client.get(f"/runs/{run.id}/items/{failed_item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{failed_item.number}/").content.decode()
     assert "<html" in page and "RuntimeError: boom" in page and "Traceback" in page
     assert '<pre class="output" id="item-output" dir="auto">—</pre>' in page  # not "null"
-    assert f'data-step="prev" rel="prev" href="/runs/{run.id}/items/{ok_item.id}/"' in page
+    assert f'data-step="prev" rel="prev" href="/runs/{run.id}/items/1/"' in page
     assert "the item did not produce an output" in page
     other = make_run(keys=keys(1))
-    assert client.get(f"/runs/{other.id}/items/{ok_item.id}/").status_code == 404
+    assert client.get(f"/runs/{other.id}/items/99/").status_code == 404
 
 
 # Compare ------------------------------------------------------------------------------------
@@ -484,7 +493,7 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         scores={"k000": {"exact": 0.0}, "k003": {"judge": 0.5}, "k002": {"judge": 1.0}},
         errors={"k004": "RuntimeError: boom"},
     )
-    # run A, run B, recent runs, the score table of each (stored at finalisation), item ids,
+    # run A, run B, recent runs, the score table of each (stored at finalisation), item numbers,
     # the labels each run's judges' calibration reads (none: nothing more)
     with django_assert_num_queries(8):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
@@ -497,10 +506,8 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         ("k002", "improved"),  # judge 0.2 → 1
         ("k001", "improved"),  # exact 0 → 1
     ]
-    k000_a = a.items.get(item_key="k000").id
-    k000_b = b.items.get(item_key="k000").id
-    assert f'href="/runs/{a.id}/items/{k000_a}/">in A</a>' in page
-    assert f'href="/runs/{b.id}/items/{k000_b}/">in B</a>' in page
+    assert f'href="/runs/{a.id}/items/1/">in A</a>' in page  # k000 is A's item #1
+    assert f'href="/runs/{b.id}/items/6/">in B</a>' in page  # and B's #6
     assert "different experiments" not in page
     charts = json.loads(re.search(r'id="compare-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["labels"] == ["exact", "judge"]

@@ -445,10 +445,11 @@ def test_the_run_page_says_the_model_calls_were_replayed(capitals: Project, prov
         page = httpx.get(f"{base}/runs/{replayed['id']}/", timeout=30).text
         assert 'id="run-replay"' in page and "model calls replayed" in page
         with sqlite3.connect(capitals.db_path) as db:
-            (item_id,) = db.execute(
-                "SELECT id FROM cobalt_app_itemresult WHERE run_id = ? LIMIT 1", [replayed["id"]]
+            (number,) = db.execute(
+                "SELECT item_index + 1 FROM cobalt_app_itemresult WHERE run_id = ? LIMIT 1",
+                [replayed["id"]],
             ).fetchone()
-        item_page = httpx.get(f"{base}/runs/{replayed['id']}/items/{item_id}/", timeout=30).text
+        item_page = httpx.get(f"{base}/runs/{replayed['id']}/items/{number}/", timeout=30).text
         assert '<span class="tag replayed"' in item_page
     finally:
         server.terminate()

@@ -155,7 +155,7 @@ def test_people_see_items_from_one_while_the_results_file_counts_from_zero(db):
     assert [entry["index"] for entry in document["items"]] == [0, 1]
 
     item = run.items.get(item_index=0)
-    page = Client().get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = Client().get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     assert "Item #1" in page and "Item #0" not in page
     listing = Client().get(f"/runs/{run.id}/?view=all").content.decode()  # every item
     assert ">#1</a>" in listing and ">#0</a>" not in listing

@@ -284,7 +284,7 @@ def everything_written(run: Run, project: Project, api_client: Any) -> dict[str,
     pages = Client(HTTP_HOST="127.0.0.1")
     shown = [
         pages.get(f"/runs/{run.id}/"),
-        *(pages.get(f"/runs/{run.id}/items/{i.id}/") for i in items),
+        *(pages.get(f"/runs/{run.id}/items/{i.number}/?repeat={i.run_index + 1}") for i in items),
     ]
     assert all(r.status_code == 200 for r in shown)
     written["pages"] = "".join(r.content.decode() for r in shown)

@@ -33,7 +33,7 @@ def test_the_item_page_shows_the_graph_as_a_tree(project, fake_provider, client)
 
     (run,) = execute(project, graph_experiment())
     item = ItemResult.objects.get(run=run, item_key="paris")
-    page = html.unescape(client.get(f"/runs/{run.id}/items/{item.id}/").content.decode())
+    page = html.unescape(client.get(f"/runs/{run.id}/items/{item.number}/").content.decode())
     names = re.findall(r'<span class="step-name">([^<]*)', page)
     assert [n.replace("\u00a0", " ").rstrip() for n in names] == [
         "LangGraph",

@@ -113,7 +113,7 @@ def test_with_tracing_off_every_item_says_why_and_trace_evaluators_error(
     run_page = browser.get(f"/runs/{run.id}/").content.decode()
     assert "Trace not captured for 2 items: tracing is off (`trace.enabled = false`)" in run_page
     item = ItemResult.objects.get(run=run, item_index=0)
-    item_page = browser.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    item_page = browser.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     notice = re.search(r'<p [^>]*id="trace-not-captured"[^>]*>(.*?)</p>', item_page, re.S)
     assert notice and "Not captured: tracing is off" in notice.group(1)
 

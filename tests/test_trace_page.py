@@ -82,7 +82,7 @@ def test_the_timeline_reads_without_javascript(site, browser):  # noqa: F811 - f
     try:
         tab.goto(f"{url}/runs/{run_id}/?view=all")
         tab.get_by_role("link", name="#4", exact=True).click()  # Atlantis: failed in its tool
-        tab.wait_for_url("**/items/*/")
+        tab.wait_for_url("**/items/*/?view=all")
         steps = tab.locator("ol.timeline > li")
         expect(steps).to_have_count(2)
         expect(tab.locator("pre.error").first).to_contain_text("no weather station in Atlantis")

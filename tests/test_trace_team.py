@@ -25,14 +25,14 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
     run_id = team.latest_run()
     assert team.run_row(run_id)["mode"] == "team"
     rows = team.services.query(
-        "SELECT i.item_key, i.id, i.tokens, t.data, t.blobs FROM cobalt_app_itemresult i "
+        "SELECT i.item_key, i.item_index + 1, i.tokens, t.data, t.blobs FROM cobalt_app_itemresult i "
         "JOIN cobalt_app_itemtrace t ON t.item_id = i.id WHERE i.run_id = %s",
         [run_id],
     )
     blobs = dict(team.services.query("SELECT sha256, data FROM cobalt_app_blob"))
     traces = {
-        key: (item_id, tokens, stored_value(data, refs, blobs))
-        for key, item_id, tokens, data, refs in rows
+        key: (number, tokens, stored_value(data, refs, blobs))
+        for key, number, tokens, data, refs in rows
     }
     assert set(traces) == {"paris", "lima", "oslo", "atlantis"}
     for city in ("paris", "lima", "oslo"):
@@ -76,8 +76,8 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
             headers={"Referer": f"{base}/login/"},
         )
         assert logged_in.status_code == 302, logged_in.text
-        paris_id = traces["paris"][0]
-        page = browser.get(f"/runs/{run_id}/items/{paris_id}/")
+        paris = traces["paris"][0]  # the item's number
+        page = browser.get(f"/runs/{run_id}/items/{paris}/")
         assert page.status_code == 200
         assert "3 steps: 2 model calls, 1 tool call" in page.text
         assert page.text.count('<li class="step step-') == 3

@@ -301,7 +301,7 @@ def test_run_pages_never_read_the_traces_only_the_item_panel_does(project, fake_
         assert not [q for q in queries if "itemtrace" in q["sql"]], url
     item = ItemResult.objects.get(run=run, item_index=0)
     with CaptureQueriesContext(connection) as queries:
-        panel = browser.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+        panel = browser.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     assert len([q for q in queries if "itemtrace" in q["sql"]]) == 1
     assert "3 steps: 2 model calls, 1 tool call" in panel
 

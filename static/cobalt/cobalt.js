@@ -241,7 +241,7 @@
   // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
   // it goes back past those steps to the page it opened over; j and k open the next and the
   // previous item.
-  var ITEM_PATH = /\/items\/\d+\/(\?.*)?$/;  // ?repeat=N: a tab of a repeated item
+  var ITEM_PATH = /\/items\/\d+\/(\?|$)/;  // an item's address, with its list's query
   var itemSteps = 0;
   document.addEventListener("htmx:pushedIntoHistory", function (event) {
     itemSteps = ITEM_PATH.test(event.detail.path) ? itemSteps + 1 : 0;
