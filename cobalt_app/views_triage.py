@@ -77,6 +77,8 @@ def item_panel(request: HtmxHttpRequest, run_id: str, number: int) -> HttpRespon
         context = {"run": run, "item": item, "trace": page_trace.item_trace(item, trace_page)}
         return partial_or_page(request, "cobalt/item.html", context, "trace")
     item = page_items.item_detail_at(run, number, repeat)
+    if item is None and repeat > 1:  # a repeat it does not have: the item, on its worst
+        item = page_items.item_detail_at(run, number)
     if item is None:
         return _moved(request, run, number)
     state = _list_state(request, run)

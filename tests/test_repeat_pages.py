@@ -41,15 +41,16 @@ def passes(html: str) -> list[str]:
     return re.findall(r'class="repeat-passes passes-\w+"[^>]*>([^<]+)<', html)
 
 
-def item_id(run: Run, key: str, run_index: int = 0) -> int:
-    return ItemResult.objects.get(run=run, item_key=key, run_index=run_index).id
+def number(run: Run, key: str) -> int:
+    return ItemResult.objects.filter(run=run, item_key=key).first().number
 
 
 def test_the_failures_list_one_row_per_item_with_no_passing_repeat_first(
     client, run, django_assert_num_queries
 ):
-    # run, failed repeats, failing verdicts, repeat counts, rows, scores, flaky marks (2)
-    with django_assert_num_queries(8):
+    # run, failed repeats, failing verdicts, repeat counts, rows, scores, flaky marks (2),
+    # the dataset's field names (to filter and group by)
+    with django_assert_num_queries(9):
         page = client.get(f"/runs/{run.id}/", **target("items")).content.decode()
     assert row_keys(page) == ["k003", "k001", "k002"]  # a crash is worse than a low score
     assert passes(page) == ["0 of 3 passed", "0 of 3 passed", "2 of 3 passed"]
@@ -57,18 +58,19 @@ def test_the_failures_list_one_row_per_item_with_no_passing_repeat_first(
     # The row shows the worst repeat: k002's second one, and its link opens that repeat.
     k002 = page[page.index("k002") :]
     assert "judge: judge says k002 &lt;b&gt;ok&lt;/b&gt;" in k002
-    assert f'href="/runs/{run.id}/items/{item_id(run, "k002", 1)}/"' in page
+    assert f'href="/runs/{run.id}/items/{number(run, "k002")}/?repeat=2&amp;view=failures"' in page
 
 
 def test_every_item_view_and_filter_shows_one_row_per_item(client, run, django_assert_num_queries):
-    with django_assert_num_queries(7):  # run, count, page indexes, rows, scores, flaky (2)
+    # run, count, page indexes, rows, scores, flaky (2), field names
+    with django_assert_num_queries(8):
         everything = client.get(f"/runs/{run.id}/?view=all", **target("items")).content.decode()
     assert row_keys(everything) == ["k000", "k001", "k002", "k003"]
     assert passes(everything) == ["3 of 3 passed", "0 of 3 passed", "2 of 3 passed"] + [
         "0 of 3 passed"
     ]
-    # run, matching item indexes, rows, scores, flaky (2)
-    with django_assert_num_queries(6):
+    # run, matching item indexes, rows, scores, flaky (2), field names
+    with django_assert_num_queries(7):
         low = client.get(
             f"/runs/{run.id}/?view=all&evaluator=judge&max=0.4", **target("items")
         ).content.decode()
@@ -84,7 +86,7 @@ def test_every_item_view_and_filter_shows_one_row_per_item(client, run, django_a
 def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(
     client, run, django_assert_num_queries
 ):
-    first = item_id(run, "k002")
+    first = number(run, "k002")
     # run, item (and trace), evaluations, repeats, their evaluations, the compared outputs,
     # the worst repeat and its evaluations, previous, next
     with django_assert_num_queries(10):
@@ -110,7 +112,7 @@ def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(
 
 
 def test_a_repeat_asked_for_opens_with_the_failing_one_to_compare(client, run):
-    first = item_id(run, "k002")
+    first = number(run, "k002")
     page = client.get(f"/runs/{run.id}/items/{first}/?repeat=3").content.decode()
     assert '<strong id="repeat-label">repeat 3 of 3 · passed</strong>' in page
     assert "between repeat 3 (passed) and repeat 2 (failed)" in page
@@ -119,7 +121,7 @@ def test_a_repeat_asked_for_opens_with_the_failing_one_to_compare(client, run):
     assert html.lstrip().startswith("<dialog")  # the panel alone, over the run's page
     assert f'hx-get="/runs/{run.id}/items/{first}/?repeat=1"' in html
     # A crashed item: each tab says so, and there is no passing repeat to compare with.
-    crashed = client.get(f"/runs/{run.id}/items/{item_id(run, 'k003')}/").content.decode()
+    crashed = client.get(f"/runs/{run.id}/items/{number(run, 'k003')}/").content.decode()
     assert "repeat 1 of 3 · error" in crashed and 'id="repeat-diff"' not in crashed
     # An unknown repeat number opens the worst, as no number does.
     again = client.get(f"/runs/{run.id}/items/{first}/?repeat=9").content.decode()
@@ -128,11 +130,11 @@ def test_a_repeat_asked_for_opens_with_the_failing_one_to_compare(client, run):
 
 def test_an_item_that_ran_once_has_no_tabs(client):
     single = make_run(keys=keys(2), evaluators=("judge",))
-    page = client.get(f"/runs/{single.id}/items/{item_id(single, 'k001')}/").content.decode()
+    page = client.get(f"/runs/{single.id}/items/{number(single, 'k001')}/").content.decode()
     assert "repeat-tabs" not in page and '<h2 id="item-title">Item #2</h2>' in page
 
 
 def test_previous_and_next_step_from_item_to_item_not_from_repeat_to_repeat(client, run):
-    page = client.get(f"/runs/{run.id}/items/{item_id(run, 'k002', 1)}/").content.decode()
-    assert f'rel="prev" href="/runs/{run.id}/items/{item_id(run, "k001")}/"' in page
-    assert f'rel="next" href="/runs/{run.id}/items/{item_id(run, "k003")}/"' in page
+    page = client.get(f"/runs/{run.id}/items/{number(run, 'k002')}/?repeat=2").content.decode()
+    assert f'rel="prev" href="/runs/{run.id}/items/{number(run, "k001")}/"' in page
+    assert f'rel="next" href="/runs/{run.id}/items/{number(run, "k003")}/"' in page
