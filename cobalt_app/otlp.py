@@ -34,6 +34,7 @@ PATH = "/v1/traces"
 MAX_BYTES = 8 * 1024 * 1024  # a decoded export request; OTLP exporters send ~4 MB at most
 IN_FLIGHT_BYTES = 32 * 1024 * 1024  # decoded bytes being ingested at once, over all requests
 RETRY_AFTER = 1  # seconds
+MESSAGES_LIMIT = 200_000  # characters of a model call's messages kept (see `_keep_messages`)
 
 
 class ReceiverError(CobaltError):
@@ -215,6 +216,8 @@ def spans_of(request: ExportTraceServiceRequest) -> tuple[list[Received], int]:
                 )
                 if service:
                     step["service"] = clean_text(service)
+                if step["kind"] == "llm":
+                    _keep_messages(step, attributes, secrets)
                 found.append(
                     Received(
                         span.trace_id.hex(),
@@ -228,6 +231,20 @@ def spans_of(request: ExportTraceServiceRequest) -> tuple[list[Received], int]:
                     )
                 )
     return found, rejected
+
+
+def _keep_messages(step: dict[str, Any], attributes: dict[str, Any], secrets: Any) -> None:
+    """A model call's messages whole (redacted), not cut as its step's input and output are:
+    a production trace's model calls become its dataset item's recording
+    (`trace_recordings`)."""
+    said = {
+        "input": attributes.get("gen_ai.input.messages"),
+        "output": attributes.get("gen_ai.output.messages"),
+    }
+    if said["input"] and said["output"]:
+        step["messages"] = {
+            k: trace_spans.shown(v, MESSAGES_LIMIT, secrets) for k, v in said.items()
+        }
 
 
 class Answer(NamedTuple):
