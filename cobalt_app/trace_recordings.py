@@ -19,6 +19,7 @@ experiment whose dataset holds the item replays them, until it records its own.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -140,7 +141,11 @@ def request_conversation(url: str, body: Any) -> tuple[str, list[list[str]]] | N
 
 
 def same_model(asked: str, recorded: str) -> bool:
-    return not recorded or asked == recorded or recorded.startswith(asked + "-")
+    """The model asked for is the recorded one, or the recorded one is its dated version
+    (providers answer with it: `gpt-4o-mini-2024-07-18`, `claude-3-5-haiku-20241022`)."""
+    if not recorded or asked == recorded:
+        return True
+    return re.fullmatch(re.escape(asked) + r"-\d{4}-?\d{2}-?\d{2}", recorded) is not None
 
 
 def reply(url: str, body: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any]:
