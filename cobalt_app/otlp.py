@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import StatusCode
 
 from cobalt.errors import CobaltError
-from cobalt_app import trace_spans
+from cobalt_app import results, trace_spans
 from cobalt_app.received import Received, ingest
 from cobalt_app.storable import clean_text, process_secrets
 
@@ -78,9 +78,11 @@ def receive(body: bytes, content_type: str, encoding: str, gate: Gate = GATE) ->
     try:
         request = decode(body, content_type, encoding)
         spans, rejected = spans_of(request)
-        ingest(spans)
+        changed = ingest(spans)
     finally:
         gate.leave(size)
+    if changed:  # spans of items of runs that may have finished: their totals
+        results.refresh_totals(changed)
     if rejected:
         message = f"{rejected} spans with a malformed trace or span id"
         return {"partialSuccess": {"rejectedSpans": rejected, "errorMessage": message}}

@@ -108,7 +108,8 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     finally:
         service.terminate()
         service.wait(timeout=10)
-    items = {i["key"]: i for i in json.loads(exported.stdout)["items"]}
+    exported = json.loads(exported.stdout)
+    items, summary = {i["key"]: i for i in exported["items"]}, exported["summary"]
     paris = items["paris"]
     assert (
         paris["output"]["output"] == "sunny in Paris"
@@ -134,6 +135,10 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     assert tool["kind"] == "tool" and tool["parent"] == agent_at
     assert call["kind"] == "llm" and call["parent"] == agent_at
     assert call["inputTokens"] > 0 and tool["input"] == '{"city": "Paris"}'
+    # The service's model call counts in the item's tokens and cost, and in the run's.
+    assert paris["tokens"] == call["inputTokens"] + call["outputTokens"]
+    assert paris["cost"] == pytest.approx(call["cost"]) and paris["cost"] > 0
+    assert summary["totalTokens"] == sum(i["tokens"] for i in items.values())
     assert agent["startMs"] >= client["startMs"]
     database = project.db_path.read_bytes() + project.db_path.with_suffix(".db-wal").read_bytes()
     assert TOKEN.encode() not in database and b"sk-test-openai-SECRET" not in database
