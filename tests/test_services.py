@@ -69,9 +69,12 @@ def wait_until_up(port: int, process: subprocess.Popen) -> None:
     raise AssertionError("the service did not start")
 
 
-def start_agent_service(fake_provider, exporter_port: int) -> tuple[subprocess.Popen, int]:
-    """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`;
-    returns it (started: it accepts connections) and its port."""
+def start_agent_service(
+    fake_provider, exporter_port: int, api_token: str = ""
+) -> tuple[subprocess.Popen, int]:
+    """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`
+    (with `api_token`, as team mode's receiver needs); returns it (started: it accepts
+    connections) and its port."""
     port = free_port()
     env = cli_env(
         {
@@ -80,6 +83,8 @@ def start_agent_service(fake_provider, exporter_port: int) -> tuple[subprocess.P
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{exporter_port}",
         }
     )
+    if api_token:
+        env["OTEL_EXPORTER_OTLP_HEADERS"] = f"Authorization=Bearer%20{api_token}"
     service = subprocess.Popen(
         [sys.executable, str(SERVICE), str(port)], env=env, stderr=subprocess.PIPE
     )
