@@ -252,6 +252,9 @@ class _Event(NamedTuple):
     attributes: dict[str, Any]
 
 
+STATUS_CODES = {code.value: code for code in StatusCode}
+
+
 class _Span(NamedTuple):
     """What `trace_spans.step_of` reads of a span, from an OTLP one."""
 
@@ -276,12 +279,13 @@ def spans_of(request: ExportTraceServiceRequest) -> tuple[list[Received], int]:
                     rejected += 1
                     continue
                 attributes = {kv.key: value_of(kv.value) for kv in span.attributes}
-                code = span.status.code if span.status.code in (0, 1, 2) else 0
                 adapted = _Span(
                     span.name,
                     span.start_time_unix_nano,
                     span.end_time_unix_nano or span.start_time_unix_nano,
-                    _Status(StatusCode(code), span.status.message),
+                    _Status(
+                        STATUS_CODES.get(span.status.code, StatusCode.UNSET), span.status.message
+                    ),
                     [
                         _Event(e.name, {kv.key: value_of(kv.value) for kv in e.attributes})
                         for e in span.events
