@@ -248,6 +248,21 @@ class TestReceiver:
             == 200
         )
 
+    def test_requests_stored_together_do_not_fail_for_a_bad_one(self):
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        bodies = [self.request(f"{n + 1:02x}" * 16).SerializeToString() for n in range(8)]
+        with ThreadPoolExecutor(8) as pool:  # through the one writer, from 8 threads at once
+            codes = list(pool.map(lambda body: self.post(body).status_code, bodies))
+        assert codes == [200] * 8 and ReceivedTrace.objects.count() == 8
+        good, bad = (otlp.spans_of(self.request(t))[0] for t in ("aa" * 16, "bb" * 16))
+        bad = [bad[0]._replace(start_ns=2**64 - 1)]  # a time the database cannot hold
+        done: list[Future] = [Future(), Future()]
+        otlp.Writer()._write([(bad, done[0]), (good, done[1])])  # one group, as under load
+        assert done[1].result() is None and isinstance(done[0].exception(), Exception)
+        assert ReceivedTrace.objects.filter(trace_id="aa" * 16).exists()
+        assert not ReceivedTrace.objects.filter(trace_id="bb" * 16).exists()
+
     def test_team_mode_needs_a_token(self, monkeypatch):
         from django.contrib.auth.models import User
         from rest_framework.authtoken.models import Token
