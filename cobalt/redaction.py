@@ -98,9 +98,23 @@ ESCAPED_QUOTED_VALUE = re.compile(
 # holds another (`sign` holds `sig`) is left out: one scan of the text per piece.
 _PIECES = [*(w[:4] for w in SECRET_WORDS), "://", "k-", "aiza", "eyj", "bearer", "basic"]
 HINTS = tuple(sorted({p for p in _PIECES if not any(o != p and o in p for o in _PIECES)}))
+
+
+def _by_first_letter(pieces: Iterable[str]) -> str:
+    """`a(?:iza|pik)|b(?:asic|earer)|...`: an alternation tried letter by letter, which Python's
+    `re` runs twice as fast as the flat one (each position tries one branch, not all 17)."""
+    groups: dict[str, list[str]] = {}
+    for piece in sorted(pieces):
+        groups.setdefault(piece[0], []).append(re.escape(piece[1:]))
+    return "|".join(
+        re.escape(first) + (rests[0] if len(rests) == 1 else f"(?:{'|'.join(rests)})")
+        for first, rests in groups.items()
+    )
+
+
 # Every stored text is scanned for them (a trace holds dozens per item): one regular
 # expression is quicker on a short text, one substring search per piece on a long one.
-HINT_PATTERN = re.compile("|".join(map(re.escape, HINTS)))
+HINT_PATTERN = re.compile(_by_first_letter(HINTS))
 SHORT_TEXT = 160
 
 HOOK_KEYS = ("url", "webhooks")  # a webhook address: given alone, or in the configuration

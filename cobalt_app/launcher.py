@@ -36,6 +36,7 @@ from cobalt_app import (
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.run_options import RunOptions, relative_file
+from cobalt_app.runs import lifecycle
 from cobalt_app.runs.embedded import run_experiment
 from cobalt_app.services import RunBusy
 
@@ -184,6 +185,8 @@ async def launch(
         try:
             if receiver is not None:
                 await db(receiver.finish)
+                # Spans that came after a run ended added their model calls' tokens and cost.
+                runs = [await db(lifecycle.results_written, r.id, config) for r in runs]
         finally:
             db.close()
     return runs

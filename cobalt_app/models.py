@@ -400,6 +400,12 @@ class ReceivedTrace(models.Model):
     output = models.TextField(blank=True)
     attributes = models.JSONField(default=dict, blank=True)  # the root span's (redacted)
     received_at = models.DateTimeField(default=timezone.now)
+    tokens = models.BigIntegerField(
+        db_default=0, help_text="Its model calls' tokens, counted in its item's."
+    )
+    cost = models.FloatField(
+        db_default=0.0, help_text="Its model calls' cost, counted in its item's."
+    )
 
     class Meta:
         indexes = [

@@ -8,8 +8,11 @@ counts 0 and is reported as *unpriced* (summary, run page, results file), never 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
+
+from cobalt.config import active_config
 
 PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
     # OpenAI
@@ -71,8 +74,20 @@ def price_of(model: str | None) -> tuple[float, float] | None:
     name (`gpt-4o-2024-08-06`); None when the model has no price."""
     if not model:
         return None
-    name = PLATFORM_PREFIX.sub("", str(model).lower(), count=1)
-    table = {**PRICES_PER_MILLION, **configured_prices()}
+    try:
+        given = active_config().get("prices") or {}
+    except Exception:  # noqa: BLE001 - a broken configuration is reported by the run itself
+        given = {}
+    return _price_in(str(model), repr(given) if given else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _price_in(model: str, prices: str) -> Any:
+    """`price_of` for a model and the project's `[prices]` (their repr, "" for none),
+    remembered: every model call of a trace is priced (the OTLP receiver prices thousands a
+    second), and a project calls a handful of models."""
+    name = PLATFORM_PREFIX.sub("", model.lower(), count=1)
+    table = {**PRICES_PER_MILLION, **(configured_prices() if prices else {})}
     if name in table:
         return table[name]
     snapshots = [k for k in table if name.startswith(k) and SNAPSHOT_SUFFIX.match(name[len(k) :])]
@@ -83,8 +98,6 @@ def price_of(model: str | None) -> tuple[float, float] | None:
 def configured_prices() -> dict[str, tuple[float, float]]:
     """`[prices]` of the active configuration: model = [input, output] USD per million."""
     try:
-        from cobalt.config import active_config
-
         prices = active_config().get("prices") or {}
     except Exception:  # noqa: BLE001 - a broken configuration is reported by the run itself
         return {}

@@ -6,7 +6,9 @@ input and output from the root span (the OpenTelemetry GenAI conventions' `gen_a
 / `gen_ai.output.messages`, the user's last message and the answer's text; else OpenInference's
 `input.value` / `output.value`), the output as `expected_output`, the trace attached (`trace`:
 its steps) and where it came from in `metadata`. A trace whose id the file already holds is
-skipped, said in the answer. `clean` removes production traces past their retention.
+skipped, said in the answer. A trace that holds its model calls' messages also gives its item a
+recording (`trace_recordings`), so `cobalt run --replay` runs the item offline. `clean` removes
+production traces past their retention.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from django.utils import timezone
 from cobalt.config import active_config
 from cobalt.dataset import Dataset, DatasetError
 from cobalt.errors import CobaltError, NotFoundError
-from cobalt_app import label_datasets, received, storable
+from cobalt_app import label_datasets, received, recording_store, storable, trace_recordings
 from cobalt_app.models import ReceivedTrace
 
 STATUSES = ("ok", "error")
@@ -103,8 +105,10 @@ def since_ago(age: str) -> datetime:
     return timezone.now() - timedelta(seconds=int(text[:-1]) * units[text[-1]])
 
 
-def item_of(trace: ReceivedTrace) -> dict[str, Any]:
-    """The dataset item a production trace becomes."""
+def item_of(trace: ReceivedTrace, steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The dataset item a production trace becomes (`steps`: its steps, when read already)."""
+    if steps is None:
+        steps = received.steps_of_trace(trace)
     metadata = {
         "source": "production",
         "traceId": trace.trace_id,
@@ -116,7 +120,7 @@ def item_of(trace: ReceivedTrace) -> dict[str, Any]:
         "id": ID_PREFIX + trace.trace_id[:16],
         "input": _text_of(trace.input, role="user"),
         "expected_output": _text_of(trace.output, role="assistant"),
-        "trace": received.steps_of_trace(trace),
+        "trace": [{k: v for k, v in s.items() if k != "messages"} for s in steps],
         "metadata": metadata,
     }
 
@@ -156,7 +160,7 @@ def to_dataset(trace_ids: Sequence[str], path: str) -> dict[str, Any]:
     target = label_datasets.dataset_path(path, project)
     shown = target.relative_to(project).as_posix()
     target.parent.mkdir(parents=True, exist_ok=True)
-    added, skipped = [], []
+    added, skipped, recorded = [], [], []
     with label_datasets.locked(target) as fh:
         fh.seek(0)
         existing = fh.read().decode("utf-8-sig", errors="replace")
@@ -164,14 +168,24 @@ def to_dataset(trace_ids: Sequence[str], path: str) -> dict[str, Any]:
         if existing and not existing.endswith("\n"):
             fh.write(b"\n")
         for trace in chosen:
-            item = item_of(trace)
+            steps = received.steps_of_trace(trace)
+            item = item_of(trace, steps)
             if item["id"] in keys:
                 skipped.append(item["id"])
                 continue
             keys.add(item["id"])
             fh.write((storable.dumps_at(item, "item") + "\n").encode("utf-8"))
             added.append(item["id"])
-    return {"file": shown, "added": added, "skipped": skipped}
+            exchanges = trace_recordings.exchanges_of(steps)
+            if exchanges:
+                recording_store.save(
+                    experiment=recording_store.SHARED,
+                    item_key=item["id"],
+                    run_index=0,
+                    exchanges=exchanges,
+                )
+                recorded.append(item["id"])
+    return {"file": shown, "added": added, "skipped": skipped, "recorded": recorded}
 
 
 def _keys(existing: str, target: Any, shown: str) -> set[str]:

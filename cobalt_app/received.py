@@ -4,7 +4,8 @@ decoded (`otlp`), how those traces join items, and the reads of production trace
 A trace whose id an HTTP target's request carried (`cobalt.http_call`) is linked to its item by
 `link_items` when the item's result is written (`trace_store.write`); the spans join the item's
 trace whenever they arrive, before or after it finished (`merge`, at read time): no late span is
-refused. Any other trace is a production trace (`production_traces`), until its retention.
+refused. Their model calls' usage counts in the item's tokens and cost (`count_usage`). Any other
+trace is a production trace (`production_traces`), until its retention.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from cobalt_app import bulk_sql, trace_spans
-from cobalt_app.models import ReceivedSpan, ReceivedTrace
+from cobalt_app.models import ItemResult, ReceivedSpan, ReceivedTrace
 from cobalt_app.storable import process_secrets
 
 TEXT_LIMIT = 100_000  # characters of a trace's input, output and attributes kept
@@ -37,16 +40,17 @@ class Received(NamedTuple):
     attributes: dict[str, Any]
 
 
-def ingest(spans: Sequence[Received]) -> None:
+def ingest(spans: Sequence[Received]) -> set[str]:
     """Store received spans (a span received twice is kept once) and fold them into their
-    traces' rows, in one transaction.
+    traces' rows, in one transaction; the runs whose items' usage they added to
+    (`count_usage`).
 
     Raw SQL, three statements a batch whatever its size (an upsert of the traces, an insert of
     the spans, the new spans counted): through the ORM (a get and a save per trace) a batch of
     100 spans took ~65 ms, here ~6 ms (bench/bench_receiver.py). `ON CONFLICT ... RETURNING`
     is the same on SQLite (3.35+) and PostgreSQL."""
     if not spans:
-        return
+        return set()
     by_trace: dict[str, list[Received]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -54,12 +58,16 @@ def ingest(spans: Sequence[Received]) -> None:
     received_at = bulk_sql.datetime_adapter()(timezone.now())
     with transaction.atomic(), connection.cursor() as cursor:
         ids: dict[str, int] = {}
+        linked: set[int] = set()  # traces of items: their usage counts in the item's
         for chunk in _chunks(rows, TRACE_ROWS):
             cursor.execute(
                 TRACE_UPSERT.format(values=", ".join([TRACE_VALUES] * len(chunk))),
                 [value for row in chunk for value in (*row, received_at)],
             )
-            ids.update((trace_id, pk) for pk, trace_id in cursor.fetchall())
+            for pk, trace_id, item_id in cursor.fetchall():
+                ids[trace_id] = pk
+                if item_id is not None:
+                    linked.add(pk)
         counts: dict[int, int] = {}
         span_rows = [
             (ids[s.trace_id], s.span_id, s.parent_span_id, s.start_ns, json.dumps(s.step))
@@ -81,6 +89,7 @@ def ingest(spans: Sequence[Received]) -> None:
                 + ")",
                 [*(v for item in counts.items() for v in item), *counts],
             )
+        return count_usage(linked.intersection(counts))
 
 
 TRACE_ROWS = 80  # 12 parameters a row: under SQLite's oldest limit (999)
@@ -105,7 +114,7 @@ TRACE_UPSERT = (
     f"THEN excluded.output ELSE {_T}.output END, "
     f"attributes = CASE WHEN excluded.name <> '' THEN excluded.attributes "
     f"ELSE {_T}.attributes END "
-    "RETURNING id, trace_id"
+    "RETURNING id, trace_id, item_id"
 )
 SPAN_INSERT = (
     "INSERT INTO cobalt_app_receivedspan (trace_id, span_id, parent_span_id, start_ns, step) "
@@ -160,6 +169,7 @@ def link_items(links: Iterable[tuple[int, str]]) -> None:
     if not pairs:
         return
     received_at = bulk_sql.datetime_adapter()(timezone.now())
+    arrived: list[int] = []  # traces whose spans came before the link: their usage counts now
     # One statement per chunk (a run records its items in batches): 4 parameters a row.
     with connection.cursor() as cursor:
         for chunk in _chunks(pairs, 240):
@@ -167,9 +177,50 @@ def link_items(links: Iterable[tuple[int, str]]) -> None:
                 f"INSERT INTO {_T} (trace_id, item_id, service, name, status, span_count, input, "
                 "output, attributes, received_at) VALUES "
                 + ", ".join(["(%s, %s, '', '', 'ok', 0, '', '', %s, %s)"] * len(chunk))
-                + " ON CONFLICT (trace_id) DO UPDATE SET item_id = excluded.item_id",
+                + " ON CONFLICT (trace_id) DO UPDATE SET item_id = excluded.item_id "
+                "RETURNING id, span_count",
                 [v for trace_id, item_id in chunk for v in (trace_id, item_id, "{}", received_at)],
             )
+            arrived.extend(pk for pk, spans in cursor.fetchall() if spans)
+    count_usage(arrived)  # the items' run has not finished: finishing sums its items
+
+
+def count_usage(trace_pks: Iterable[int]) -> set[str]:
+    """Count the usage of these item traces' model calls (a service's own, `gen_ai.usage.*`) in
+    their items' tokens and cost; the runs of the items it changed (whose totals, when they have
+    finished, are stored again: `results.refresh_totals`).
+
+    Each trace's usage is summed over all its spans so far (a call wrapped in another counted
+    once, `trace_spans.usage`); what it adds to what the trace had counted goes to its item.
+    Called in the transaction that stored the spans or linked the trace: the upsert of the
+    trace's row locks it first, so a batch and the link never both count the same spans."""
+    pks = list(trace_pks)
+    if not pks:
+        return set()
+    rows = ReceivedSpan.objects.filter(trace_id__in=pks).values_list(
+        "trace_id", "span_id", "parent_span_id", "start_ns", "step"
+    )
+    by_trace: dict[int, list[tuple]] = {}
+    for pk, *row in rows:
+        by_trace.setdefault(pk, []).append(tuple(row))
+    runs = set()
+    counted = ReceivedTrace.objects.filter(pk__in=pks, item__isnull=False)
+    for pk, item_id, run_id, tokens, cost in counted.values_list(
+        "pk", "item_id", "item__run_id", "tokens", "cost"
+    ):
+        input_tokens, output_tokens, now_cost = trace_spans.usage(
+            _as_steps(sorted(by_trace.get(pk, []), key=lambda r: r[2]))
+        )
+        now_tokens = input_tokens + output_tokens
+        if (now_tokens, now_cost) == (tokens, cost):
+            continue
+        ItemResult.objects.filter(pk=item_id).update(
+            tokens=Greatest(F("tokens") + (now_tokens - tokens), 0),
+            cost=Greatest(F("cost") + (now_cost - cost), 0.0),
+        )
+        ReceivedTrace.objects.filter(pk=pk).update(tokens=now_tokens, cost=now_cost)
+        runs.add(run_id)
+    return runs
 
 
 def linked_trace_ids(steps: Sequence[dict[str, Any]]) -> list[str]:
@@ -246,6 +297,12 @@ def steps_of_trace(trace: ReceivedTrace) -> list[dict[str, Any]]:
             "span_id", "parent_span_id", "start_ns", "step"
         )
     )
+    return _as_steps(rows)
+
+
+def _as_steps(rows: list[tuple]) -> list[dict[str, Any]]:
+    """(span id, parent span id, start ns, step) rows in start order as steps: parents before
+    children, each step's parent its index, times from the first span."""
     if not rows:
         return []
     origin = rows[0][2]

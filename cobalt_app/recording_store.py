@@ -2,7 +2,10 @@
 `.cobalt/history.db` embedded, the team's PostgreSQL in team mode, so every worker reads
 what any of them recorded), their exchanges stored by `blob_store` (compressed; the system
 prompt and tool definitions every request repeats stored once). Written (`save`) and read
-(`load_experiment`) by `recordings`, listed and cleaned by `cobalt recordings`."""
+(`load_experiment`) by `recordings`, listed and cleaned by `cobalt recordings`.
+
+A recording made from a production trace (`trace_recordings`) is the item's, whichever
+experiment runs it: stored under the experiment SHARED, read for every repetition (ANY)."""
 
 from __future__ import annotations
 
@@ -15,16 +18,23 @@ from django.utils import timezone
 from cobalt_app import blob_store
 from cobalt_app.models import Recording
 
+SHARED = ""  # the experiment of recordings every experiment's items replay
+ANY = -1  # the repetition a SHARED recording is read as: any
+
 
 def load_experiment(experiment: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Every recording of an experiment: (item key, repetition) → its exchanges."""
+    """Every recording of an experiment: (item key, repetition) → its exchanges; the SHARED
+    ones as (item key, ANY)."""
     rows = list(
-        Recording.objects.filter(experiment=experiment).values_list(
-            "item_key", "run_index", "data", "blobs"
+        Recording.objects.filter(experiment__in=[experiment, SHARED]).values_list(
+            "experiment", "item_key", "run_index", "data", "blobs"
         )
     )
-    exchanges = blob_store.read((data, refs) for _, _, data, refs in rows)
-    return {(row[0], row[1]): found for row, found in zip(rows, exchanges, strict=True)}
+    exchanges = blob_store.read((data, refs) for *_, data, refs in rows)
+    return {
+        (row[1], row[2] if row[0] != SHARED else ANY): found
+        for row, found in zip(rows, exchanges, strict=True)
+    }
 
 
 def save(

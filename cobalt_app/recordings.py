@@ -25,9 +25,10 @@ the `[replay] ignore` fields and DEFAULT_IGNORED removed); headers never. Both s
 redacted the same way first (`redacted_request`: `cobalt.redaction` with the process's secret
 environment values), so what is stored holds no secret and a recording made before a rule
 was added still matches. The nth identical
-request of an item gets the nth recorded reply. A request under `traces.untraced()` (the
-judges, the simulated user of a conversation: the judge cache serves them) is never recorded
-nor replayed, like the judges' calls made after the scope ends.
+request of an item gets the nth recorded reply. A model call of a production trace the item
+was made from is matched by its conversation instead (`trace_recordings`). A request under
+`traces.untraced()` (the judges, the simulated user of a conversation: the judge cache serves
+them) is never recorded nor replayed, like the judges' calls made after the scope ends.
 
 A request with no recorded reply in replay mode raises `NoRecordedResponse`, a
 BaseException so that the SDKs' retry loops (which catch Exception and retry it as a
@@ -59,6 +60,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cobalt.redaction import is_secret_query
 from cobalt.run_settings import RunSettings
+from cobalt_app import trace_recordings
 from cobalt_app.storable import redacted
 
 RECORD, REPLAY, NEW_ONLY = "record", "replay", "new-only"
@@ -179,7 +181,8 @@ class ReplaySettings:
         if loading is None or loading.get_loop() is not asyncio.get_running_loop():
             loading = asyncio.ensure_future(db(recording_store.load_experiment, experiment))
             self._loaded[experiment] = loading
-        return (await asyncio.shield(loading)).get((item_key, run_index), [])
+        found = await asyncio.shield(loading)
+        return found.get((item_key, run_index)) or found.get((item_key, recording_store.ANY), [])
 
 
 _by_run: collections.OrderedDict[str, ReplaySettings] = collections.OrderedDict()
@@ -332,9 +335,15 @@ class Tape:
         self.earlier = recorded
         self.by_key: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[tuple[str, str, Any]] = []  # as matched: for the miss's message
+        self.from_traces: list[dict[str, Any]] = []  # a production trace's (`trace_recordings`)
         for exchange in recorded:
+            if "fromTrace" in exchange:
+                self.from_traces.append(exchange["fromTrace"])
+                said = exchange["fromTrace"]["conversation"]
+                messages = [{"role": role, "content": text} for role, text in said]
+                self.requests.append(("POST", "(a production trace)", {"messages": messages}))
             if "request" not in exchange:
-                continue  # a tool call (`tool_tapes`)
+                continue  # a tool call (`tool_tapes`), a production trace's model call
             request = exchange["request"]
             method, url, body = redacted_request(request["method"], request["url"], request["body"])
             key = match_key(method, url, body, settings.ignore)
@@ -370,11 +379,36 @@ class Tape:
                 self.served[call.key] += 1
                 self.replayed += 1
                 return candidates[min(nth, len(candidates) - 1)]
+            traced = self._from_trace(call)
+            if traced is not None:
+                self.replayed += 1
+                return traced
             if self.mode == NEW_ONLY:
                 return None
             message = self.missing(call)
             self.missed = self.missed or message
         raise NoRecordedResponse(message)
+
+    def _from_trace(self, call: Call) -> dict[str, Any] | None:
+        """The reply of a production trace's model call with this request's conversation (the
+        nth such request gets the nth such call's); the caller holds the lock."""
+        asked = self.from_traces and trace_recordings.request_conversation(call.url, call.body)
+        if not asked:
+            return None
+        model, conversation = asked
+        fits = [
+            r
+            for r in self.from_traces
+            if r["conversation"] == conversation and trace_recordings.same_model(model, r["model"])
+        ]
+        if not fits:
+            return None
+        key = "trace:" + call.key
+        nth = self.served[key]
+        self.served[key] += 1
+        found = fits[min(nth, len(fits) - 1)]
+        response = trace_recordings.reply(call.url, call.body, found)
+        return {"request": call.stored(), "response": response}
 
     def missing(self, call: Call) -> str:
         """ "no recorded response for …": the closest recorded request and what differs."""

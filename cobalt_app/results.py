@@ -219,6 +219,18 @@ def run_finalise(run_id: str, *, status: str | None = None) -> Run:
     return run
 
 
+def refresh_totals(run_ids: Iterable[str]) -> None:
+    """Store again the summary of these runs, those that have finished: their items' tokens and
+    cost grew after the end (a service's spans, `received.count_usage`)."""
+    for run in Run.objects.filter(id__in=list(run_ids), finished_at__isnull=False):
+        summary = compute_summary(run)
+        Run.objects.filter(id=run.id).update(
+            summary=summary,
+            total_tokens=summary["totalTokens"],
+            estimated_cost=summary["estimatedCost"],
+        )
+
+
 def trace_gaps(run: Run) -> list[dict[str, Any]]:
     """Why the run's items' traces were not captured (see `trace_store.not_captured`): from
     its summary once finished, read while it runs."""

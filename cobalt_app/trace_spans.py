@@ -17,6 +17,7 @@ and attributes under secret-looking names, credentials in URLs, key shapes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -111,6 +112,13 @@ def _first(attributes: Any, *keys: str) -> Any:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _stored_name(name: str, secrets: tuple[str, ...]) -> str:
+    """A span's name as stored: redacted, cleaned. Remembered: a service's spans have a handful
+    of names, received thousands of times (the OTLP receiver's cost per span)."""
+    return clean_text(redact_text(name, secrets))
+
+
 def step_of(
     span: Any, a: dict[str, Any], origin_ns: int, max_chars: int, secrets: Sequence[str]
 ) -> dict[str, Any]:
@@ -164,7 +172,7 @@ def step_of(
     if kind == "llm" and tool_output is None:
         tool_output = _first(a, "gen_ai.output.messages", "gen_ai.completion")
     step = {
-        "name": clean_text(redact_text(str(name), secrets)),
+        "name": _stored_name(str(name), tuple(secrets)),
         "kind": kind,
         "parent": None,
         "startMs": round((span.start_time - origin_ns) / 1e6, 3),

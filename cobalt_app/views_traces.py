@@ -92,6 +92,8 @@ def traces_to_dataset(request: HtmxHttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
         return redirect(back)
     text = f"Added {len(done['added'])} items to {done['file']}."
+    if done["recorded"]:
+        text += f" {len(done['recorded'])} of them replay offline (cobalt run --replay)."
     if done["skipped"]:
         text += f" Already there: {', '.join(done['skipped'])}."
     messages.success(request, text)

@@ -64,7 +64,7 @@ def list_recordings(
             table.add_column(column)
         for row in rows:
             table.add_row(
-                escape(row["experiment"]),
+                escape(row["experiment"] or "(production traces: any experiment)"),
                 str(row["items"]),
                 str(row["requests"] or 0),
                 row["latest"].strftime("%Y-%m-%d %H:%M:%S"),

@@ -100,7 +100,8 @@ def to_dataset(
         str, typer.Option("--file", "-f", help="The project's .jsonl dataset to append to.")
     ] = "datasets/production.jsonl",
 ) -> None:
-    """Append production traces to a dataset as items (input, expected output, the trace)."""
+    """Append production traces to a dataset as items (input, expected output, the trace), with
+    a recording of their model calls to replay them offline where the trace holds them."""
     from rich.markup import escape
 
     from cobalt_cli.console import out
@@ -112,6 +113,11 @@ def to_dataset(
     done = production_traces.to_dataset(trace_ids, file)
     console = out()
     console.print(f"Added {len(done['added'])} items to {escape(done['file'])}.")
+    if done["recorded"]:
+        console.print(
+            f"{len(done['recorded'])} of them hold their model calls: they replay offline "
+            "(`cobalt run --replay`)."
+        )
     if done["skipped"]:
         console.print(f"Already there: {escape(', '.join(done['skipped']))}.")
 

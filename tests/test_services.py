@@ -69,9 +69,12 @@ def wait_until_up(port: int, process: subprocess.Popen) -> None:
     raise AssertionError("the service did not start")
 
 
-def start_agent_service(fake_provider, exporter_port: int) -> tuple[subprocess.Popen, int]:
-    """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`;
-    returns it (started: it accepts connections) and its port."""
+def start_agent_service(
+    fake_provider, exporter_port: int, api_token: str = ""
+) -> tuple[subprocess.Popen, int]:
+    """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`
+    (with `api_token`, as team mode's receiver needs); returns it (started: it accepts
+    connections) and its port."""
     port = free_port()
     env = cli_env(
         {
@@ -80,6 +83,8 @@ def start_agent_service(fake_provider, exporter_port: int) -> tuple[subprocess.P
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{exporter_port}",
         }
     )
+    if api_token:
+        env["OTEL_EXPORTER_OTLP_HEADERS"] = f"Authorization=Bearer%20{api_token}"
     service = subprocess.Popen(
         [sys.executable, str(SERVICE), str(port)], env=env, stderr=subprocess.PIPE
     )
@@ -108,7 +113,8 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     finally:
         service.terminate()
         service.wait(timeout=10)
-    items = {i["key"]: i for i in json.loads(exported.stdout)["items"]}
+    exported = json.loads(exported.stdout)
+    items, summary = {i["key"]: i for i in exported["items"]}, exported["summary"]
     paris = items["paris"]
     assert (
         paris["output"]["output"] == "sunny in Paris"
@@ -134,6 +140,10 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     assert tool["kind"] == "tool" and tool["parent"] == agent_at
     assert call["kind"] == "llm" and call["parent"] == agent_at
     assert call["inputTokens"] > 0 and tool["input"] == '{"city": "Paris"}'
+    # The service's model call counts in the item's tokens and cost, and in the run's.
+    assert paris["tokens"] == call["inputTokens"] + call["outputTokens"]
+    assert paris["cost"] == pytest.approx(call["cost"]) and paris["cost"] > 0
+    assert summary["totalTokens"] == sum(i["tokens"] for i in items.values())
     assert agent["startMs"] >= client["startMs"]
     database = project.db_path.read_bytes() + project.db_path.with_suffix(".db-wal").read_bytes()
     assert TOKEN.encode() not in database and b"sk-test-openai-SECRET" not in database
@@ -237,6 +247,21 @@ class TestReceiver:
             ).status
             == 200
         )
+
+    def test_requests_stored_together_do_not_fail_for_a_bad_one(self):
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        bodies = [self.request(f"{n + 1:02x}" * 16).SerializeToString() for n in range(8)]
+        with ThreadPoolExecutor(8) as pool:  # through the one writer, from 8 threads at once
+            codes = list(pool.map(lambda body: self.post(body).status_code, bodies))
+        assert codes == [200] * 8 and ReceivedTrace.objects.count() == 8
+        good, bad = (otlp.spans_of(self.request(t))[0] for t in ("aa" * 16, "bb" * 16))
+        bad = [bad[0]._replace(start_ns=2**64 - 1)]  # a time the database cannot hold
+        done: list[Future] = [Future(), Future()]
+        otlp.Writer()._write([(bad, done[0]), (good, done[1])])  # one group, as under load
+        assert done[1].result() is None and isinstance(done[0].exception(), Exception)
+        assert ReceivedTrace.objects.filter(trace_id="aa" * 16).exists()
+        assert not ReceivedTrace.objects.filter(trace_id="bb" * 16).exists()
 
     def test_team_mode_needs_a_token(self, monkeypatch):
         from django.contrib.auth.models import User

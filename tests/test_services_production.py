@@ -14,6 +14,7 @@ import time
 import httpx
 
 from tests.conftest import cli_env, free_port
+from tests.helpers import run_id_of
 from tests.test_services import start_agent_service
 
 
@@ -84,3 +85,71 @@ def test_production_traces_are_listed_shown_and_added_to_a_dataset(
     finally:
         service.terminate()
         service.wait(timeout=10)
+
+
+REPLAYED = """
+from openai import OpenAI
+
+from cobalt import Dataset, Evaluator, experiment
+
+
+@experiment(
+    "weather-from-production",
+    Dataset.from_file("datasets/production.jsonl"),
+    evaluators=[Evaluator(name="same", type="exact-match", field="expected_output")],
+)
+def run(ctx):
+    # The service's agent, in-process: the model call its production traces hold.
+    city = ctx.item["input"].split()[-1].strip("?")
+    reply = OpenAI().chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": f"ECHO: sunny in {city}"}],
+        temperature=0,
+    )
+    return reply.choices[0].message.content
+"""
+CITIES = ("Rome", "Lima", "Kyiv", "Oslo", "Pune")
+
+
+def test_production_traces_become_items_that_replay_offline(
+    project, cobalt_cli, fake_provider_server
+):
+    """Five requests exported by the service's OpenTelemetry SDK become dataset items with a
+    recording of their model calls; the experiment replays them with the network refused."""
+    port = free_port()
+    service, service_port = start_agent_service(fake_provider_server, port)
+    server = serve(project, port)
+    try:
+        for city in CITIES:
+            url = f"http://127.0.0.1:{service_port}/ask"
+            assert httpx.post(url, json={"question": f"weather in {city}?"}).status_code == 200
+        deadline, ids = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(ids) < len(CITIES):
+            listed = cobalt_cli(project, "traces", "list", "--service", "weather-agent")
+            ids = re.findall(r"^\s*([0-9a-f]{16})\s", listed.stdout, re.MULTILINE)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        service.terminate()
+        service.wait(timeout=10)
+    assert len(ids) == len(CITIES), listed.stdout
+    added = cobalt_cli(project, "traces", "to-dataset", *ids)
+    assert "Added 5 items to datasets/production.jsonl." in added.stdout, added.stderr
+    assert "5 of them hold their model calls: they replay offline" in added.stdout
+    project.write("experiments/prod.cobalt.py", REPLAYED)
+    refused = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: no provider to reach
+    replayed = cobalt_cli(
+        project,
+        "run",
+        "experiments/prod.cobalt.py",
+        "--replay",
+        env={"OPENAI_BASE_URL": refused, "OPENAI_API_KEY": ""},
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    exported = cobalt_cli(project, "export", run_id_of(replayed), "--format", "json")
+    items = json.loads(exported.stdout)["items"]
+    assert sorted(i["output"]["output"] for i in items) == sorted(f"sunny in {c}" for c in CITIES)
+    assert all(i["status"] == "ok" and i["evaluations"]["same"]["score"] == 1.0 for i in items)
+    assert all(i["trace"][0]["replayed"] is True for i in items)
+    listed = cobalt_cli(project, "recordings", "list")
+    assert "(production traces: any experiment)" in listed.stdout

@@ -152,7 +152,7 @@ def finalise(
         if failure:
             Run.objects.filter(id=run_id).update(failure=storable.clean_message(failure))
         results.run_finalise(run_id, status=status)
-        run = _results_written(run_id, config)
+        run = results_written(run_id, config)
     if run.sweep_id:
         _sweep_settled(run.sweep_id, config)
     _send_webhooks(config, run)
@@ -170,7 +170,7 @@ def _sweep_settled(sweep_id: str, config: Config) -> None:
         logger.exception("could not analyse sweep %s", sweep_id)
 
 
-def _results_written(run_id: str, config: Config) -> Run:
+def results_written(run_id: str, config: Config) -> Run:
     """`write_results`; a file that cannot be written is logged, and the run still ends."""
     try:
         return write_results(run_id, config)

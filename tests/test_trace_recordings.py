@@ -1,0 +1,155 @@
+"""A production trace's model calls become its dataset item's recording ("Add to dataset" on
+the traces page): matched by conversation, answered in the API the request speaks (OpenAI plain
+and streamed, with tool calls; Anthropic), read by every experiment for every repetition."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from cobalt.config import active_config, load_config, set_active_config
+from cobalt_app import otlp, recording_store, recordings
+from cobalt_app.models import Recording
+
+TRACE = "cd" * 16
+ASKED = [
+    {"role": "system", "parts": [{"type": "text", "content": "You are terse."}]},
+    {"role": "user", "parts": [{"type": "text", "content": "Refund order 7?"}]},
+]
+ANSWERED = [
+    {
+        "role": "assistant",
+        "parts": [
+            {"type": "text", "content": "Checking."},
+            {"type": "tool_call", "id": "c1", "name": "refund", "arguments": {"order": 7}},
+        ],
+    }
+]
+
+
+def export() -> bytes:
+    """A service's trace: an agent span and its model call (GenAI parts, usage reported)."""
+    request = ExportTraceServiceRequest()
+    resource = request.resource_spans.add()
+    name = resource.resource.attributes.add()
+    name.key, name.value.string_value = "service.name", "shop-agent"
+    scope = resource.scope_spans.add()
+    said = {
+        1: {"gen_ai.operation.name": "invoke_agent", "input.value": "Refund order 7?"},
+        2: {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+            "gen_ai.input.messages": json.dumps(ASKED),
+            "gen_ai.output.messages": json.dumps(ANSWERED),
+            "gen_ai.usage.input_tokens": 31,
+            "gen_ai.usage.output_tokens": 9,
+        },
+    }
+    for n, attributes in said.items():
+        span = scope.spans.add()
+        span.trace_id, span.span_id = bytes.fromhex(TRACE), n.to_bytes(8, "big")
+        if n > 1:
+            span.parent_span_id = (1).to_bytes(8, "big")
+        span.name = "agent" if n == 1 else "chat gpt-4o-mini"
+        span.start_time_unix_nano = 1_700_000_000_000_000_000 + n
+        span.end_time_unix_nano = span.start_time_unix_nano + 1_000_000
+        for key, value in attributes.items():
+            kv = span.attributes.add()
+            kv.key = key
+            if isinstance(value, int):
+                kv.value.int_value = value
+            else:
+                kv.value.string_value = value
+    return request.SerializeToString()
+
+
+def tape_of(exchanges: list) -> recordings.Tape:
+    return recordings.Tape(recordings.ReplaySettings(mode=recordings.REPLAY), exchanges)
+
+
+def ask(tape: recordings.Tape, url: str, body: dict) -> dict:
+    call = tape.call("POST", url, json.dumps(body).encode())
+    return tape.answer(call)["response"]
+
+
+OPENAI = "https://api.openai.com/v1/chat/completions"
+MESSAGES = [
+    {"role": "system", "content": "A different system prompt: not compared."},
+    {"role": "user", "content": [{"type": "text", "text": "Refund order 7?"}]},
+]
+
+
+@pytest.mark.django_db
+def test_adding_a_trace_to_a_dataset_records_its_model_calls_for_any_experiment(project):
+    previous = active_config()
+    set_active_config(load_config(project.path))
+    try:
+        otlp.receive(export(), "application/x-protobuf", "")
+        client = Client()
+        client.force_login(User.objects.create_user("ann", password="pw-ann-1234"))
+        page = client.post("/traces/dataset/", {"trace": TRACE[:8]}, follow=True)
+    finally:
+        set_active_config(previous)
+    text = page.content.decode()
+    assert "Added 1 items to datasets/production.jsonl. 1 of them replay offline" in text
+    (item,) = [json.loads(line) for line in (project.path / "datasets/production.jsonl").open()]
+    assert item["input"] == "Refund order 7?"
+    assert "messages" not in item["trace"][1]  # the dataset keeps the steps as shown
+    assert Recording.objects.get().experiment == recording_store.SHARED
+    loaded = recording_store.load_experiment("any-experiment")
+    tape = tape_of(loaded[(item["id"], recording_store.ANY)])
+    plain = json.loads(ask(tape, OPENAI, {"model": "gpt-4o-mini", "messages": MESSAGES})["body"])
+    message = plain["choices"][0]["message"]
+    assert (
+        message["content"] == "Checking." and plain["choices"][0]["finish_reason"] == "tool_calls"
+    )
+    assert message["tool_calls"][0]["function"] == {"name": "refund", "arguments": '{"order": 7}'}
+    assert plain["usage"] == {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40}
+    streamed = ask(
+        tape,
+        OPENAI,
+        {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True, "temperature": 0.5},
+    )
+    assert streamed["headers"]["content-type"] == "text/event-stream"
+    events = [line[6:] for line in streamed["body"].splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[0])["choices"][0]["delta"]["content"]
+    anthropic = ask(
+        tape,
+        "https://api.anthropic.com/v1/messages",
+        {
+            "model": "gpt-4o-mini",
+            "system": "terse",
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "Refund order 7?"}],
+        },
+    )
+    assert [b["type"] for b in json.loads(anthropic["body"])["content"]] == ["text", "tool_use"]
+    assert tape.replayed == 3
+
+
+def test_another_conversation_or_model_is_not_answered_and_says_what_differs():
+    exchange = {
+        "fromTrace": {
+            "model": "gpt-4o-mini-2024-07-18",
+            "conversation": [["user", "Refund order 7?"]],
+            "reply": {"text": "Done.", "toolCalls": []},
+            "inputTokens": 3,
+            "outputTokens": 1,
+        }
+    }
+    tape = tape_of([exchange])
+    other = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Refund 8?"}]}
+    with pytest.raises(recordings.NoRecordedResponse) as missed:
+        ask(tape, OPENAI, other)
+    assert "(a production trace)" in str(missed.value) and "Refund" in str(missed.value)
+    with pytest.raises(recordings.NoRecordedResponse):
+        ask(
+            tape,
+            OPENAI,
+            {"model": "gpt-4o", "messages": [{"role": "user", "content": "Refund order 7?"}]},
+        )
