@@ -429,13 +429,22 @@ def branch_usage(steps: Sequence[dict[str, Any]]) -> list[tuple[int | None, floa
 
 def failing_step(steps: Sequence[dict[str, Any]], item_error: str = "") -> int | None:
     """The index of the step where the item failed: the first step with an error status
-    that has no failed step under it (an exception marks every span it crosses), else, when
-    the item ended in an error, its last step; None when nothing failed."""
+    that has no failed step under it (an exception marks every span it crosses) or the
+    unanswered tool call under it, else, when the item ended in an error, its last step;
+    None when nothing failed."""
     failed = [i for i, s in enumerate(steps) if s.get("status") == "error"]
-    if failed:
-        crossed = {a for i in failed for a in _ancestors(steps, i)}
-        return next((i for i in failed if i not in crossed), failed[0])
-    return len(steps) - 1 if item_error and steps else None
+    if not failed:
+        return len(steps) - 1 if item_error and steps else None
+    crossed = {a for i in failed for a in _ancestors(steps, i)}
+    found = next((i for i in failed if i not in crossed), failed[0])
+    # A tool call under it that was never answered (inferred from its model call's request,
+    # `_with_inferred_tools`) is where a plain-Python tool raised.
+    unanswered = [
+        i
+        for i, s in enumerate(steps)
+        if s.get("kind") == "tool" and s.get("status") is None and found in _ancestors(steps, i)
+    ]
+    return unanswered[-1] if unanswered else found
 
 
 def total_ms(steps: Sequence[dict[str, Any]]) -> float:
