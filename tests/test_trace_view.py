@@ -322,3 +322,39 @@ def test_a_trace_of_5000_steps_renders_a_page_quickly():
     assert took < 0.5, f"{took:.3f}s"
     first = page_trace.trace_page(steps, 1)
     assert first.rows[0]["branch_tokens"] == 2500 * 5 and first.rows[0]["has_children"]
+
+
+REJUDGED = """
+from cobalt import Dataset, Evaluator, experiment
+
+@experiment("rejudged", Dataset(items=[{"id": "a", "input": "x"}]), evaluators=[
+    Evaluator(name="kept", prompt="Kept? {{output}} [[score:0.7]]"),
+    Evaluator(name="again", prompt="Again? {{output}} [[score:0.6]]"),
+])
+def run(ctx):
+    return "four"
+"""
+
+
+def test_a_rejudge_keeps_the_calls_of_the_judges_it_did_not_run_again(project, cobalt_cli):
+    import sqlite3
+
+    from tests.helpers import run_id_of
+
+    project.write("experiments/rejudged.cobalt.py", REJUDGED)
+    first = run_id_of(cobalt_cli(project, "run", "experiments/rejudged.cobalt.py"))
+    again = run_id_of(cobalt_cli(project, "rejudge", first, "--evaluator", "again"))
+    with sqlite3.connect(project.db_path) as db:
+        rows = db.execute(
+            "SELECT i.run_id, c.evaluator, c.data FROM cobalt_app_judgecall c "
+            "JOIN cobalt_app_itemresult i ON i.id = c.item_id ORDER BY i.run_id, c.evaluator"
+        ).fetchall()
+    calls = {(run, name): json.loads(data)["calls"][0]["prompt"] for run, name, data in rows}
+    assert calls[(again, "kept")] == calls[(first, "kept")]  # copied with its verdict
+    assert calls[(again, "again")].startswith("Again? four")  # its own, judged again
+
+
+def test_the_api_item_detail_needs_a_login_in_team_mode(run, client, settings):
+    item = ItemResult.objects.get(run=run, item_key="paris")
+    settings.TEAM_MODE = True
+    assert client.get(f"/api/runs/{run.id}/items/{item.id}/").status_code == 401
