@@ -358,3 +358,38 @@ def test_the_api_item_detail_needs_a_login_in_team_mode(run, client, settings):
     item = ItemResult.objects.get(run=run, item_key="paris")
     settings.TEAM_MODE = True
     assert client.get(f"/api/runs/{run.id}/items/{item.id}/").status_code == 401
+
+
+def test_the_production_trace_page_shows_the_same_tree(client):
+    from cobalt_app.models import ReceivedSpan, ReceivedTrace
+
+    trace = ReceivedTrace.objects.create(
+        trace_id="ab" * 16, service="weather-agent", name="agent", status="error"
+    )
+
+    def span(span_id: str, parent: str, at_ms: int, **step) -> None:
+        base = {"kind": "other", "durationMs": 5.0, "status": "ok", "input": None, "output": None}
+        ReceivedSpan.objects.create(
+            trace=trace,
+            span_id=span_id,
+            parent_span_id=parent,
+            start_ns=1_000_000_000 + at_ms * 1_000_000,
+            step={**base, **step},
+        )
+
+    span("a1", "", 0, name="agent", kind="agent", durationMs=30.0, status="error", error="boom")
+    span(
+        "b2",
+        "a1",
+        2,
+        name="chat",
+        kind="llm",
+        input=json.dumps([{"role": "user", "content": "<b>hi</b>"}]),
+    )
+    span("c3", "a1", 20, name="lookup", kind="tool", input='{"q": 1}', status="error", error="boom")
+    page = client.get(f"/traces/{trace.trace_id}/").content.decode()
+    assert '<ol class="timeline tree">' in page  # the agent holds its two steps
+    assert '<li class="message message-user">' in page and "&lt;b&gt;hi&lt;/b&gt;" in page
+    assert '<li class="step step-tool step-error step-failed" id="step-3">' in page
+    assert '<pre class="call">lookup(q=1)</pre>' in page
+    assert f'href="/traces/{trace.trace_id}/#step-3">failed at step 3</a>' in page
