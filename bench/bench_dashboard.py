@@ -203,7 +203,7 @@ def make_big_item() -> str:
                 "output": f"step {i} output " + "y" * 200,
             }
         )
-    trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps)])
+    trace_store.write([(item.id, json.dumps(steps, ensure_ascii=False), steps, "")])
     return f"/runs/{run.id}/items/{item.id}/"
 
 
