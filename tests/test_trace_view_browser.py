@@ -72,7 +72,7 @@ def item_link(tab, url: str, run_id: str, number: int) -> str:
 
 def test_an_item_with_a_trace_fits_a_phone_with_everything_open(site, browser):  # noqa: F811
     url, run_id = site
-    context = browser.new_context(viewport=PHONE)
+    context = browser.new_context(viewport=PHONE, color_scheme="dark")  # dark: a screenshot of it
     tab = context.new_page()
     try:
         for number in (1, 4):  # Paris, and Atlantis (failed in its tool)
@@ -80,7 +80,9 @@ def test_an_item_with_a_trace_fits_a_phone_with_everything_open(site, browser): 
             assert overflow(tab) == 0
             tab.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
             assert overflow(tab) == 0, f"item #{number} is wider than the phone when opened"
-            tab.screenshot(path=str(ARTIFACTS / f"trace-view-phone-{number}.png"), full_page=True)
+            tab.screenshot(
+                path=str(ARTIFACTS / f"trace-view-phone-dark-{number}.png"), full_page=True
+            )
     finally:
         context.close()
 
