@@ -446,3 +446,22 @@ class ReceivedSpan(models.Model):
 
     def __str__(self) -> str:
         return f"span {self.span_id}"
+
+
+class JudgeCall(models.Model):
+    """What an LLM judge was sent and answered for one evaluation (`item`, `evaluator`):
+    `{"provider", "model", "system", "calls": [{"prompt", "reply"}]}`, each text capped and
+    redacted (`storable.judge_call`). A table of its own, keyed like the evaluation, so the
+    evaluation rows that pages aggregate stay narrow; only judged evaluations have a row."""
+
+    item = models.ForeignKey(ItemResult, on_delete=models.CASCADE, related_name="judge_calls")
+    evaluator = models.CharField(max_length=100)
+    data = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "evaluator"], name="judge_call_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"judge call of {self.evaluator} on item {self.item_id}"

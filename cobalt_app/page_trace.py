@@ -1,9 +1,14 @@
-"""An item's trace as the item page shows it: a page of `STEPS_PER_PAGE` steps at a time,
-consecutive steps of the same kind (and, for tools, the same tool) grouped into one
-collapsed line ("llm × 1,200", "tool search × 2,400") that opens on its steps.
+"""An item's trace as the item page shows it: a page of `STEPS_PER_PAGE` steps at a time, as
+a collapsible tree (a step inside its parent span's `<details>`), consecutive steps of the
+same kind (and, for tools, the same tool) under the same parent grouped into one collapsed
+line ("llm × 1,200", "tool search × 2,400") that opens on its steps.
 
-A trace of thousands of steps stays a page of a hundred: each step's row, input and output
-(cut to `page_values.SHOWN_CHARS`) is rendered only on the page that holds it.
+Each step shows its offset from the item's start and its duration, its messages or call
+(`trace_messages`), and its branch's tokens and cost; the step where the item failed is
+marked and open. A trace of thousands of steps stays a page of a hundred: each step's row,
+input and output (cut to `page_values.SHOWN_CHARS`) is rendered only on the page that holds
+it, and the template walks one flat list (no recursion): each row says which lists it opens
+and closes.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cobalt_app import trace_spans, trace_store
+from cobalt_app import trace_messages, trace_spans, trace_store
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging
-from cobalt_app.page_values import shown
+from cobalt_app.page_values import SHOWN_CHARS, shown
 
 STEPS_PER_PAGE = 100
+MAX_DEPTH = 20  # of the parent walk: a stored trace's parents are trusted to end, not to loop
 
 
 @dataclass
@@ -54,13 +60,16 @@ class StepGroup:
 class TracePage(Paging):
     summary: str = ""
     missing: str = ""  # why the trace was not captured ("" when it was)
-    groups: list[StepGroup] = field(default_factory=list)
+    total_ms: float = 0.0  # from the item's start to the end of its last step
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failed: int | None = None  # the number of the step where the item failed
+    failed_page: int | None = None
 
 
 def item_trace(item: ItemResult, page: int = 1) -> TracePage:
     """Page `page` of the trace of an item read with `select_related("trace")`."""
     stored = trace_store.of_item(item)
-    result = trace_page(stored.steps, page)
+    result = trace_page(stored.steps, page, item_error=getattr(item, "error", "") or "")
     result.missing = stored.missing
     return result
 
@@ -69,13 +78,18 @@ def trace_only(run: Run, item_id: int) -> ItemResult | None:
     """The run's item with its trace and none of its other values (a 5 MB output is not
     read for a page of the trace); None when the run has no such item."""
     items = ItemResult.objects.filter(run=run, id=item_id).select_related("trace")
-    return items.only("id", "run_id", "trace__data", "trace__blobs", "trace__missing").first()
+    fields = ("id", "run_id", "error", "trace__data", "trace__blobs", "trace__missing")
+    return items.only(*fields).first()
 
 
 def trace_page(
-    steps: Sequence[dict[str, Any]], page: int = 1, per_page: int = STEPS_PER_PAGE
+    steps: Sequence[dict[str, Any]],
+    page: int = 1,
+    per_page: int = STEPS_PER_PAGE,
+    *,
+    item_error: str = "",
 ) -> TracePage:
-    """Page `page` of the trace's steps (clamped to the pages there are), grouped."""
+    """Page `page` of the trace's steps (clamped to the pages there are), as a tree."""
     total = len(steps)
     pages = max(1, -(-total // per_page))
     number = min(max(1, page), pages)
@@ -85,23 +99,111 @@ def trace_page(
         per_page=per_page,
         total=total,
         summary=trace_spans.summary(steps) if steps else "",
+        total_ms=trace_spans.total_ms(steps),
     )
+    failed = trace_spans.failing_step(steps, item_error)
+    if failed is not None:
+        result.failed, result.failed_page = failed + 1, failed // per_page + 1
     rows = trace_spans.timeline(steps, start, stop)
+    totals = trace_spans.branch_usage(steps)
     for row in rows:
+        index = row["number"] - 1
+        row["branch_tokens"], row["branch_cost"] = totals[index]
+        row["view"] = trace_messages.view(_page_cut(row))
+        row["failed_here"] = index == failed
+        if index == failed and not row.get("error"):
+            row["error"] = item_error  # the step before the item's error: that error
         for key in ("input", "output"):
             row[key] = shown(row[key]) if row.get(key) is not None else None
             row[f"{key}_part"] = f"step-{row['number']}-{key}"  # `page_values.item_download`
+    _nest(rows, steps, _groups(rows, steps), failed)
+    result.rows = rows
+    return result
+
+
+def _page_cut(row: dict[str, Any]) -> dict[str, Any]:
+    """The step with its input and output cut as the page cuts them (`SHOWN_CHARS`)."""
+    cut = {}
+    for key in ("input", "output"):
+        text = row.get(key)
+        if isinstance(text, str) and len(text) > SHOWN_CHARS:
+            cut[key] = text[:SHOWN_CHARS] + trace_messages.CUT
+    return {**row, **cut} if cut else row
+
+
+def _groups(rows: list[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> list[StepGroup | None]:
+    """The group (of more than one step) each row of the page belongs to, or None."""
+    found: list[StepGroup | None] = []
     groups = iter(_runs(steps))
     group = next(groups, None)
     for row in rows:
         while group is not None and row["number"] >= group.first + group.count:
             group = next(groups, None)
-        if group is None:
-            break
-        if not result.groups or result.groups[-1] is not group:
-            result.groups.append(group)
-        group.rows.append(row)
-    return result
+        if group is not None and group.count > 1:
+            group.rows.append(row)
+            found.append(group)
+        else:
+            found.append(None)
+    return found
+
+
+def _nest(
+    rows: list[dict[str, Any]],
+    steps: Sequence[dict[str, Any]],
+    groups: list[StepGroup | None],
+    failed: int | None,
+) -> None:
+    """Give each row what the template opens and closes around it: `group_open` (a group's
+    line opens before the row), `has_children` (the row's list of children opens after it)
+    and `closes` (after the row: for each list that ends, whether it held children).
+
+    A row goes inside its parent's list when the parent is open on this page, else at the
+    page's top level (its parent is on an earlier page)."""
+    stack: list[tuple[str, Any, dict[str, Any] | None]] = []  # (kind, key, its row)
+    previous: dict[str, Any] | None = None
+    opened = _failing_branch(steps, failed)
+    for row, group in zip(rows, groups, strict=True):
+        index = row["number"] - 1
+        row.update(group_open=None, has_children=False, closes=[], open=index in opened)
+        parent = steps[index].get("parent")
+        if group is not None and any(k == ("group", group.first) for k in _keys(stack)):
+            target: tuple[str, Any] | None = ("group", group.first)
+        else:
+            target = ("row", parent) if ("row", parent) in _keys(stack) else None
+        closes = []
+        while stack and (target is None or (stack[-1][0], stack[-1][1]) != target):
+            kind, _, closed = stack.pop()
+            closes.append(kind == "group" or bool(closed and closed["has_children"]))
+        if previous is not None:
+            previous["closes"] = closes
+        if stack and stack[-1][0] == "row":
+            stack[-1][2]["has_children"] = True
+        if group is not None and target != ("group", group.first):
+            row["group_open"] = group
+            row["group_is_open"] = failed is not None and group.first - 1 <= failed < (
+                group.first - 1 + group.count
+            )
+            stack.append(("group", group.first, None))
+        stack.append(("row", index, row))
+        previous = row
+    if previous is not None:
+        previous["closes"] = [
+            kind == "group" or bool(r and r["has_children"]) for kind, _, r in reversed(stack)
+        ]
+
+
+def _keys(stack: list[tuple[str, Any, Any]]) -> list[tuple[str, Any]]:
+    return [(kind, key) for kind, key, _ in stack]
+
+
+def _failing_branch(steps: Sequence[dict[str, Any]], failed: int | None) -> set[int]:
+    """The failing step and its ancestors: opened on the page."""
+    found: set[int] = set()
+    index = failed
+    while index is not None and 0 <= index < len(steps) and len(found) < MAX_DEPTH:
+        found.add(index)
+        index = steps[index].get("parent")
+    return found
 
 
 def _runs(steps: Sequence[dict[str, Any]]) -> list[StepGroup]:

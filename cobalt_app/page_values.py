@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cobalt_app import trace_store
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
 
 SHOWN_CHARS = 20_000  # of each long value a page shows; the rest is downloaded
 PARTS = ("output", "input", "expected", "metadata", "item")
@@ -103,9 +103,23 @@ def _part_value(run: Run, item: ItemResult, part: str) -> Any:
 def ordered_verdicts(run: Run, item: ItemResult) -> list[Evaluation]:
     """The item's evaluations in the run's evaluator order."""
     order = {name: i for i, name in enumerate(run.evaluator_names)}
-    return sorted(
+    verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
+    with_judge_calls(item, verdicts)
+    return verdicts
+
+
+def with_judge_calls(item: ItemResult, verdicts: list[Evaluation]) -> None:
+    """Each evaluation's `judge_call` (None without one): read only when one of them called
+    a model or came from the judge cache (a function evaluator's item costs no query)."""
+    for verdict in verdicts:
+        verdict.judge_call = None
+    if not any(v.tokens or v.cached for v in verdicts):
+        return
+    calls = dict(JudgeCall.objects.filter(item=item).values_list("evaluator", "data"))
+    for verdict in verdicts:
+        verdict.judge_call = calls.get(verdict.evaluator)
 
 
 @dataclass(frozen=True)

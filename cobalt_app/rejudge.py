@@ -25,7 +25,7 @@ from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt_app import aio, calibration, engine, preflight, services
 from cobalt_app.engine import Reporter
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Label, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, JudgeCall, Label, Run, RunTag
 from cobalt_app.runs import claims, embedded, lifecycle
 
 COPY_BATCH = 2000
@@ -168,6 +168,31 @@ def _copy(item: ItemResult, run: Run, scored: bool) -> ItemResult:
     )
 
 
+def _copy_judge_calls(
+    parent: Run,
+    created: list[ItemResult],
+    new_ids: dict[tuple[int, int], int],
+    selected: list[str],
+    rescored: set[tuple[int, int]],
+) -> None:
+    """The judge calls behind the evaluations kept from the parent run, kept with them."""
+    calls = JudgeCall.objects.filter(
+        item__run=parent,
+        item__item_index__gte=created[0].item_index,
+        item__item_index__lte=created[-1].item_index,
+    ).values_list("item__item_index", "item__run_index", "evaluator", "data")
+    JudgeCall.objects.bulk_create(
+        [
+            JudgeCall(item_id=new_ids[(index, repetition)], evaluator=evaluator, data=data)
+            for index, repetition, evaluator, data in calls
+            if (index, repetition) in new_ids
+            and not (evaluator in selected and (index, repetition) in rescored)
+        ],
+        batch_size=500,
+        ignore_conflicts=True,
+    )
+
+
 def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) -> None:
     if not batch:
         return
@@ -208,6 +233,7 @@ def _flush(batch: list[ItemResult], parent: Run, run: Run, selected: list[str]) 
         and not (evaluator in selected and (index, repetition) in rescored)
     ]
     Evaluation.objects.bulk_create(copies, batch_size=1000, ignore_conflicts=True)
+    _copy_judge_calls(parent, created, new_ids, selected, rescored)
     traces = ItemTrace.objects.filter(
         item__run=parent,
         item__item_index__gte=created[0].item_index,

@@ -32,6 +32,7 @@ from cobalt_app.models import (
     Evaluation,
     ItemResult,
     ItemTrace,
+    JudgeCall,
     Label,
     Recording,
     Run,
@@ -53,7 +54,18 @@ WORDS = {
     Recording: "recordings",
 }
 # The tables a clean may touch: measured before and after, vacuumed when touched.
-TABLES = (Run, RunTag, ItemResult, Evaluation, ItemTrace, RunScoreTable, Recording, Label, Blob)
+TABLES = (
+    Run,
+    RunTag,
+    ItemResult,
+    Evaluation,
+    ItemTrace,
+    RunScoreTable,
+    Recording,
+    Label,
+    Blob,
+    JudgeCall,
+)
 
 # Where a project's CI names its baseline runs: `cobalt run --ci --baseline <run id>`.
 CI_FILES = (

@@ -22,7 +22,7 @@ from cobalt.dataset import item_key
 from cobalt.errors import ConflictError
 from cobalt.experiments import Experiment
 from cobalt_app import bulk_sql, flaky, storable, trace_store
-from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
+from cobalt_app.models import Evaluation, ItemResult, ItemTrace, JudgeCall, Run, RunTag
 
 CREATE_BATCH = 2000
 
@@ -203,6 +203,7 @@ def item_reset_for_retry(run_id: str, statuses: Sequence[str]) -> int:
     with transaction.atomic():
         items = ItemResult.objects.filter(run_id=run_id, status__in=statuses)
         Evaluation.objects.filter(item__in=items).delete()
+        JudgeCall.objects.filter(item__in=items).delete()
         ItemTrace.objects.filter(item__in=items).delete()
         count = items.update(
             status=ItemResult.Status.PENDING,
@@ -306,6 +307,7 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
         elif evaluations:
             with connection.cursor() as cursor:
                 cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
+        _write_judge_calls(outcomes)
         trace_store.write(
             [
                 (o.id, o.stored_trace or "[]", o.trace, o.trace_missing)
@@ -318,6 +320,24 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             with connection.cursor() as cursor:
                 cursor.execute(RUN_COUNT_SQL, [recorded, run_id])
     return recorded
+
+
+def _write_judge_calls(outcomes: Sequence[Any]) -> None:
+    """Store the LLM judges' calls of these outcomes' evaluations (one query, none when no
+    judge was called), replacing an evaluation's earlier call."""
+    calls = [
+        JudgeCall(item_id=o.id, evaluator=e.evaluator, data=e.judge_call)
+        for o in outcomes
+        for e in o.evaluations
+        if getattr(e, "judge_call", None)
+    ]
+    if calls:
+        JudgeCall.objects.bulk_create(
+            calls,
+            update_conflicts=True,
+            unique_fields=["item", "evaluator"],
+            update_fields=["data"],
+        )
 
 
 def unstorable_outcome(outcome: Any, message: str) -> Any:

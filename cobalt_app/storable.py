@@ -257,6 +257,8 @@ def prepare(outcome: Any) -> Any:
 def clean_evaluation(evaluation: Any) -> None:
     """An evaluation's texts made storable (its score was checked by `evaluate()`)."""
     evaluation.reason = clean_message(evaluation.reason)
+    if getattr(evaluation, "judge_call", None) is not None:
+        evaluation.judge_call = judge_call(evaluation.judge_call)
     if getattr(evaluation, "chain_of_thought", ""):
         evaluation.chain_of_thought = clean_message(evaluation.chain_of_thought)
     evaluation.error = clean_message(evaluation.error)
@@ -278,3 +280,36 @@ def redacted_json(text: str) -> str:
     if not may_hold(text, process_secrets()):
         return text
     return json.dumps(redacted(json.loads(text)), ensure_ascii=False, allow_nan=False)
+
+
+# What a judge call keeps of each text ("Show judge call"); the rest is counted, not kept.
+JUDGE_CALL_CHARS = {"system": 2_000, "prompt": 8_000, "reply": 4_000}
+
+
+def judge_call(call: Any) -> dict[str, Any] | None:
+    """An LLM judge's call (`{"provider", "model", "system", "calls": [{"prompt", "reply"}]}`)
+    as it is cached and stored: secrets hidden (`redacted`), then each text cut to
+    `JUDGE_CALL_CHARS` with how long it was. Idempotent; None for anything else."""
+    if not isinstance(call, dict) or not isinstance(call.get("calls"), list):
+        return None
+    kept = {
+        "provider": clean_message(call.get("provider")),
+        "model": clean_message(call.get("model")),
+        **_capped(call, "system"),
+        "calls": [
+            {**_capped(turn, "prompt"), **_capped(turn, "reply")}
+            for turn in call["calls"][:4]
+            if isinstance(turn, dict)
+        ],
+    }
+    return kept
+
+
+def _capped(entry: dict[str, Any], name: str) -> dict[str, Any]:
+    """`{name: text}` redacted and cut, with `{name}Chars` (its whole length) when cut."""
+    text = entry.get(name)
+    text = "" if text is None else str(text)
+    limit = JUDGE_CALL_CHARS[name]
+    whole = entry.get(f"{name}Chars") or len(text)
+    kept = clean_message(text[: limit * 2])[:limit]  # redacted before it is cut
+    return {name: kept, f"{name}Chars": whole} if whole > limit else {name: kept}

@@ -407,6 +407,10 @@ def _text_of(content: Any) -> str:
 def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The model calls of a trace, each counted once: an `llm` step that wraps another (a
     framework's span around the SDK's) is not a call of its own."""
+    return [steps[i] for i in _model_call_indexes(steps)]
+
+
+def _model_call_indexes(steps: Sequence[dict[str, Any]]) -> list[int]:
     wrappers = set()
     for step in steps:
         parent = step.get("parent")
@@ -414,7 +418,54 @@ def model_calls(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if steps[parent].get("kind") == "llm":
                 wrappers.add(parent)
             parent = steps[parent].get("parent")
-    return [s for i, s in enumerate(steps) if s.get("kind") == "llm" and i not in wrappers]
+    return [i for i, s in enumerate(steps) if s.get("kind") == "llm" and i not in wrappers]
+
+
+def _ancestors(steps: Sequence[dict[str, Any]], index: int) -> Iterable[int]:
+    """The indexes of a step's parent, its parent's, … (at most 20 levels)."""
+    parent, depth = steps[index].get("parent"), 0
+    while parent is not None and 0 <= parent < len(steps) and depth < 20:
+        yield parent
+        parent, depth = steps[parent].get("parent"), depth + 1
+
+
+def branch_usage(steps: Sequence[dict[str, Any]]) -> list[tuple[int | None, float | None]]:
+    """Per step, (tokens, cost) of the model calls in its branch (itself and the steps under
+    it), each call counted once; (None, None) for a branch without model calls."""
+    tokens: list[int | None] = [None] * len(steps)
+    costs: list[float | None] = [None] * len(steps)
+    for i in _model_call_indexes(steps):
+        call = steps[i]
+        used = (call.get("inputTokens") or 0) + (call.get("outputTokens") or 0)
+        for j in (i, *_ancestors(steps, i)):
+            tokens[j] = (tokens[j] or 0) + used
+            costs[j] = (costs[j] or 0.0) + (call.get("cost") or 0.0)
+    return list(zip(tokens, costs, strict=True))
+
+
+def failing_step(steps: Sequence[dict[str, Any]], item_error: str = "") -> int | None:
+    """The index of the step where the item failed: the first step with an error status
+    that has no failed step under it (an exception marks every span it crosses) or the
+    unanswered tool call under it, else, when the item ended in an error, its last step;
+    None when nothing failed."""
+    failed = [i for i, s in enumerate(steps) if s.get("status") == "error"]
+    if not failed:
+        return len(steps) - 1 if item_error and steps else None
+    crossed = {a for i in failed for a in _ancestors(steps, i)}
+    found = next((i for i in failed if i not in crossed), failed[0])
+    # A tool call under it that was never answered (inferred from its model call's request,
+    # `_with_inferred_tools`) is where a plain-Python tool raised.
+    unanswered = [
+        i
+        for i, s in enumerate(steps)
+        if s.get("kind") == "tool" and s.get("status") is None and found in _ancestors(steps, i)
+    ]
+    return unanswered[-1] if unanswered else found
+
+
+def total_ms(steps: Sequence[dict[str, Any]]) -> float:
+    """From the item's start to the end of its last step (0 without steps)."""
+    return max((s["startMs"] + (s.get("durationMs") or 0) for s in steps), default=0.0)
 
 
 def estimated_usage(steps: Sequence[dict[str, Any]]) -> str:

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from cobalt.errors import CobaltError
-from cobalt_app import production_traces, received, trace_spans
+from cobalt_app import page_trace, production_traces, received, trace_spans
 from cobalt_app.views import CONTENT_SECURITY_POLICY, HtmxHttpRequest
 
 PAGE_SIZE = 50
@@ -65,9 +65,10 @@ def traces_list(request: HtmxHttpRequest) -> HttpResponse:
 def trace_detail(request: HtmxHttpRequest, trace_id: str) -> HttpResponse:
     trace = production_traces.get(trace_id)
     steps = received.steps_of_trace(trace)
+    page = request.GET.get("page", "1")
     context = {
         "trace": trace,
-        "rows": trace_spans.timeline(steps),
+        "tree": page_trace.trace_page(steps, int(page) if page.isdigit() else 1),
         "summary": trace_spans.summary(steps),
         "dataset": DEFAULT_DATASET,
     }

@@ -65,7 +65,7 @@ def test_the_item_panel_shows_the_agents_steps_as_a_timeline(site, page):  # noq
     expect(tool).to_contain_text("get_weather")
     expect(tool.locator("pre.output")).to_be_hidden()
     tool.locator("summary").click()
-    expect(tool.locator("pre.input")).to_have_text('{"city": "Paris"}')
+    expect(tool.locator("pre.call")).to_have_text('get_weather(city="Paris")')
     expect(tool.locator("pre.output")).to_have_text("sunny in Paris")
     expect(panel.locator(".verdicts")).to_contain_text("1 tool call(s) match the 1 expected")
     page.screenshot(path=str(ARTIFACTS / "trace-timeline.png"), full_page=True)
@@ -87,8 +87,10 @@ def test_the_timeline_reads_without_javascript(site, browser):  # noqa: F811 - f
         expect(steps).to_have_count(2)
         expect(tab.locator("pre.error").first).to_contain_text("no weather station in Atlantis")
         first = steps.nth(0)
-        first.locator("summary").click()  # <details> opens natively
-        expect(first.locator("pre.output")).to_contain_text("get_weather")
+        first.locator("summary").first.click()  # <details> opens natively
+        expect(first.locator(".message-assistant pre.call")).to_have_text(
+            'get_weather(city="Atlantis")'
+        )
         tab.screenshot(
             path=str(ARTIFACTS / "trace-timeline-without-javascript.png"), full_page=True
         )

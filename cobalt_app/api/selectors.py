@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.config import Config
+from cobalt.errors import NotFoundError
 from cobalt_app import launcher, page_selectors, selectors
-from cobalt_app.results import iso
+from cobalt_app.models import JudgeCall, Run
+from cobalt_app.results import iso, iter_item_entries
 
 TREND_FIELDS = ("avg", "min", "max", "p50", "p95", "p99", "stddev", "passRate", "count", "errors")
 
@@ -90,3 +92,16 @@ def relative(path: Path, root: Path) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+def item_detail(run: Run, item_id: int) -> dict[str, Any]:
+    """One item of the run as the items list gives it, each LLM-judged evaluation with the
+    judge's own call (`judgeCall`: what it was sent and answered, capped, redacted)."""
+    entry = next(iter_item_entries(run, ids=[item_id], with_id=True), None)
+    if entry is None:
+        raise NotFoundError(f"run {run.id} has no item {item_id}")
+    calls = dict(JudgeCall.objects.filter(item_id=item_id).values_list("evaluator", "data"))
+    for name, evaluation in entry["evaluations"].items():
+        if name in calls:
+            evaluation["judgeCall"] = calls[name]
+    return entry

@@ -299,6 +299,34 @@ class ItemSerializer(serializers.Serializer):
     labels = LabelSerializer(many=True, help_text="People's labels of the item, now.")
 
 
+class JudgeTurnSerializer(serializers.Serializer):
+    prompt = serializers.CharField(help_text="What the judge was sent (the user message).")
+    reply = serializers.CharField(allow_blank=True, help_text="What it answered.")
+    promptChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
+    replyChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
+
+
+class JudgeCallSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    model = serializers.CharField()
+    system = serializers.CharField(allow_blank=True)
+    calls = JudgeTurnSerializer(
+        many=True, help_text="One, or two when the first reply was not usable JSON."
+    )
+
+
+class JudgedEvaluationSerializer(EvaluationSerializer):
+    judgeCall = JudgeCallSerializer(
+        required=False,
+        help_text="An LLM judge's own call (each text capped, secrets removed); a cached "
+        "evaluation shows the call that produced it.",
+    )
+
+
+class ItemDetailSerializer(ItemSerializer):
+    evaluations = serializers.DictField(child=JudgedEvaluationSerializer())
+
+
 class RunRefSerializer(serializers.Serializer):
     id = serializers.CharField()
     name = serializers.CharField()

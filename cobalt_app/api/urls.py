@@ -2,12 +2,17 @@
 
 from django.urls import path, re_path
 
-from cobalt_app.api import views, views_judges, views_sweeps
+from cobalt_app.api import views, views_item, views_judges, views_sweeps
 
 urlpatterns = [
     path("runs/", views.RunListView.as_view(), name="api-run-list"),
     path("runs/<str:run_id>/", views.RunDetailView.as_view(), name="api-run-detail"),
     path("runs/<str:run_id>/items/", views.RunItemsView.as_view(), name="api-run-items"),
+    path(
+        "runs/<str:run_id>/items/<int:item_id>/",
+        views_item.ItemDetailView.as_view(),
+        name="api-run-item",
+    ),
     path("runs/<str:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/labels/", views.RunLabelsView.as_view(), name="api-run-labels"),
     path(

@@ -44,6 +44,7 @@ class EvalOutcome:
     cost: float = 0.0
     chain_of_thought: str = ""  # a judge's reasoning, with `chain_of_thought=True`
     unpriced_model: str = ""  # spent tokens of a model that has no price
+    judge_call: dict[str, Any] | None = None  # an LLM judge's prompt and reply (`JudgeCall`)
 
     @classmethod
     def failed(

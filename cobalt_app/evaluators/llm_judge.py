@@ -20,7 +20,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt.run_settings import RUN_DEFAULTS, default_judge_model
-from cobalt_app import trace_spans
+from cobalt_app import storable, trace_spans
 from cobalt_app.cache import cached_call
 from cobalt_app.evaluators.base import (
     EvalOutcome,
@@ -212,15 +212,18 @@ async def ask_judge(
 
     async def judged(usage: Usage) -> dict[str, Any]:
         replies: list[str] = []
+        calls: list[dict[str, str]] = []
         for message in (user, f"{user}\n\n{strict_instruction}"):
             text = await chat_once(
                 env, target, usage, message, params, f"the llm-judge {evaluator.name!r}"
             )
             replies.append(text)
+            calls.append({"prompt": message, "reply": text})
             parsed = parse_judgement(text, scoring)
             if parsed is not None:
                 score, reason = parsed
                 judgement: dict[str, Any] = {"score": score, "reason": reason}
+                judgement["call"] = judge_call(target, calls)
                 if evaluator.options.get("chain_of_thought"):
                     thought = reasoning_of(text)
                     if thought:
@@ -233,6 +236,18 @@ async def ask_judge(
 
     request = judge_request("llm-judge", target, params, user)
     return await cached_judgement(evaluator, env, request, judged)
+
+
+def judge_call(target: dict[str, Any], calls: list[dict[str, str]]) -> dict[str, Any] | None:
+    """What the judge was sent and answered, as the item page shows it ("Show judge call"):
+    capped and redacted before it is cached or stored (`storable.judge_call`)."""
+    call = {
+        "provider": target["provider"],
+        "model": target["model"],
+        "system": SYSTEM_PROMPT,
+        "calls": calls,
+    }
+    return storable.judge_call(call)
 
 
 def judge_request(kind: str, target: dict[str, Any], params: dict, prompt: str) -> dict:
@@ -271,6 +286,7 @@ async def cached_judgement(
         cost=usage.cost,
         chain_of_thought=judgement.get("chainOfThought", ""),
         unpriced_model=usage.unpriced,
+        judge_call=judgement.get("call"),
     )
 
 
