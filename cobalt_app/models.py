@@ -253,7 +253,7 @@ class ItemTrace(models.Model):
 class RunScoreTable(models.Model):
     """What comparing a run needs, stored once when it is finalised (see `score_tables`): its
     item keys, each evaluator's score per key and each key's status, as one numpy archive;
-    and how many items its failures view lists, per evaluator."""
+    how many items its failures view lists, per evaluator, and in which order."""
 
     run = models.OneToOneField(
         Run, primary_key=True, on_delete=models.CASCADE, related_name="score_table"
@@ -262,6 +262,11 @@ class RunScoreTable(models.Model):
     data = models.BinaryField()
     failing = models.JSONField(
         default=dict, help_text="Items with a failing verdict, per evaluator ('' for any)."
+    )
+    failing_order = models.BinaryField(
+        default=b"",
+        help_text="The ids of the items with a failing verdict, in the failures view's order "
+        "(int64, little-endian).",
     )
 
     def __str__(self) -> str:

@@ -26,7 +26,12 @@ from django.urls import reverse
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_items import ItemsPage, clamp, ordered_item_ids, page_of
 from cobalt_app.page_selectors import pass_marks
-from cobalt_app.score_tables import below_mark, failing_count, failing_verdicts
+from cobalt_app.score_tables import (
+    below_mark,
+    failing_count,
+    failing_order,
+    judged_failures,
+)
 from cobalt_app.selectors import FAILED
 
 KEY_SAMPLE = 200  # items read to offer the run's fields and metadata keys
@@ -220,17 +225,6 @@ def error_groups(run: Run, scope: QuerySet[ItemResult] | None = None) -> list[Er
     return sorted(groups.values(), key=lambda g: (-g.count, g.first[1], g.first[2]))
 
 
-def judged_failures(
-    run: Run, evaluator: str = "", scope: QuerySet[ItemResult] | None = None
-) -> QuerySet:
-    """Items with a failing verdict (`score_tables.failing_verdicts`), the most failing
-    evaluators first, then the worst score, then the item."""
-    failing = failing_verdicts(run, evaluator)
-    if scope is not None:
-        failing = failing.filter(item_id__in=scope.values("id"))
-    return failing.annotate(failed=Count("id")).order_by("-failed", "worst", "item_id")
-
-
 def failure_page(
     run: Run,
     *,
@@ -239,17 +233,25 @@ def failure_page(
     page: int = 1,
     per_page: int = 50,
 ) -> FailuresPage:
-    """A page of the failures view. Four queries: the errors, the judged failures' count
-    (stored at finalisation when nothing narrows the list), the page's ids, its rows and
-    scores (two)."""
+    """A page of the failures view. Four queries: the errors, the judged failures' order
+    (stored at finalisation when nothing narrows the list; else their count and the page's
+    ids), its rows and scores (two)."""
     groups = error_groups(run, scope)
+    order = failing_order(run) if scope is None and not evaluator else None
     failing = judged_failures(run, evaluator, scope)
-    stored = failing_count(run, evaluator) if scope is None else None
-    total = len(groups) + (failing.count() if stored is None else stored)
+    if order is not None:
+        total = len(groups) + len(order)
+    else:
+        stored = failing_count(run, evaluator) if scope is None else None
+        total = len(groups) + (failing.count() if stored is None else stored)
     number, offset = clamp(page, total, per_page)
     shown = groups[offset : offset + per_page]
     start, wanted = max(0, offset - len(groups)), per_page - len(shown)
-    ids = list(failing.values_list("item_id", flat=True)[start : start + wanted]) if wanted else []
+    if order is not None:
+        ids = order[start : start + wanted] if wanted else []
+    else:
+        ranked = failing.values_list("item_id", flat=True)
+        ids = list(ranked[start : start + wanted]) if wanted else []
     judged = page_of(run, ids, number, per_page, total)
     return FailuresPage(
         rows=judged.rows, number=number, per_page=per_page, total=total, groups=shown
@@ -261,7 +263,10 @@ def failure_ids(
 ) -> list[int]:
     """Every item of the failures view, in its order (each group's items in turn)."""
     grouped = [item[0] for group in error_groups(run, scope) for item in group.items]
-    return grouped + list(judged_failures(run, evaluator, scope).values_list("item_id", flat=True))
+    order = failing_order(run) if scope is None and not evaluator else None
+    if order is None:
+        order = list(judged_failures(run, evaluator, scope).values_list("item_id", flat=True))
+    return grouped + order
 
 
 # Groups by a field --------------------------------------------------------------------------
@@ -356,9 +361,13 @@ def list_ids(run: Run, state: ListState, scope: QuerySet[ItemResult] | None) -> 
     return ids_from(0, None)
 
 
-def item_place(run: Run, item_id: int, state: ListState) -> Place:
-    """Where the item stands in the list `state` names. The list's ids are read whole (ids
-    only: 100k of them in tens of milliseconds), then the neighbours' numbers in one query."""
+def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
+    """Where the item stands in the list `state` names (None: all items by number). The list's
+    ids are read whole (ids only: 100k of them in tens of milliseconds), then the neighbours'
+    numbers in one query."""
+    if state is None:
+        return _numbered_place(run, item)
+    item_id = item.id
     scope = item_scope(run, state)
     ids = _remembered(run, state.query(), lambda: list_ids(run, state, scope))
     position = ids.index(item_id) + 1 if item_id in ids else 0
@@ -384,6 +393,19 @@ def item_place(run: Run, item_id: int, state: ListState) -> Place:
         previous=numbers.get(previous),
         next=numbers.get(upcoming),
         next_failure=numbers.get(next_failure),
+    )
+
+
+def _numbered_place(run: Run, item: ItemResult) -> Place:
+    """An item of a run whose items ran once, among all of them by number: its neighbours are
+    the numbers beside its own (one count; no list to read)."""
+    total = ItemResult.objects.filter(run=run).count()
+    number = item.item_index + 1
+    return Place(
+        position=number,
+        total=total,
+        previous=(number - 1, 0) if number > 1 else None,
+        next=(number + 1, 0) if number < total else None,
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.db import connection
-from django.db.models import Min, Q, QuerySet, Value
+from django.db.models import Count, Min, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from cobalt import verdict
@@ -171,9 +171,15 @@ def store(run_id: str) -> None:
 
 
 def _save(run: Run, table: ScoreTable) -> None:
+    order = judged_failures(run).values_list("item_id", flat=True)
     RunScoreTable.objects.update_or_create(
         run_id=run.id,
-        defaults={"format": FORMAT, "data": table.to_bytes(), "failing": failing_counts(run)},
+        defaults={
+            "format": FORMAT,
+            "data": table.to_bytes(),
+            "failing": failing_counts(run),
+            "failing_order": np.array(list(order), dtype="<i8").tobytes(),
+        },
     )
 
 
@@ -198,6 +204,34 @@ def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
         .annotate(worst=Min(Coalesce("score", Value(-1.0))))
         .order_by("worst", "item_id")
     )
+
+
+def judged_failures(
+    run: Run, evaluator: str = "", scope: QuerySet[ItemResult] | None = None
+) -> QuerySet:
+    """Items with a failing verdict (`failing_verdicts`), the most failing evaluators first,
+    then the worst score, then the item."""
+    failing = failing_verdicts(run, evaluator)
+    if scope is not None:
+        failing = failing.filter(item_id__in=scope.values("id"))
+    return failing.annotate(failed=Count("id")).order_by("-failed", "worst", "item_id")
+
+
+def failing_order(run: Run) -> list[int] | None:
+    """`judged_failures` of a finished run over every evaluator, as stored when it was
+    finalised: the run page's default view reads it instead of ranking every failing verdict
+    on each visit. None when there is none (a running run, or a table stored before)."""
+    if run.status in UNFINISHED:
+        return None
+    stored = (
+        RunScoreTable.objects.filter(run_id=run.id)
+        .exclude(failing_order=b"")
+        .values_list("failing_order", flat=True)
+        .first()
+    )
+    if stored is None:
+        return None
+    return np.frombuffer(bytes(stored), dtype="<i8").tolist()
 
 
 def below_mark(marks: dict[str, float], names: list[str]) -> Q:

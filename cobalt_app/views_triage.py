@@ -91,8 +91,7 @@ def item_panel(request: HtmxHttpRequest, run_id: str, number: int) -> HttpRespon
             item = page_items.item_detail(run, repeats.current.id) or item
         place, links = None, _item_links(run, item, params)
     else:
-        listed = state or page_triage.ListState(view="all")
-        place = page_triage.item_place(run, item.id, listed)
+        place = page_triage.item_place(run, item, state)
         links = _links(run, place, params)
     values = page_values.item_values(run, item)
     context: dict[str, Any] = {

@@ -209,10 +209,10 @@ def test_the_run_page_shows_summary_charts_and_escaped_items(client, django_asse
         scores={"k000": {"exact": 0.0, "judge": 0.25}, "k002": {"judge": None}},
         errors={},
     )
-    # run, histogram, errors (grouped), failing verdicts count, their page, rows, scores,
-    # flaky marks (runs of the same version, their observations), the fields to filter by,
-    # previous run, labels, the labels its judges' calibration reads (none: nothing more)
-    with django_assert_num_queries(13):
+    # run, histogram, errors (grouped), the failing items' order (stored at finalisation),
+    # rows, scores, flaky marks (runs of the same version, their observations), the fields to
+    # filter by, previous run, labels, the labels its judges' calibration reads (none)
+    with django_assert_num_queries(12):
         page = client.get(f"/runs/{run.id}/").content.decode()
     # The page opens on the failures, worst first: two evaluators failed k000, one k002.
     assert row_keys(page) == ["k000", "k002"]
@@ -317,9 +317,9 @@ def test_failures_come_worst_first_across_pages(client, django_assert_num_querie
     assert first.index("RuntimeError: boom") < first.index("KeyError: &#x27;a&#x27;")
     assert row_keys(first) == [f"k{i:03d}" for i in range(1, 95, 2)]  # 47 judged, lowest first
     assert "Failures 1–50 of 53" in first
-    # run, errors, failing count (stored at finalisation), failing ids, rows, scores, flaky
+    # run, errors, the failing items' order (stored at finalisation), rows, scores, flaky
     # marks (2), the fields to filter by
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         second = client.get(f"/runs/{run.id}/?page=2", **target("items")).content.decode()
     assert row_keys(second) == ["k095", "k097", "k099"]
     assert RunScoreTable.objects.get(run_id=run.id).failing == {"": 50, "judge": 50}
@@ -447,9 +447,9 @@ def test_a_short_run_id_redirects_and_an_unknown_one_is_404(client):
 def test_the_item_panel_shows_reasons_metadata_and_the_traceback(client, django_assert_num_queries):
     run = make_run(keys=keys(2), outputs={"k000": XSS}, errors={"k001": "RuntimeError: boom"})
     ok_item, failed_item = run.items.order_by("item_index")
-    # run, item and its trace, evaluations, the list it is in (all items: count, ids), the
-    # failures in it (errors, judged), its neighbours' numbers
-    with django_assert_num_queries(8):
+    # run, item and its trace, evaluations, how many items the run has (its neighbours are
+    # the numbers beside its own)
+    with django_assert_num_queries(4):
         panel = client.get(f"/runs/{run.id}/items/1/", **HTMX).content.decode()
     assert panel.lstrip().startswith('<dialog open class="item-panel floating"')
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in panel and XSS not in panel

@@ -89,7 +89,7 @@ def trace_section(page: str) -> str:
 
 def test_a_model_call_reads_as_messages_by_role_with_its_tools_folded(run, client):
     item = ItemResult.objects.get(run=run, item_key="paris")
-    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     trace = trace_section(page)
     roles = re.findall(r'<li class="message message-(\w+)">', trace)
     assert roles[:3] == ["system", "user", "assistant"]  # the first call and its reply
@@ -104,7 +104,7 @@ def test_a_model_call_reads_as_messages_by_role_with_its_tools_folded(run, clien
 
 def test_steps_sit_in_their_parents_branch_with_offsets_and_totals(run, client):
     item = ItemResult.objects.get(run=run, item_key="paris")
-    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     trace = trace_section(page)
     # The agent span holds the three steps: its <details> opens a nested list.
     agent_row = trace[trace.index('id="step-1"') : trace.index('id="step-2"')]
@@ -122,7 +122,7 @@ def test_steps_sit_in_their_parents_branch_with_offsets_and_totals(run, client):
 
 def test_the_step_where_the_item_failed_is_marked_and_open(run, client):
     item = ItemResult.objects.get(run=run, item_key="atlantis")
-    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     trace = trace_section(page)
     # The agent span the exception crossed failed; the tool call it never got back from is
     # where: marked, with the item's error.
@@ -130,7 +130,7 @@ def test_the_step_where_the_item_failed_is_marked_and_open(run, client):
     failing = re.search(r'<li class="step step-tool step-failed" id="step-(\d+)">', trace)
     number = failing.group(1)
     assert (
-        f'<a class="bad" href="/runs/{run.id}/items/{item.id}/#step-{number}">failed at step {number}</a>'
+        f'<a class="bad" href="/runs/{run.id}/items/{item.number}/#step-{number}">failed at step {number}</a>'
         in trace
     )
     row = trace[failing.start() :]
@@ -160,7 +160,7 @@ def test_the_judges_call_is_shown_under_its_score_without_secrets(run, client):
     (turn,) = stored["calls"]
     assert "Is this a good answer? tool said: sunny in Paris (key ***)" in turn["prompt"]
     assert json.loads(turn["reply"])["score"] == 0.8
-    page = client.get(f"/runs/{run.id}/items/{item.id}/").content.decode()
+    page = client.get(f"/runs/{run.id}/items/{item.number}/").content.decode()
     verdicts = page[page.index('<table class="verdicts">') : page.index("</table>")]
     call = verdicts[verdicts.index('<details class="judge-call">') :]
     assert "<summary>Show judge call</summary>" in call and "<code>gpt-4o-mini</code>" in call
@@ -184,7 +184,7 @@ def test_a_cached_evaluation_shows_the_call_that_produced_it(project, fake_provi
         JudgeCall.objects.get(item=evaluation.item).data
         == JudgeCall.objects.get(item__run=first).data
     )
-    page = client.get(f"/runs/{second.id}/items/{evaluation.item_id}/").content.decode()
+    page = client.get(f"/runs/{second.id}/items/{evaluation.item.number}/").content.decode()
     assert "Show judge call" in page and "Is this a good answer? four" in page
 
 
@@ -203,12 +203,12 @@ def test_the_item_panel_reads_judge_calls_only_for_judged_items(
     run, client, django_assert_num_queries
 ):
     item = ItemResult.objects.get(run=run, item_key="paris")
-    # run, item and its trace, evaluations, judge calls, previous, next
-    with django_assert_num_queries(6):
-        client.get(f"/runs/{run.id}/items/{item.id}/", HTTP_HX_REQUEST="true")
-    failed = ItemResult.objects.get(run=run, item_key="atlantis")  # not evaluated
+    # run, item and its trace, evaluations, judge calls, the run's item count (its neighbours)
     with django_assert_num_queries(5):
-        client.get(f"/runs/{run.id}/items/{failed.id}/", HTTP_HX_REQUEST="true")
+        client.get(f"/runs/{run.id}/items/{item.number}/", HTTP_HX_REQUEST="true")
+    failed = ItemResult.objects.get(run=run, item_key="atlantis")  # not evaluated
+    with django_assert_num_queries(4):
+        client.get(f"/runs/{run.id}/items/{failed.number}/", HTTP_HX_REQUEST="true")
 
 
 def test_a_judge_call_is_capped_and_redacted_when_stored():
@@ -291,7 +291,7 @@ def test_anthropic_and_genai_shapes_read_as_messages():
 
 def test_agent_text_stays_escaped_in_messages_and_calls(client, run):
     item = ItemResult.objects.get(run=run, item_key="paris")
-    page = html.unescape(client.get(f"/runs/{run.id}/items/{item.id}/").content.decode())
+    page = html.unescape(client.get(f"/runs/{run.id}/items/{item.number}/").content.decode())
     assert "<script>" not in page.split("</head>", 1)[1].replace('<script src="', "")
 
 
