@@ -1,6 +1,7 @@
 """Dashboard speed (issue 4): pages over real HTTP against `cobalt serve`, embedded SQLite.
 
-    python bench/bench_dashboard.py [--items 50000] [--small 20] [--repeat 9] [--keep DIR]
+    python bench/bench_dashboard.py [--items 50000] [--traces] [--small 20] [--repeat 9]
+                                    [--keep DIR] [--json FILE]
 
 Builds a project whose history holds three runs of `--items` items (same item keys, scores
 moved between them, 1% errors, two evaluators) plus `--small` runs of 100 items over three
@@ -16,6 +17,12 @@ next items page (and the API's) < 200 ms. The run page opens on its failures (wo
 the items pages ask for `view=all`. A run of one item with a 5 MB single-line output and
 5,000 trace steps times that item's page, its panel and a page of its trace (< 300 ms, and
 the bytes column shows each stays under 1 MB).
+
+`--traces` (issue 41): every finished item of the two big runs also has a 10-step trace of a
+tool-using agent (`bench_storage`'s: model calls with their system prompt and tools, tool
+calls, a retrieval; ~2 KB stored), and `--items` defaults to 500,000 (1M traced items in
+all); the item panel, which shows the item's trace, has 150 ms. Items, evaluations and
+traces are written with bulk SQL (a 1M-item build takes minutes, not an hour).
 """
 
 from __future__ import annotations
@@ -35,23 +42,24 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from bench_results import insert  # rows by executemany, as the models store them
 
 REPO = Path(__file__).resolve().parent.parent
 HTMX = {"HX-Request": "true"}
 CATEGORIES = ["refund", "shipping", "login", "billing", "other"]  # a dataset field to group by
 
 
-def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, str]:
+def build(project: Path, *, items: int, small: int, traces: bool, seed: int = 7) -> dict[str, str]:
     """Fill the project's embedded database; returns the ids the pages are timed on."""
     sys.path.insert(0, str(REPO))
     from cobalt.config import load_config
     from cobalt_project import bootstrap
 
     bootstrap.setup(load_config(project))
-    from django.db import transaction
+    from django.db import connection, transaction
     from django.utils import timezone
 
-    from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
+    from cobalt_app.models import Evaluation, ItemResult, ItemTrace, Run, RunTag
     from cobalt_app.results import run_finalise
 
     rng = random.Random(seed)
@@ -78,58 +86,9 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
                 finished_items=done,
             )
             RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in tags])
-            for start in range(0, count, 5000):
-                rows = []
-                for i in range(start, min(count, start + 5000)):
-                    finished = i < done
-                    failed = finished and rng.random() < 0.01
-                    status_ = "pending" if not finished else "error" if failed else "ok"
-                    rows.append(
-                        ItemResult(
-                            run=run,
-                            item_index=i,
-                            run_index=0,
-                            item_key=f"item-{i:06d}",
-                            input={
-                                "id": f"item-{i:06d}",
-                                "input": f"Question number {i}?",
-                                "category": CATEGORIES[i % len(CATEGORIES)],
-                            },
-                            output=None if status_ != "ok" else f"Answer {i} " + "lorem " * 20,
-                            metadata={"model": "gpt-4o-mini"} if status_ == "ok" else {},
-                            status=status_,
-                            error="RuntimeError: agent crashed" if failed else "",
-                            latency_ms=rng.uniform(50, 3000) if finished else None,
-                            tokens=rng.randint(100, 900) if status_ == "ok" else 0,
-                            cost=0.0001 if status_ == "ok" else 0.0,
-                        )
-                    )
-                ItemResult.objects.bulk_create(rows, batch_size=1000)
-                scores = []
-                for row in rows:
-                    if row.status != "ok":
-                        continue
-                    relevance = min(1.0, max(0.0, rng.gauss(0.7 + shift, 0.15)))
-                    scores.append(
-                        Evaluation(
-                            item_id=row.id,
-                            run=run,
-                            evaluator="relevance",
-                            score=round(relevance, 3),
-                            reason="fake judge: plausible answer",
-                            tokens=120,
-                            cost=0.00002,
-                        )
-                    )
-                    scores.append(
-                        Evaluation(
-                            item_id=row.id,
-                            run=run,
-                            evaluator="exact",
-                            score=float(rng.random() < 0.6 + shift),
-                        )
-                    )
-                Evaluation.objects.bulk_create(scores, batch_size=1000)
+            fill_run(connection, run.id, count, done=done, shift=shift, rng=rng)
+            if traces:
+                add_traces(run.id)
         if done == count:
             run_finalise(run.id)
         return run
@@ -152,18 +111,122 @@ def build(project: Path, *, items: int, small: int, seed: int = 7) -> dict[str, 
         )
         small_ids.append(run.id)
     big_item = make_big_item()
+    traced = ItemTrace.objects.count() if traces else 0
     print(
         f"built {ItemResult.objects.count():,} item results, "
-        f"{Evaluation.objects.count():,} evaluations, {Run.objects.count()} runs "
-        f"in {time.perf_counter() - started:.1f}s"
+        f"{Evaluation.objects.count():,} evaluations, {traced:,} traces, "
+        f"{Run.objects.count()} runs in {time.perf_counter() - started:.1f}s"
     )
-    return {
+    ids = {
         "a": big_a.id,
         "b": big_b.id,
         "c": big_c.id,
         "running": small_ids[-1],
         "big_item": big_item,
     }
+    if traces:  # an item whose trace was copied, as most of them are
+        item = ItemTrace.objects.filter(item__run=big_a).order_by("-item_id").first().item
+        ids["traced_item"] = f"/runs/{big_a.id}/items/{item.number}/"
+    return ids
+
+
+def fill_run(connection, run_id: str, count: int, *, done: int, shift: float, rng) -> None:
+    """The run's item results (the first `done` finished, 1% of them errors) and two
+    evaluations of each that succeeded, by bulk SQL in chunks of 5,000."""
+    from cobalt_app.models import Evaluation, ItemResult
+
+    for start in range(0, count, 5000):
+        rows = []
+        for i in range(start, min(count, start + 5000)):
+            finished = i < done
+            failed = finished and rng.random() < 0.01
+            status = "pending" if not finished else "error" if failed else "ok"
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "item_index": i,
+                    "run_index": 0,
+                    "item_key": f"item-{i:06d}",
+                    "input": {
+                        "id": f"item-{i:06d}",
+                        "input": f"Question number {i}?",
+                        "category": CATEGORIES[i % len(CATEGORIES)],
+                    },
+                    "output": None if status != "ok" else f"Answer {i} " + "lorem " * 20,
+                    "metadata": {"model": "gpt-4o-mini"} if status == "ok" else {},
+                    "status": status,
+                    "error": "RuntimeError: agent crashed" if failed else "",
+                    "latency_ms": rng.uniform(50, 3000) if finished else None,
+                    "tokens": rng.randint(100, 900) if status == "ok" else 0,
+                    "cost": 0.0001 if status == "ok" else 0.0,
+                }
+            )
+        insert(connection, ItemResult, rows)
+        ids = dict(
+            ItemResult.objects.filter(
+                run_id=run_id, item_index__gte=start, item_index__lt=start + 5000
+            ).values_list("item_index", "id")
+        )
+        scores = []
+        for row in rows:
+            if row["status"] != "ok":
+                continue
+            item_id = ids[row["item_index"]]
+            relevance = min(1.0, max(0.0, rng.gauss(0.7 + shift, 0.15)))
+            scores.append(
+                {
+                    "item_id": item_id,
+                    "run_id": run_id,
+                    "evaluator": "relevance",
+                    "score": round(relevance, 3),
+                    "reason": "fake judge: plausible answer",
+                    "tokens": 120,
+                    "cost": 0.00002,
+                }
+            )
+            scores.append(
+                {
+                    "item_id": item_id,
+                    "run_id": run_id,
+                    "evaluator": "exact",
+                    "score": float(rng.random() < 0.6 + shift),
+                }
+            )
+        insert(connection, Evaluation, scores)
+
+
+TRACE_VARIANTS = 100
+
+
+def add_traces(run_id: str) -> None:
+    """A 10-step trace of a tool-using agent (`bench_storage.trace_steps`: model calls with
+    their system prompt and tools, tool calls, a retrieval) for each of the run's finished
+    items: the first `TRACE_VARIANTS` stored by the engine's trace write (compressed, shared
+    parts as blobs), copied to the other items in one statement (item i gets variant
+    i mod TRACE_VARIANTS): the same bytes per item, without compressing a million traces."""
+    from bench_storage import trace_steps
+    from django.db import connection
+
+    from cobalt_app import trace_store
+    from cobalt_app.models import ItemResult
+
+    first = ItemResult.objects.filter(run_id=run_id, status="ok", item_index__lt=TRACE_VARIANTS)
+    stored = []
+    for item_id, index in first.values_list("id", "item_index"):
+        steps = trace_steps(index)
+        stored.append((item_id, json.dumps(steps, ensure_ascii=False), steps, ""))
+    trace_store.write(stored)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO cobalt_app_itemtrace (item_id, data, blobs, missing, estimated) "
+            "SELECT item.id, variant.data, variant.blobs, '', variant.estimated "
+            "FROM cobalt_app_itemresult item "
+            "JOIN cobalt_app_itemresult source ON source.run_id = item.run_id "
+            "AND source.item_index = item.item_index %% %s "
+            "JOIN cobalt_app_itemtrace variant ON variant.item_id = source.id "
+            "WHERE item.run_id = %s AND item.status = 'ok' AND item.item_index >= %s",
+            [TRACE_VARIANTS, run_id, TRACE_VARIANTS],
+        )
 
 
 BIG_OUTPUT_CHARS = 5_000_000
@@ -302,27 +365,33 @@ def time_compare_three(project: Path, ids: dict[str, str], repeat: int, size: st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=50_000)
+    parser.add_argument("--items", type=int, help="Items per big run (50,000; 500,000 --traces).")
     parser.add_argument("--small", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--traces", action="store_true", help="A 10-step trace per item.")
     parser.add_argument("--keep", type=Path, help="Build (or reuse) the project in this folder.")
+    parser.add_argument("--json", type=Path, help="Also write the table's rows to this file.")
     args = parser.parse_args()
+    items = args.items or (500_000 if args.traces else 50_000)
 
     project = prepare_project(args.keep)
-    ids = project_runs(project, items=args.items, small=args.small)
+    ids = project_runs(project, items=items, small=args.small, traces=args.traces)
     # The selector first, in this process, before the server competes for the cores.
-    scale = f"{args.items // 1000}k" if args.items >= 1000 else str(args.items)
+    scale = f"{items // 1000}k" if items >= 1000 else str(items)
     selectors = [time_compare_runs(project, ids["a"], ids["b"], args.repeat, scale)]
     if "c" in ids:  # absent from a project `--keep` built before it
         selectors.append(time_compare_three(project, ids, args.repeat, scale))
     process, base = serve(project)
     try:
-        rows = [*selectors, *time_pages(base, page_cases(ids, scale), ids["a"], args.repeat)]
+        cases = page_cases(ids, scale, traces=args.traces)
+        rows = [*selectors, *time_pages(base, cases, ids["a"], args.repeat)]
     finally:
         process.terminate()
         process.wait(timeout=30)
         if not args.keep:
             shutil.rmtree(project, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps({"items": 2 * items, "traces": args.traces, "rows": rows}))
     failed = print_table(rows)
     sys.exit(1 if failed else 0)
 
@@ -338,19 +407,22 @@ def prepare_project(keep: Path | None) -> Path:
     return project
 
 
-def project_runs(project: Path, *, items: int, small: int) -> dict[str, str]:
+def project_runs(project: Path, *, items: int, small: int, traces: bool) -> dict[str, str]:
     """The ids of the benchmark's runs: built once, then read from `.bench-ids`."""
     ids_file = project / ".bench-ids"
     if ids_file.exists():
         return dict(line.split("=", 1) for line in ids_file.read_text().split())
-    ids = build(project, items=items, small=small)
+    ids = build(project, items=items, small=small, traces=traces)
     ids_file.write_text("\n".join(f"{k}={v}" for k, v in ids.items()))
     return ids
 
 
-def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, dict, int]]:
+def page_cases(
+    ids: dict[str, str], scale: str, *, traces: bool = False
+) -> list[tuple[str, str | None, dict, int]]:
     """(name, URL, headers, target in ms) of each page timed; the item panel's URL (None) is
-    found at run time."""
+    found at run time. With traces, the panel of an item with its trace has 150 ms (issue 41).
+    """
     a, b, c, running = ids["a"], ids["b"], ids.get("c"), ids["running"]
     items_partial = {**HTMX, "HX-Target": "items"}
     big = ids.get("big_item")  # absent from a project `--keep` built before it
@@ -383,6 +455,7 @@ def page_cases(ids: dict[str, str], scale: str) -> list[tuple[str, str | None, d
         ("group by category", f"/runs/{a}/?group=category", items_partial, 300),
         ("item panel in all items", f"/runs/{a}/items/2/?view=all", HTMX, 300),
         ("item panel in a search", f"/runs/{a}/items/4243/?view=all&q=number+4242", HTMX, 300),
+        *([("item panel with its trace", ids["traced_item"], HTMX, 150)] if traces else []),
         ("live progress (running run)", f"/runs/{running}/", {**HTMX, "HX-Target": "live"}, 200),
         (f"compare {scale} vs {scale}", f"/compare/?a={a}&b={b}", {}, 1000),
         (

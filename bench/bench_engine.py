@@ -34,6 +34,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -186,6 +187,44 @@ for first in range(0, n, 1000):
 print(time.perf_counter() - started)
 """
 
+# The floor of a traced item: the bare OpenTelemetry SDK making the traced workload's 10
+# spans with the same attributes, kept in memory (no conversion, no storage). CPU seconds.
+TRACE_FLOOR = """
+import json, sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+tracer = provider.get_tracer("floor")
+SYSTEM = "You are a careful support agent. " * 20
+
+def span(name, kind, value):
+    return tracer.start_as_current_span(
+        name, attributes={"cobalt.kind": kind, "cobalt.name": name, "cobalt.input": value})
+
+started = time.process_time()
+for i in range(int(sys.argv[1])):
+    question = f"q{i}"
+    with span("agent", "agent", question) as agent:
+        with span("search", "retrieval", question) as search:
+            search.set_attribute("cobalt.output", json.dumps(["faq-1", "faq-2"]))
+        for step in range(3):
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+            with span(f"model call {step}", "llm", json.dumps(messages)) as call:
+                call.set_attribute("cobalt.output", f"step {step}: looking up {question}")
+            order = {"order": f"order-{i}-{step}"}
+            with span("lookup", "tool", json.dumps(order)) as tool:
+                result = {"order": order["order"], "status": "shipped", "eta": "2 days"}
+                tool.set_attribute("cobalt.output", json.dumps(result))
+        with span("plan", "other", question) as plan:
+            plan.set_attribute("cobalt.output", "answer")
+        agent.set_attribute("cobalt.output", f"answer to {question}")
+    exporter.clear()
+print(time.process_time() - started)
+"""
+
 WORKLOADS = {"noop": NOOP, "sync": SYNC_NOOP, "contains": CONTAINS, "traced": TRACED}
 
 
@@ -200,8 +239,17 @@ def start_fake_provider(latency: float) -> tuple[subprocess.Popen, str]:
     return process, line.split("=", 1)[1]
 
 
-def timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of a whole process."""
+class Usage(NamedTuple):
+    """What a whole process took: wall seconds, CPU seconds (user + system, its threads and
+    children), peak RSS in MB."""
+
+    wall: float
+    cpu: float
+    rss: float
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str]) -> Usage:
+    """Wall seconds, CPU seconds and peak RSS (MB) of a whole process."""
     started = time.perf_counter()
     with tempfile.TemporaryFile(mode="w+") as stderr:
         process = subprocess.Popen(
@@ -213,7 +261,7 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, fl
         if process.returncode != 0:
             stderr.seek(0)
             raise SystemExit(f"{command} failed:\n{stderr.read()[-3000:]}")
-    return elapsed, usage.ru_maxrss / 1024
+    return Usage(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def project(folder: Path, name: str, source: str, n: int, config: str = "") -> Path:
@@ -269,45 +317,78 @@ def bench_replay(args: argparse.Namespace, env: dict[str, str], tmp_path: Path) 
     )
 
 
-def bench_big(args: argparse.Namespace, env: dict[str, str], tmp_path: Path) -> None:
-    """Workload 2: quick items, beside the bare-SQLite floor (and another tree's figures)."""
+def sqlite_floor(n: int, tmp_path: Path, repeat: int) -> float:
+    """Seconds of the bare script writing `n` items' rows into SQLite, best of `repeat`."""
     floor_script = tmp_path / "floor.py"
     floor_script.write_text(FLOOR)
-    trees = {"this": REPO, **({"against": args.against.resolve()} if args.against else {})}
-    for tree in trees.values():
-        compile_sources(tree)
     floors = []
-    for attempt in range(args.repeat):
+    for attempt in range(repeat):
         database = tmp_path / f"floor-{attempt}.db"
         out = subprocess.run(
-            [sys.executable, str(floor_script), str(args.big), str(database)],
+            [sys.executable, str(floor_script), str(n), str(database)],
             capture_output=True,
             text=True,
             check=True,
         )
         floors.append(float(out.stdout))
-    floor = min(floors)
-    print(f"Quick items: {args.big:,} items, concurrency 40 (best of {args.repeat})")
+        database.unlink()
+    return min(floors)
+
+
+def trace_floor(n: int, tmp_path: Path) -> float:
+    """CPU seconds of the bare OpenTelemetry SDK making `n` items' 10 spans (`TRACE_FLOOR`)."""
+    script = tmp_path / "trace_floor.py"
+    script.write_text(TRACE_FLOOR)
+    out = subprocess.run(
+        [sys.executable, str(script), str(n)], capture_output=True, text=True, check=True
+    )
+    return float(out.stdout)
+
+
+class QuickRun(NamedTuple):
+    """A `cobalt run` of quick items: the whole process, and the run's own seconds."""
+
+    usage: Usage
+    run: float
+
+
+def quick_items(
+    name: str, n: int, tmp_path: Path, env: dict[str, str], trees: dict[str, Path], repeat: int
+) -> dict[str, QuickRun]:
+    """Workload `name` at `n` items with each tree (interleaved), the fastest of `repeat`
+    (by CPU time: steadier than wall time on a shared machine) per tree."""
+    folder = project(tmp_path / name, name, WORKLOADS[name], n)
+    best: dict[str, QuickRun] = {}
+    for _ in range(repeat):
+        for label, tree in trees.items():
+            shutil.rmtree(folder / ".cobalt", ignore_errors=True)
+            usage = timed(
+                [sys.executable, "-m", "cobalt_cli", "run"],
+                folder,
+                {**env, "PYTHONPATH": str(tree)},
+            )
+            if label not in best or usage.cpu < best[label].usage.cpu:
+                best[label] = QuickRun(usage, run_duration_s(folder))
+    shutil.rmtree(folder, ignore_errors=True)
+    return best
+
+
+def bench_big(args: argparse.Namespace, env: dict[str, str], tmp_path: Path) -> None:
+    """Workload 2: quick items, beside the bare-SQLite floor (and another tree's figures)."""
+    trees = {"this": REPO, **({"against": args.against.resolve()} if args.against else {})}
+    for tree in trees.values():
+        compile_sources(tree)
+    floor = sqlite_floor(args.big, tmp_path, args.repeat)
+    print(f"Quick items: {args.big:,} items, concurrency 40 (best of {args.repeat}, by CPU)")
     print(f"  bare SQLite floor (executemany)  : {floor:6.2f} s = {args.big / floor:9,.0f} items/s")
     for name in args.workloads.split(","):
-        folder = project(tmp_path / name, name, WORKLOADS[name], args.big)
-        best: dict[str, tuple[float, float, float]] = {}
-        for _ in range(args.repeat):
-            for label, tree in trees.items():
-                shutil.rmtree(folder / ".cobalt", ignore_errors=True)
-                elapsed, rss = timed(
-                    [sys.executable, "-m", "cobalt_cli", "run"],
-                    folder,
-                    {**env, "PYTHONPATH": str(tree)},
-                )
-                run = run_duration_s(folder)
-                if label not in best or elapsed < best[label][0]:
-                    best[label] = (elapsed, run, rss)
-        for label, (elapsed, run, rss) in best.items():
+        best = quick_items(name, args.big, tmp_path, env, trees, args.repeat)
+        for label, ((elapsed, cpu, rss), run) in best.items():
             print(
                 f"  {name:<8} {label:<7} process {elapsed:6.2f} s = {args.big / elapsed:6,.0f}"
                 f" items/s, run {run:5.2f} s = {args.big / run:6,.0f} items/s"
-                f" ({run / floor:4.1f}x the floor), peak RSS {rss:4.0f} MB"
+                f" ({run / floor:4.1f}x the floor), CPU {cpu / args.big * 1000:5.3f} ms/item,"
+                f" peak RSS {rss:4.0f} MB"
             )
 
 

@@ -456,14 +456,9 @@ def after(path: Path, n: int, batch: int, payloads: list[tuple[str, list]]) -> d
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=10_000)
-    parser.add_argument("--batch", type=int, default=1000, help="Traces per write (recorder).")
-    parser.add_argument("--keep", action="store_true", help="Keep the two database files.")
-    args = parser.parse_args()
-    n = args.items
-
+def measure(n: int, batch: int, keep: bool) -> dict[str, Any]:
+    """Bytes per item before and after, and the time spent, for `n` items (Django set up in
+    this process, on a database of its own)."""
     folder = Path(tempfile.mkdtemp(prefix="cobalt-bench-storage-"))
     os.environ["COBALT_SQLITE_PATH"] = str(folder / "after.db")
     os.environ["COBALT_PROJECT_DIR"] = str(folder)
@@ -477,18 +472,40 @@ def main() -> None:
     for i in range(n):
         steps = trace_steps(i)
         payloads.append((json.dumps(storable.salvage(steps), ensure_ascii=False), steps))
-    trace_json = sum(len(text.encode()) for text, _ in payloads) / n
     recording_json = sum(len(json.dumps(exchanges(i)).encode()) for i in range(min(n, 1000)))
-    print(
-        f"{n:,} items; per item: trace {trace_json:,.0f} B of JSON (10 steps), recording "
-        f"{recording_json / min(n, 1000):,.0f} B of JSON (4 exchanges); SQLite {sqlite3.sqlite_version}"
-    )
     try:
         old_traces, old_recordings = before(folder / "before.db", n, payloads)
-        new = after(folder / "after.db", n, args.batch, payloads)
+        new = after(folder / "after.db", n, batch, payloads)
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(folder)
+    return {
+        **new,
+        "items": n,
+        "folder": str(folder),
+        "trace json": sum(len(text.encode()) for text, _ in payloads) / n,
+        "recording json": recording_json / min(n, 1000),
+        "before traces": old_traces,
+        "before recordings": old_recordings,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=1000, help="Traces per write (recorder).")
+    parser.add_argument("--keep", action="store_true", help="Keep the two database files.")
+    parser.add_argument("--json", type=Path, help="Also write the figures to this file.")
+    args = parser.parse_args()
+    n = args.items
+    new = measure(n, args.batch, args.keep)
+    if args.json:
+        args.json.write_text(json.dumps(new))
+    print(
+        f"{n:,} items; per item: trace {new['trace json']:,.0f} B of JSON (10 steps), recording "
+        f"{new['recording json']:,.0f} B of JSON (4 exchanges); SQLite {sqlite3.sqlite_version}"
+    )
+    old_traces, old_recordings = new["before traces"], new["before recordings"]
     rows = [
         ("traces", old_traces, new["traces"], new["trace rows"]),
         ("recordings", old_recordings, new["recordings"], new["recording rows"]),
@@ -513,7 +530,7 @@ def main() -> None:
             f"{label}: {wall / n * 1e6:,.0f} µs per item, {cpu / n * 1e6:,.0f} µs of CPU ({unit})"
         )
     if args.keep:
-        print(f"files in {folder}")
+        print(f"files in {new['folder']}")
 
 
 if __name__ == "__main__":

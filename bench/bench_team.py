@@ -1,7 +1,7 @@
 """Team-mode benchmarks (issue 3). Run: `python bench/bench_team.py [--items 400] [--repeat 3]`.
 
 Needs PostgreSQL on 127.0.0.1:5432 (database `cobalt_bench_team_<pid>`, dropped at the end)
-and Redis on 127.0.0.1:6379 (DB 6, flushed).
+and Redis on 127.0.0.1:6379 (DB 6, or `BENCH_REDIS_DB`; flushed).
 
 1. 400 items × (one agent call + one llm-judge call) against the fake provider (a separate
    process) with 100 ms latency, one `cobalt worker --concurrency 40` (as it starts by
@@ -49,6 +49,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ from cobalt_cli.commands_team import process_count  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-BROKER = "redis://127.0.0.1:6379/6"
+# Redis DB 6 unless BENCH_REDIS_DB says another (it is flushed at the start and the end).
+BROKER = f"redis://127.0.0.1:6379/{os.environ.get('BENCH_REDIS_DB', '6')}"
 
 NOOP = """
 from cobalt import Dataset, experiment
@@ -608,6 +610,25 @@ def main() -> None:
     # A `kill` of the bench stops its workers and drops its database too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    with (
+        team_services() as (base, team_env, database_url, workers),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        tmp_path = Path(tmp)
+        llm = project(tmp_path / "llm", EXPERIMENT, args.items)
+        timed([sys.executable, "-m", "cobalt_cli", "migrate"], llm, team_env)
+        if not args.throughput:
+            latency_and_dispatch(args, tmp_path, llm, base, team_env, database_url, workers)
+        rows = team_throughput(args, tmp_path, team_env, database_url, workers)
+        floor = postgres_floor(database_url, args.big)
+        print_throughput(args, rows, floor, round_trips(database_url))
+
+
+@contextlib.contextmanager
+def team_services() -> Iterator[tuple[dict, dict, str, list[subprocess.Popen]]]:
+    """A database of its own on PostgreSQL, the Redis DB flushed, the fake provider at 100 ms:
+    (the environment without team settings, with them, the database URL, the workers started
+    meanwhile). Workers are stopped, the database dropped and Redis flushed at the end."""
     database = f"cobalt_bench_team_{os.getpid()}"
     database_url = f"postgresql://postgres@127.0.0.1:5432/{database}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
@@ -620,15 +641,7 @@ def main() -> None:
     team_env = {**base, "COBALT_DATABASE_URL": database_url, "COBALT_BROKER_URL": BROKER}
     workers: list[subprocess.Popen] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            tmp_path = Path(tmp)
-            llm = project(tmp_path / "llm", EXPERIMENT, args.items)
-            timed([sys.executable, "-m", "cobalt_cli", "migrate"], llm, team_env)
-            if not args.throughput:
-                latency_and_dispatch(args, tmp_path, llm, base, team_env, database_url, workers)
-            rows = team_throughput(args, tmp_path, team_env, database_url, workers)
-            floor = postgres_floor(database_url, args.big)
-            print_throughput(args, rows, floor, round_trips(database_url))
+        yield base, team_env, database_url, workers
     finally:
         for worker in workers:
             stop(worker)

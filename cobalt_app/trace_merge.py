@@ -166,6 +166,8 @@ def same_requests(
     return _without(steps, attributes, into)
 
 
+# An input message's role or content, at index 0 to 999 written as Python writes numbers.
+_INPUT_MESSAGE = re.compile(r"llm\.input_messages\.(0|[1-9]\d{0,2})\.message\.(?:role|content)")
 _RESPONSE_ID = re.compile(r'"id"\s*:\s*"((?:chatcmpl|msg|resp|gen|cmpl)[-_][\w-]{4,})"')
 
 
@@ -176,11 +178,16 @@ def _request_key(step: dict[str, Any], a: dict[str, Any]) -> tuple[set[str], str
     if isinstance(output, str):
         ids.update(_RESPONSE_ID.findall(output[:100_000]))
     last = None
-    for n in range(999, -1, -1):
+    # The highest message index with a role or a content, found in one pass over the keys
+    # (asking for each of 1,000 indexes cost more than the rest of an item's trace).
+    numbers = (
+        int(match[1])
+        for key in a
+        if key.startswith("llm.input_messages.") and (match := _INPUT_MESSAGE.fullmatch(key))
+    )
+    if (n := max(numbers, default=None)) is not None:
         prefix = f"llm.input_messages.{n}.message."
-        if f"{prefix}role" in a or f"{prefix}content" in a:
-            last = a.get(f"{prefix}content") or a.get(f"{prefix}contents.0.message_content.text")
-            break
+        last = a.get(f"{prefix}content") or a.get(f"{prefix}contents.0.message_content.text")
     return ids, (str(last).strip() or None) if last is not None else None
 
 
