@@ -444,7 +444,7 @@ def page_cases(
         ("items: score ≤ 0.3", f"/runs/{a}/?evaluator=relevance&max=0.3", items_partial, 200),
         ("items: status error", f"/runs/{a}/?status=error", items_partial, 200),
         ("item panel (in its failures)", None, HTMX, 200),
-        ("search: all items", f"/runs/{a}/?view=all&q=number+4242", items_partial, 300),
+        ("search: all items", f"/runs/{a}/?view=all&q=number+42", items_partial, 300),
         ("search: failures", f"/runs/{a}/?q=crashed", items_partial, 300),
         (
             "filter: category = refund",
@@ -454,7 +454,7 @@ def page_cases(
         ),
         ("group by category", f"/runs/{a}/?group=category", items_partial, 300),
         ("item panel in all items", f"/runs/{a}/items/2/?view=all", HTMX, 300),
-        ("item panel in a search", f"/runs/{a}/items/4243/?view=all&q=number+4242", HTMX, 300),
+        ("item panel in a search", f"/runs/{a}/items/43/?view=all&q=number+42", HTMX, 300),
         *([("item panel with its trace", ids["traced_item"], HTMX, 150)] if traces else []),
         ("live progress (running run)", f"/runs/{running}/", {**HTMX, "HX-Target": "live"}, 200),
         (f"compare {scale} vs {scale}", f"/compare/?a={a}&b={b}", {}, 1000),

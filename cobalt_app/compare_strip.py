@@ -20,6 +20,8 @@ from cobalt_app.models import Run
 # nor is a latency change under LATENCY_FLOOR_MS (scheduling jitter on a fast agent).
 RELATIVE_CHANGE = 0.05
 LATENCY_FLOOR_MS = 100.0
+# A percentile of fewer items is one slow call (a cold start), not the agent's latency.
+LATENCY_MIN_ITEMS = 20
 # (key in `run_figures`, how the sentence names it), lower is better for each.
 COSTS = (
     ("latencyP50", "p50 latency"),
@@ -29,14 +31,16 @@ COSTS = (
 )
 
 
-def notable(key: str, before: float | None, after: float | None) -> bool:
-    """Whether a run's latency, tokens or cost (`key`) moved enough to be a win or a loss;
-    any change of errors or timeouts is."""
+def notable(key: str, before: float | None, after: float | None, items: int | None = None) -> bool:
+    """Whether a run's latency, tokens or cost (`key`) moved enough to be a win or a loss
+    (`items`: the fewer of the two runs' items); any change of errors or timeouts is."""
     if before is None or after is None or before == after:
         return False
     if key in ("errors", "timeouts"):
         return True
-    if key.startswith("latency") and abs(after - before) < LATENCY_FLOOR_MS:
+    if key.startswith("latency") and (
+        abs(after - before) < LATENCY_FLOOR_MS or (items or 0) < LATENCY_MIN_ITEMS
+    ):
         return False
     change = _relative(after, before)
     return change is None or abs(change) >= RELATIVE_CHANGE
@@ -140,7 +144,7 @@ def _wins_and_losses(
         phrase = f"{e['name']} ({rates}significant, {format_p(e['pValue'])})"
         (wins if e["verdict"] == IMPROVED else losses).append(phrase)
     for key, named in COSTS:
-        if notable(key, base[key], run[key]):
+        if notable(key, base[key], run[key], min(base["items"] or 0, run["items"] or 0)):
             change = _relative(run[key], base[key])
             shown = "new" if change is None else f"{change:+.0%}".replace("-", "−")
             (wins if run[key] < base[key] else losses).append(f"{named} ({shown})")

@@ -510,7 +510,7 @@ def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
         ("Errors", "errors", thousands, True),
         ("Timeouts", "timeouts", thousands, True),
     ):
-        rows.append(_strip_row(label, base[key], columns, key, shown, signed, lower_better))
+        rows.append(_strip_row(label, base, columns, key, shown, signed, lower_better))
     for n, name in enumerate(strip["evaluators"]):
         cells = []
         for column in columns:
@@ -534,7 +534,7 @@ def strip_rows(strip: dict[str, Any]) -> list[dict[str, Any]]:
         ("Tokens", "tokens", thousands),
         ("Cost", "cost", cost),
     ):
-        rows.append(_strip_row(label, base[key], columns, key, shown, signed, True))
+        rows.append(_strip_row(label, base, columns, key, shown, signed, True))
     return rows
 
 
@@ -543,13 +543,20 @@ def _points(share: float) -> str:
 
 
 def _strip_row(
-    label: str, base: Any, columns: list, key: str, shown: Any, signed: Any, lower_better: Any
+    label: str,
+    base: dict[str, Any],
+    columns: list,
+    key: str,
+    shown: Any,
+    signed: Any,
+    lower_better: Any,
 ) -> dict[str, Any]:
     cells = []
     for column in columns:
         change = column["deltas"][key]
         trend = ""
-        if lower_better is not None and notable(key, base, column[key]):
+        items = min(base["items"] or 0, column["items"] or 0)
+        if lower_better is not None and notable(key, base[key], column[key], items):
             trend = "good" if (change < 0) == lower_better else "bad"
         cells.append(
             {
@@ -559,4 +566,4 @@ def _strip_row(
                 "verdict": None,
             }
         )
-    return {"label": label, "base": shown(base), "cells": cells}
+    return {"label": label, "base": shown(base[key]), "cells": cells}

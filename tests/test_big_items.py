@@ -120,7 +120,7 @@ def test_the_item_page_shows_the_first_20_kb_of_a_5_mb_output_and_downloads_the_
 def test_a_trace_of_5000_steps_is_grouped_collapsed_and_paged(site):
     item = site.item_url(site.runs[0])
     page = site.client.get(item).text
-    assert "5000 steps: 1900 model calls, 3100 tool calls" in page
+    assert "5,000 steps: 1,900 model calls, 3,100 tool calls" in page
     assert "steps 1–100 below" in page
     assert "llm × 1,200" in page and "steps 1–100 on this page" in page
     assert re.search(r'<li class="step-group step-llm">\s*<details>', page)  # closed
@@ -167,7 +167,7 @@ def test_compare_review_and_items_list_cap_what_they_show(site):
     assert compare.status_code == 200 and len(compare.content) < MEGABYTE
     assert BIG_OUTPUT[:SHOWN_CHARS] in compare.text
     assert compare.text.count("Download the whole output") == 2
-    assert "The diff reads the first 20,000 characters of each trace" in compare.text
+    assert "The traces are long: the whole of each on its item's page" in compare.text
     item_id = site.item_url(a).rstrip("/").rsplit("/", 1)[1]
     with httpx.Client(base_url=site.url, timeout=60) as reviewer:
         form = reviewer.get("/login/").text

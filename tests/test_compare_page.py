@@ -450,7 +450,10 @@ def test_latency_tokens_and_cost_count_only_past_their_thresholds():
     from cobalt_app.compare_strip import notable, sentence
 
     assert not notable("latencyP50", 15.0, 7.0)  # −53%, but 8 ms: jitter
-    assert notable("latencyP95", 1_000.0, 1_200.0) and not notable("latencyP95", 1_000, 1_040)
+    assert notable("latencyP95", 1_000.0, 1_200.0, 50) and not notable(
+        "latencyP95", 1_000, 1_040, 50
+    )
+    assert not notable("latencyP95", 100.0, 1_000.0, 5)  # 5 items: one cold start, not a trend
     assert notable("cost", 0.10, 0.12) and not notable("cost", 0.10, 0.104)
     assert notable("tokens", 0, 10) and notable("errors", 3, 4)
     assert sentence("B", [], [], []) == "B neither wins nor loses."

@@ -92,6 +92,6 @@ def test_chart_js_loads_only_on_pages_that_draw_a_chart(client):
     charted = (f"/runs/{run.id}/", f"/compare/?a={run.id}&b={run.id}", "/trends/")
     for path in charted:
         assert CHART_JS.search(client.get(path).content.decode()), path
-    for path in ("/", f"/runs/{run.id}/items/{item.id}/", "/sweeps/", "/traces/"):
+    for path in ("/", f"/runs/{run.id}/items/{item.number}/", "/sweeps/", "/traces/"):
         page = client.get(path).content.decode()
         assert "<!doctype html>" in page and not CHART_JS.search(page), path

@@ -4,6 +4,7 @@ is drawn) and axe-core on the API docs and the repetition views."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -135,7 +136,7 @@ def test_a_repeated_item_fits_a_phone(site, browser):
     tab = context.new_page()
     try:
         listing = httpx.get(f"{site.url}/runs/{site.run}/").text
-        item = re.search(r'href="(/runs/\w+/items/\d+/)"', listing)[1]
+        item = html.unescape(re.search(r'href="(/runs/\w+/items/\d+/[^"#]*)"', listing)[1])
         for path in (f"/runs/{site.run}/", item):
             tab.goto(site.url + path)
             assert tab.evaluate("document.documentElement.scrollWidth") <= 390, path
@@ -148,7 +149,7 @@ def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site,
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     listing = httpx.get(f"{site.url}/runs/{site.run}/").text
-    item = re.search(r'href="(/runs/\w+/items/\d+/)"', listing)[1]
+    item = html.unescape(re.search(r'href="(/runs/\w+/items/\d+/[^"#]*)"', listing)[1])
     for path in ("/", item, "/sweeps/", "/traces/"):
         response = page.goto(site.url + path)
         assert response.header_value("content-encoding") == "gzip", path  # Chromium asks
@@ -165,7 +166,7 @@ def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site,
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_wcag_aa_violation_on_the_api_docs_and_repetition_views(site, browser, scheme):
     listing = httpx.get(f"{site.url}/runs/{site.run}/").text
-    item = re.search(r'href="(/runs/\w+/items/\d+/)"', listing)[1]
+    item = html.unescape(re.search(r'href="(/runs/\w+/items/\d+/[^"#]*)"', listing)[1])
     # bypass_csp: axe is injected as an inline script, which the pages' policy forbids.
     context = browser.new_context(
         bypass_csp=True, color_scheme=scheme, viewport={"width": 1360, "height": 900}
