@@ -270,13 +270,35 @@ def _scored_rows(*run_ids: str) -> Iterator[list[tuple[str, str, str, float]]]:
             yield chunk
 
 
-def scores_by_item(run: Run) -> dict[str, dict[str, list[float]]]:
-    """Item key → evaluator → its scores across repetitions (scored evaluations only)."""
-    result: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for chunk in _scored_rows(run.id):
-        for _, evaluator, key, score in chunk:
-            result[key][evaluator].append(score)
-    return result
+# The same rows, each item key's together: the keys in the order their first evaluation was
+# stored, each key's rows in that order too (the order the run's evaluations were stored in).
+SCORED_BY_KEY_SQL = """
+SELECT i.item_key, e.evaluator, e.score, MIN(e.id) OVER (PARTITION BY i.item_key) AS first
+FROM {evaluation} e INNER JOIN {item} i ON i.id = e.item_id
+WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL
+ORDER BY first, e.id
+"""
+
+
+def scored_items(run: Run) -> Iterator[tuple[str, dict[str, list[float]]]]:
+    """(item key, evaluator → its scores across repetitions) of the run's scored evaluations,
+    a key at a time: the run's summary reads a million items without holding them
+    (`significance.run_statistics`)."""
+    sql = SCORED_BY_KEY_SQL.format(
+        evaluation=Evaluation._meta.db_table, item=ItemResult._meta.db_table
+    )
+    key, by_name = None, {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run.id, Evaluation.Status.OK])
+        while chunk := cursor.fetchmany(2000):
+            for item_key, evaluator, score, _ in chunk:
+                if item_key != key:
+                    if by_name:
+                        yield key, by_name
+                    key, by_name = item_key, {}
+                by_name.setdefault(evaluator, []).append(score)
+    if by_name:
+        yield key, by_name
 
 
 def key_scores(*runs: Run) -> dict[str, dict[str, dict[str, float]]]:
