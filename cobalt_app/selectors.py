@@ -273,10 +273,10 @@ def _scored_rows(*run_ids: str) -> Iterator[list[tuple[str, str, str, float]]]:
 # The same rows, each item key's together: the keys in the order their first evaluation was
 # stored, each key's rows in that order too (the order the run's evaluations were stored in).
 SCORED_BY_KEY_SQL = """
-SELECT i.item_key, e.evaluator, e.score, MIN(e.id) OVER (PARTITION BY i.item_key) AS first
+SELECT i.item_key, e.evaluator, e.score, MIN(e.id) OVER (PARTITION BY i.item_key) AS first_id
 FROM {evaluation} e INNER JOIN {item} i ON i.id = e.item_id
 WHERE e.run_id = %s AND e.status = %s AND e.score IS NOT NULL
-ORDER BY first, e.id
+ORDER BY first_id, e.id
 """
 
 
