@@ -4,7 +4,7 @@ Plain functions over lists and dicts (no ORM), built on scipy.stats:
 
 - `mean_ci()`: the confidence interval of a mean — Student's t over scores, Wilson's score
   interval when every value is 0 or 1 (a pass rate).
-- `repetition_stats()` / `pass_at_k()`: per item, how its scores spread across the
+- `run_statistics()` / `pass_at_k()`: per item, how its scores spread across the
   repetitions of a run; pass@k and pass^k for pass/fail scores.
 - `paired_compare()`: one evaluator of two runs over the items both scored, matched by key —
   a paired bootstrap interval of the mean difference and Wilcoxon's signed-rank test
@@ -18,7 +18,10 @@ a second to import, so it is imported where a test needs it, not by every `cobal
 from __future__ import annotations
 
 import math
+from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain, repeat
 from statistics import NormalDist
 from typing import Any
 
@@ -86,7 +89,7 @@ def mean_ci(values: Sequence[float], *, level: float = CONFIDENCE) -> dict[str, 
     if n < 2:
         return None
     mean = float(data.mean())
-    if is_binary(data.tolist()):
+    if _all_binary(data):
         low, high = wilson_interval(int(data.sum()), n, level=level)
         method = "wilson"
     else:
@@ -159,16 +162,6 @@ def describe_repetitions(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def repetition_stats(
-    scores: Mapping[str, Mapping[str, Sequence[float]]],
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """item key → evaluator → mean/stddev/min/max/n of its scores across repetitions."""
-    return {
-        key: {name: describe_repetitions(values) for name, values in by_name.items() if values}
-        for key, by_name in scores.items()
-    }
-
-
 def _comb(n: int, k: int) -> float:
     return float(math.comb(n, k))
 
@@ -187,59 +180,80 @@ def pass_at_k(passes: int, trials: int, k: int) -> tuple[float, float]:
     return at_least_one, every
 
 
-def pass_k_table(per_item: Iterable[Sequence[float]], k_max: int) -> dict[str, Any] | None:
+def pass_k_table(tally: Mapping[tuple[int, int], int], k_max: int) -> dict[str, Any] | None:
     """pass@k and pass^k for k = 1..k_max, averaged over items with at least k repetitions.
 
-    `per_item`: each item's 0/1 scores across repetitions. None unless every score is 0 or 1.
+    `tally`: how many items had each (passes, repetitions) of their 0/1 scores; None without
+    items. Items with the same pair count as many times (an exact sum, `math.fsum`).
     """
-    items = [list(values) for values in per_item if len(values)]
-    if not items or k_max < 1 or not is_binary(v for values in items for v in values):
+    if not tally or k_max < 1:
         return None
     at: dict[str, float] = {}
     hat: dict[str, float] = {}
     counted: dict[str, int] = {}
     for k in range(1, k_max + 1):
-        eligible = [values for values in items if len(values) >= k]
+        eligible = [(pair, n) for pair, n in tally.items() if pair[1] >= k]
         if not eligible:
             break
-        pairs = [pass_at_k(int(sum(values)), len(values), k) for values in eligible]
-        at[str(k)] = math.fsum(p[0] for p in pairs) / len(pairs)
-        hat[str(k)] = math.fsum(p[1] for p in pairs) / len(pairs)
-        counted[str(k)] = len(pairs)
+        pairs = [(pass_at_k(passes, trials, k), n) for (passes, trials), n in eligible]
+        items = sum(n for _, n in pairs)
+        at[str(k)] = math.fsum(chain.from_iterable(repeat(p[0], n) for p, n in pairs)) / items
+        hat[str(k)] = math.fsum(chain.from_iterable(repeat(p[1], n) for p, n in pairs)) / items
+        counted[str(k)] = items
     return {"k": max(int(k) for k in at), "passAtK": at, "passHatK": hat, "items": counted}
 
 
 def run_statistics(
-    by_item: Mapping[str, Mapping[str, Sequence[float]]],
+    items: Iterable[tuple[str, Mapping[str, Sequence[float]]]],
     evaluators: Iterable[str],
     *,
     runs: int = 1,
 ) -> dict[str, Any]:
-    """What a run summary adds to the plain statistics, from item key → evaluator → scores.
+    """What a run summary needs of its scores, in one pass over its items: (item key,
+    evaluator → the item's scores across repetitions), each key once, in the order given.
 
+    - `scores[evaluator]`: all its scores, one array of floats.
     - `ci95[evaluator]`: the 95% interval of the mean over items (each item counted once, at
       the mean of its repetitions, so repeating an item does not narrow the interval).
     - `passAtK[evaluator]`: pass@k and pass^k for k = 1..runs when runs > 1 and the
       evaluator's scores are all 0 or 1.
     - `repetitions`: per item repeated more than once, the spread of each evaluator's scores.
+
+    Per item it keeps 8 bytes for each score and for each evaluator's mean (a million-item
+    run's summary holds no Python object per item), and per (passes, repetitions) a count.
     """
     names = list(evaluators)
-    ci95: dict[str, Any] = {}
+    scores = {name: array("d") for name in names}
+    means = {name: array("d") for name in names}
+    tallies: dict[str, Counter[tuple[int, int]] | None] = {name: Counter() for name in names}
+    repeated: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, by_name in items:
+        if any(len(values) > 1 for values in by_name.values()):
+            repeated[key] = {
+                name: describe_repetitions(values) for name, values in by_name.items() if values
+            }
+        for name in names:
+            values = by_name.get(name)
+            if not values:
+                continue
+            scores[name].extend(values)
+            means[name].append(sum(values) / len(values))
+            tally = tallies[name]
+            if tally is not None and is_binary(values):
+                tally[int(sum(values)), len(values)] += 1
+            else:
+                tallies[name] = None  # a score that is not 0 or 1: no pass@k
     pass_k: dict[str, Any] = {}
-    for name in names:
-        per_item = [by[name] for by in by_item.values() if by.get(name)]
-        ci95[name] = mean_ci([sum(values) / len(values) for values in per_item])
-        if runs > 1:
-            table = pass_k_table(per_item, runs)
-            if table is not None:
-                pass_k[name] = table
-    repeated = {
-        key: by for key, by in by_item.items() if any(len(values) > 1 for values in by.values())
+    for name, tally in tallies.items():
+        table = pass_k_table(tally, runs) if runs > 1 and tally is not None else None
+        if table is not None:
+            pass_k[name] = table
+    return {
+        "scores": {name: np.frombuffer(values, dtype=float) for name, values in scores.items()},
+        "ci95": {name: mean_ci(np.frombuffer(means[name], dtype=float)) for name in names},
+        "passAtK": pass_k,
+        "repetitions": {"runs": runs, "items": repeated} if repeated else None,
     }
-    repetitions = None
-    if repeated:
-        repetitions = {"runs": runs, "items": repetition_stats(repeated)}
-    return {"ci95": ci95, "passAtK": pass_k, "repetitions": repetitions}
 
 
 # --- paired comparison -----------------------------------------------------------------------

@@ -149,8 +149,8 @@ def compare(
     """The compare page of baseline `a` against `others` (the first is B): the strip, the
     paired tests per other run, and a page of every item matched by key in A and B (filtered
     by evaluator and by change or class, sorted by Δ or key), with the further runs' columns."""
-    base = score_tables.load(a)
-    pairings = [score_tables.join(base, score_tables.load(run)) for run in others]
+    base = score_tables.kept(a)
+    pairings = [score_tables.join(base, score_tables.kept(run)) for run in others]
     diffs = [
         compare_runs(a, run, top=0, alpha=alpha, pairing=pairing)
         for run, pairing in zip(others, pairings, strict=True)
@@ -236,17 +236,33 @@ def pair_table(
     none fell. Its class says more (`_PairArrays`). The changes of every pair are classified
     and sorted as arrays over the two runs' score tables; only the shown page becomes rows.
     """
-    pairs = _PairArrays.of(pairing, names)
-    counts = {name: int((pairs.changes == i).sum()) for i, name in enumerate(CHANGES)}
-    counts |= {name: int((pairs.kinds == i).sum()) for i, name in enumerate(KINDS)}
-    selected = pairs.selected(change, sort)
-    total = len(selected)
+    counts, order = _order(a, b, pairing, names, change, sort)
+    total = len(order)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
-    shown = selected[(number - 1) * per_page : number * per_page].tolist()
-    rows = [_pair_row(pairs, i, pairing, names, marks) for i in shown]
+    shown = order[(number - 1) * per_page : number * per_page]
+    pairs = _PairArrays.of(pairing, names, subset=shown)
+    rows = [_pair_row(pairs, i, pairing, names, marks) for i in range(len(pairs.keep))]
     return PairTable(
         number=number, per_page=per_page, total=total, rows=rows, evaluators=names, counts=counts
     )
+
+
+def _order(
+    a: Run, b: Run, pairing: Pairing, names: list[str], change: str, sort: str
+) -> tuple[dict[str, int], Any]:
+    """How many pairs each change and class has, and the pairing's positions of the pairs
+    shown (`_PairArrays.selected`) in their order: classifying and sorting every pair takes
+    ~90 ms at 200,000 items, so a finished pair's is worked out once per filter and sort."""
+
+    def order() -> tuple[dict[str, int], Any]:
+        import numpy as np
+
+        pairs = _PairArrays.of(pairing, names)
+        counts = {name: int((pairs.changes == i).sum()) for i, name in enumerate(CHANGES)}
+        counts |= {name: int((pairs.kinds == i).sum()) for i, name in enumerate(KINDS)}
+        return counts, pairs.keep[pairs.selected(change, sort)].astype(np.int32)
+
+    return score_tables.remembered(a, b, ("pair order", tuple(names), change, sort), order)
 
 
 @dataclass
@@ -475,22 +491,20 @@ def neighbours(
     names = (
         [evaluator] if evaluator else list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
     )
-    pairs = _PairArrays.of(pairing, names)
     wanted = key.encode()
     position = int(np.searchsorted(pairing.a.keys, wanted))
     if position == len(pairing.a.keys) or pairing.a.keys[position] != wanted:
         return None, None
     at = int(np.searchsorted(pairing.at_a, position))
-    i = int(np.searchsorted(pairs.keep, at))
-    if at == len(pairing.at_a) or i == len(pairs.keep) or pairs.keep[i] != at:
+    if at == len(pairing.at_a) or pairing.at_a[at] != position:
         return None, None
-    order = pairs.selected(change, sort)
-    found = np.flatnonzero(order == i)
+    _, order = _order(a, b, pairing, names, change, sort)
+    found = np.flatnonzero(order == at)
     if not len(found):
         return None, None
     n = int(found[0])
-    before = pairing.key(int(pairs.keep[order[n - 1]])) if n > 0 else None
-    after = pairing.key(int(pairs.keep[order[n + 1]])) if n + 1 < len(order) else None
+    before = pairing.key(int(order[n - 1])) if n > 0 else None
+    after = pairing.key(int(order[n + 1])) if n + 1 < len(order) else None
     return before, after
 
 

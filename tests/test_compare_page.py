@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from cobalt_app import results
+from cobalt_app.models import Evaluation, Run
 from tests.conftest import Project, start_server
 from tests.test_browser import (  # noqa: F401 (browser: a fixture)
     ARTIFACTS,
@@ -225,6 +227,29 @@ def test_the_side_by_side_has_its_own_page_reasons_first_then_diffs(
     assert f'href="/compare/item/?a={a.id}&amp;b={b.id}&amp;evaluator=&amp;change=' in listing
     assert client.get(f"/compare/item/?a={a.id}&b=nope&key=k001").status_code == 404
     assert client.get(f"/compare/item/?a={a.id}").status_code == 400
+
+
+@db
+def test_a_second_visit_reuses_what_was_worked_out_and_a_run_judged_again_compares_afresh(
+    client, django_assert_num_queries
+):
+    a = make_run(keys=keys(6), evaluators=("judge",))
+    b = make_run(keys=keys(6), evaluators=("judge",), scores={"k002": {"judge": 0.2}})
+    url = f"/compare/?a={a.id}&b={b.id}"
+    first = client.get(url).content.decode()
+    assert kinds(first)[0] == ("k002", "score down")
+    # Two runs, recent runs, item ids, two label reads: no score table read again.
+    with django_assert_num_queries(6):
+        again = client.get(url).content.decode()
+    assert kinds(again) == kinds(first)
+    side = client.get(f"/compare/item/?a={a.id}&b={b.id}&sort=key&key=k002").content.decode()
+    assert "sort=key&amp;key=k001" in side and "sort=key&amp;key=k003" in side  # j and k
+    # Judged again, B is finalised anew (its finished_at moves): its new scores show.
+    Evaluation.objects.filter(run_id=b.id, item__item_key="k002").update(score=1.0)
+    Evaluation.objects.filter(run_id=b.id, item__item_key="k004").update(score=0.1)
+    Run.objects.filter(id=b.id).update(finished_at=None)
+    results.run_finalise(b.id)
+    assert kinds(client.get(url).content.decode())[0] == ("k004", "score down")
 
 
 @db

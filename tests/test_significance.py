@@ -212,12 +212,15 @@ def test_pass_at_k_and_pass_hat_k_have_their_known_values():
     assert pass_at_k(2, 3, 2) == pytest.approx((1.0, 1 / 3))
     with pytest.raises(ValueError):
         pass_at_k(1, 3, 4)
-    table = pass_k_table([[1, 0, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]], 3)
+    # Four items of three trials, by (passes, trials): 1/3, 2/3, 3/3 and 0/3.
+    table = pass_k_table({(1, 3): 1, (2, 3): 1, (3, 3): 1, (0, 3): 1}, 3)
     assert table["k"] == 3
     assert table["passAtK"]["3"] == pytest.approx(0.75)
     assert table["passHatK"]["3"] == pytest.approx(0.25)
     assert table["passAtK"]["1"] == pytest.approx(0.5)
-    assert pass_k_table([[0.5, 1.0]], 2) is None  # not pass/fail scores
+    doubled = pass_k_table({(1, 3): 2, (2, 3): 2, (3, 3): 2, (0, 3): 2}, 3)
+    assert doubled == {**table, "items": {"1": 8, "2": 8, "3": 8}}  # the same averages
+    assert pass_k_table({}, 2) is None
 
 
 def test_run_statistics_count_each_item_once_in_the_interval():
@@ -226,7 +229,9 @@ def test_run_statistics_count_each_item_once_in_the_interval():
         "b": {"quality": [0.8, 0.8, 0.8], "exact": [1, 1, 1]},
         "c": {"quality": [0.5], "exact": [0]},
     }
-    result = significance.run_statistics(by_item, ["quality", "exact", "absent"], runs=3)
+    result = significance.run_statistics(by_item.items(), ["quality", "exact", "absent"], runs=3)
+    assert result["scores"]["quality"].tolist() == [0.2, 0.4, 0.6, 0.8, 0.8, 0.8, 0.5]
+    assert result["scores"]["absent"].size == 0
     assert result["ci95"]["quality"]["n"] == 3
     assert result["ci95"]["quality"]["mean"] == pytest.approx((0.4 + 0.8 + 0.5) / 3)
     assert result["ci95"]["absent"] is None
@@ -239,7 +244,9 @@ def test_run_statistics_count_each_item_once_in_the_interval():
     assert items["a"]["quality"] == pytest.approx(
         {"mean": 0.4, "stddev": math.sqrt(0.08 / 3), "min": 0.2, "max": 0.6, "n": 3}
     )
-    assert significance.run_statistics({"a": {"q": [0.5]}}, ["q"])["repetitions"] is None
+    assert significance.run_statistics([("a", {"q": [0.5]})], ["q"])["repetitions"] is None
+    mixed = [("a", {"q": [1.0, 0.0]}), ("b", {"q": [0.5, 1.0]})]
+    assert significance.run_statistics(mixed, ["q"], runs=2)["passAtK"] == {}  # not pass/fail
 
 
 # --- the real command -----------------------------------------------------------------------
