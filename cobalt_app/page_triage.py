@@ -261,15 +261,19 @@ def failure_page(
     per_page: int = 50,
 ) -> FailuresPage:
     """A page of the failures view. Four queries: the errors, the judged failures' order
-    (stored at finalisation when nothing narrows the list; else their count and the page's
-    ids), its rows and scores (two)."""
+    (stored at finalisation when nothing narrows the list; read whole, once, among the items
+    a search or a field filter leaves; else their count and the page's ids), its rows and
+    scores (two)."""
     groups = error_groups(run, scope)
-    order = failing_order(run) if scope is None and not evaluator else None
     failing = judged_failures(run, evaluator, scope)
+    if scope is not None:
+        order: list[int] | None = list(failing.values_list("item_id", flat=True))
+    else:
+        order = None if evaluator else failing_order(run)
     if order is not None:
         total = len(groups) + len(order)
     else:
-        stored = failing_count(run, evaluator) if scope is None else None
+        stored = failing_count(run, evaluator)
         total = len(groups) + (failing.count() if stored is None else stored)
     number, offset = clamp(page, total, per_page)
     shown = groups[offset : offset + per_page]
