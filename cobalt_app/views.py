@@ -306,7 +306,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "items_url": request.get_full_path(),
         "flaky": page_items.flaky_marks(run, {row.key for row in items.rows}),
         "list_params": state.params(),
-        "groups": page_triage.group_table(run, group, scope) if group else None,
+        "groups": page_triage.run_groups(run, group, state, scope) if group else None,
     }
     if target != "item-results":
         context["field_keys"] = page_triage.field_keys(run)

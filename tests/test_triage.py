@@ -189,6 +189,10 @@ def test_a_field_filter_and_groups_with_pass_rates_show_which_category_fails(
         "login": ["4", "0", "100%", "100%"],
     }
     assert 'href="?group=category&amp;key=category&amp;value=refund"' in table
+    # The finished run's groups are kept: going back to them reads no group again.
+    with django_assert_num_queries(12):
+        again = client.get(f"/runs/{run.id}/?group=category").content.decode()
+    assert again.split('<table class="groups">')[1].split("</table>")[0] == table
 
 
 # Item addresses and navigation --------------------------------------------------------------
