@@ -274,7 +274,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
     state = form.list_state()
-    scope = page_triage.item_scope(run, state)
+    scope = page_triage.read_once(page_triage.item_scope(run, state))
     page_number = filters.get("page") or 1
     # A run whose items ran several times shows one row per item in every view.
     repeated = is_repeated(RunSettings.from_run_config(run.config))
@@ -306,7 +306,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "items_url": request.get_full_path(),
         "flaky": page_items.flaky_marks(run, {row.key for row in items.rows}),
         "list_params": state.params(),
-        "groups": page_triage.group_table(run, group, scope) if group else None,
+        "groups": page_triage.run_groups(run, group, state, scope) if group else None,
     }
     if target != "item-results":
         context["field_keys"] = page_triage.field_keys(run)

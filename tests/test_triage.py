@@ -148,8 +148,9 @@ def test_search_reads_input_output_expected_and_reasons_ignoring_case(
     assert found("où est") == ["t05"] and found('"mon"') == ["t05"]  # non-ASCII, quotes
     assert found("judge on t08") == ["t08"]  # an evaluation's reason
     assert found("nothing like this") == []
-    # run, count, page ids, rows, scores, flaky marks (2), the fields to filter by
-    with django_assert_num_queries(8):
+    # run, the searched ids (read once: the queries after it do not search again), count,
+    # page ids, rows, scores, flaky marks (2), the fields to filter by
+    with django_assert_num_queries(9):
         page = client.get(url + "t0", **HTMX | {"HTTP_HX_TARGET": "items"}).content.decode()
     assert len(row_keys(page)) == 10
     failing = client.get(f"/runs/{run.id}/?q=t07").content.decode()  # the failures, searched
@@ -188,6 +189,10 @@ def test_a_field_filter_and_groups_with_pass_rates_show_which_category_fails(
         "login": ["4", "0", "100%", "100%"],
     }
     assert 'href="?group=category&amp;key=category&amp;value=refund"' in table
+    # The finished run's groups are kept: going back to them reads no group again.
+    with django_assert_num_queries(12):
+        again = client.get(f"/runs/{run.id}/?group=category").content.decode()
+    assert again.split('<table class="groups">')[1].split("</table>")[0] == table
 
 
 # Item addresses and navigation --------------------------------------------------------------
