@@ -377,7 +377,7 @@ def test_text_from_agents_is_isolated_for_bidirectional_text(client):
     run = make_run(keys=keys(1), outputs={"k000": flipped})
     page = client.get(f"/runs/{run.id}/?view=all").content.decode()
     assert f'<td class="text output" dir="auto">{flipped}</td>' in page
-    panel = client.get(f"/runs/{run.id}/items/{run.items.get().id}/").content.decode()
+    panel = client.get(f"/runs/{run.id}/items/{run.items.get().number}/").content.decode()
     assert f'id="item-output" dir="auto">{flipped}</pre>' in panel
     assert '<td class="reason" dir="auto">judge says k000' in panel
     assert '<pre class="input" dir="auto">' in panel and "<code><bdi>k000</bdi></code>" in panel
