@@ -399,7 +399,8 @@ class Tape:
         fits = [
             r
             for r in self.from_traces
-            if r["conversation"] == conversation and trace_recordings.same_model(model, r["model"])
+            if trace_recordings.same_conversation(conversation, r["conversation"])
+            and trace_recordings.same_model(model, r["model"])
         ]
         if not fits:
             return None

@@ -6,11 +6,12 @@ GenAI conventions say of it: the model, the input messages (`gen_ai.input.messag
 answer (`gen_ai.output.messages`), kept whole on received model-call spans (`otlp`). So such an
 exchange (`{"fromTrace": ...}` in the recording) is matched by its *conversation*, not by the
 request's bytes: the messages' roles and texts in order (system messages aside: the conventions
-keep them in `gen_ai.system_instructions`, apart, or not at all), and a model that is the same
-(or one the other's dated version: `gpt-4o-mini-2024-07-18` for `gpt-4o-mini`). Parameters such
-as the temperature are not compared. The reply is written in the API the request speaks: an
-OpenAI chat completion (streamed as server-sent events when the request asks for a stream) or
-an Anthropic message.
+keep them in `gen_ai.system_instructions`, apart, or not at all; turns without text left out
+and a role's consecutive turns joined, as APIs split an answer and its tool calls differently),
+and a model that is the same (or one the other's dated version: `gpt-4o-mini-2024-07-18` for
+`gpt-4o-mini`). Parameters such as the temperature are not compared. The reply is written in the
+API the request speaks (`trace_replies`): an OpenAI chat completion, an OpenAI Responses API
+response or an Anthropic message, streamed as that API streams when the request asks.
 
 Such recordings belong to the item, not to an experiment (`recording_store.SHARED`): every
 experiment whose dataset holds the item replays them, until it records its own.
@@ -24,10 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from cobalt_app import trace_spans
+from cobalt_app import trace_replies, trace_spans
 
 OPENAI_PATH = "/chat/completions"
 ANTHROPIC_PATH = "/messages"
+RESPONSES_PATH = "/responses"
 SYSTEM_ROLES = ("system", "developer")
 
 
@@ -66,7 +68,8 @@ def _json(text: Any) -> Any:
 def conversation_of(messages: Any) -> list[list[str]] | None:
     """[[role, text], ...] of messages in any of the shapes they come in (the GenAI
     conventions' `parts`, OpenAI's `content` text or parts, Anthropic's content blocks), system
-    messages left out; None when they are not a list of messages."""
+    messages left out, a message of tool results alone a `tool` turn; None when they are not a
+    list of messages."""
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
         return None
     said = []
@@ -74,8 +77,22 @@ def conversation_of(messages: Any) -> list[list[str]] | None:
         role = str(message.get("role") or "")
         if role in SYSTEM_ROLES:
             continue
-        said.append([role, _text_of(message.get("parts", message.get("content")))])
+        content = message.get("parts", message.get("content"))
+        if _only_tool_results(content):  # Anthropic's are a user's message; OpenAI's a tool's
+            role = "tool"
+        said.append([role, _text_of(content)])
     return said
+
+
+def _only_tool_results(content: Any) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(p, dict) and p.get("type") in ("tool_call_response", "tool_result")
+            for p in content
+        )
+    )
 
 
 def _text_of(content: Any) -> str:
@@ -130,14 +147,60 @@ def _reply_of(answer: list[Any]) -> dict[str, Any]:
 
 
 def request_conversation(url: str, body: Any) -> tuple[str, list[list[str]]] | None:
-    """(model, conversation) of a chat request to an OpenAI or Anthropic API, else None."""
+    """(model, conversation) of a chat request to an OpenAI (chat completions or Responses) or
+    Anthropic API, else None."""
     path = urlsplit(url).path.rstrip("/")
-    if not isinstance(body, dict) or not path.endswith((OPENAI_PATH, ANTHROPIC_PATH)):
+    if not isinstance(body, dict):
         return None
-    conversation = conversation_of(body.get("messages"))
+    if path.endswith(RESPONSES_PATH):
+        conversation = _responses_conversation(body.get("input"))
+    elif path.endswith((OPENAI_PATH, ANTHROPIC_PATH)):
+        conversation = conversation_of(body.get("messages"))
+    else:
+        return None
     if conversation is None:
         return None
     return str(body.get("model") or ""), conversation
+
+
+def _responses_conversation(given: Any) -> list[list[str]] | None:
+    """The conversation of a Responses API request's `input`: a text (the user's), or items:
+    messages (`instructions` and system messages aside, as in a trace), the model's function
+    calls (an assistant turn without text) and their outputs (a `tool` turn), as the GenAI
+    conventions write them."""
+    if isinstance(given, str):
+        return [["user", given]]
+    if not isinstance(given, list) or not all(isinstance(i, dict) for i in given):
+        return None
+    said = []
+    for item in given:
+        kind = item.get("type") or "message"
+        if kind == "message" and item.get("role") not in SYSTEM_ROLES:
+            said.append([str(item.get("role") or ""), _text_of(item.get("content"))])
+        elif kind == "function_call":
+            said.append(["assistant", ""])
+        elif kind == "function_call_output":
+            said.append(["tool", _text_of(item.get("output"))])
+    return said
+
+
+def same_conversation(asked: list[list[str]], recorded: list[list[str]]) -> bool:
+    """The same turns, however each API splits them: an assistant's text and its tool calls are
+    one message in a chat request and the GenAI conventions, several items in a Responses API
+    request; so turns without text are left out and a role's consecutive turns joined."""
+    return _turns(asked) == _turns(recorded)
+
+
+def _turns(conversation: list[list[str]]) -> list[tuple[str, str]]:
+    turns: list[tuple[str, str]] = []
+    for role, text in conversation:
+        if not text:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1] = (role, turns[-1][1] + "\n" + text)
+        else:
+            turns.append((role, text))
+    return turns
 
 
 def same_model(asked: str, recorded: str) -> bool:
@@ -149,108 +212,15 @@ def same_model(asked: str, recorded: str) -> bool:
 
 
 def reply(url: str, body: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any]:
-    """The recorded answer as the response (status, headers, body) to this request."""
+    """The recorded answer as the response (status, headers, body) to this request, in the API
+    it speaks, streamed when it asks (`trace_replies`)."""
     path = urlsplit(url).path.rstrip("/")
     model = recorded["model"] or str(body.get("model") or "")
-    answer = recorded["reply"]
     tokens = (recorded["inputTokens"], recorded["outputTokens"])
     if path.endswith(ANTHROPIC_PATH):
-        return _json_response(_anthropic(model, answer, tokens))
-    if body.get("stream"):
-        events = _openai_chunks(model, answer, tokens, body)
-        text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-        return {"status": 200, "headers": {"content-type": "text/event-stream"}, "body": text}
-    return _json_response(_openai(model, answer, tokens))
-
-
-def _json_response(payload: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": 200,
-        "headers": {"content-type": "application/json"},
-        "body": json.dumps(payload),
-    }
-
-
-def _openai_calls(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": call["id"] or f"call_{n}",
-            "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
-        }
-        for n, call in enumerate(answer["toolCalls"])
-    ]
-
-
-def _openai(model: str, answer: dict[str, Any], tokens: tuple[int, int]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": answer["text"] or None}
-    if answer["toolCalls"]:
-        message["tool_calls"] = _openai_calls(answer)
-    return {
-        "id": "chatcmpl-replayed",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if answer["toolCalls"] else "stop",
-            }
-        ],
-        "usage": _openai_usage(tokens),
-    }
-
-
-def _openai_usage(tokens: tuple[int, int]) -> dict[str, int]:
-    return {
-        "prompt_tokens": tokens[0],
-        "completion_tokens": tokens[1],
-        "total_tokens": tokens[0] + tokens[1],
-    }
-
-
-def _openai_chunks(
-    model: str, answer: dict[str, Any], tokens: tuple[int, int], body: dict[str, Any]
-) -> list[dict[str, Any]]:
-    def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-        return {
-            "id": "chatcmpl-replayed",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-
-    delta: dict[str, Any] = {"role": "assistant", "content": answer["text"] or None}
-    if answer["toolCalls"]:
-        delta["tool_calls"] = [{"index": n, **call} for n, call in enumerate(_openai_calls(answer))]
-    events = [chunk(delta, None), chunk({}, "tool_calls" if answer["toolCalls"] else "stop")]
-    if (body.get("stream_options") or {}).get("include_usage"):
-        events.append({**chunk({}, None), "choices": [], "usage": _openai_usage(tokens)})
-    return events
-
-
-def _anthropic(model: str, answer: dict[str, Any], tokens: tuple[int, int]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    if answer["text"]:
-        content.append({"type": "text", "text": answer["text"]})
-    for n, call in enumerate(answer["toolCalls"]):
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call["id"] or f"toolu_{n}",
-                "name": call["name"],
-                "input": call["arguments"] or {},
-            }
-        )
-    return {
-        "id": "msg_replayed",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": "tool_use" if answer["toolCalls"] else "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]},
-    }
+        write = trace_replies.anthropic
+    elif path.endswith(RESPONSES_PATH):
+        write = trace_replies.responses
+    else:
+        write = trace_replies.chat
+    return write(model, recorded["reply"], tokens, body)
