@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import StatusCode
 
 from cobalt.errors import CobaltError
-from cobalt_app import results, trace_spans
+from cobalt_app import results, trace_recordings, trace_spans
 from cobalt_app.received import Received, ingest
 from cobalt_app.storable import clean_text, process_secrets
 
@@ -318,10 +318,12 @@ def spans_of(request: ExportTraceServiceRequest) -> tuple[list[Received], int]:
 def _keep_messages(step: dict[str, Any], attributes: dict[str, Any], secrets: Any) -> None:
     """A model call's messages whole (redacted), not cut as its step's input and output are:
     a production trace's model calls become its dataset item's recording
-    (`trace_recordings`)."""
+    (`trace_recordings`). The GenAI conventions' attributes, else OpenInference's."""
     said = {
-        "input": attributes.get("gen_ai.input.messages"),
-        "output": attributes.get("gen_ai.output.messages"),
+        "input": attributes.get("gen_ai.input.messages")
+        or trace_recordings.openinference_messages(attributes, "llm.input_messages"),
+        "output": attributes.get("gen_ai.output.messages")
+        or trace_recordings.openinference_messages(attributes, "llm.output_messages"),
     }
     if said["input"] and said["output"]:
         step["messages"] = {

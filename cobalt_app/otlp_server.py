@@ -5,8 +5,8 @@
 `POST /v1/traces` with the same function as `cobalt serve`'s view (`otlp.answer`). After the
 last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
 exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
-exports costs that much). A port already taken (a `cobalt serve`, a collector) is left alone,
-with a notice: spans sent there are stored by whoever listens.
+exports costs that much, and is told so). A port already taken (a `cobalt serve`, a collector)
+is left alone, with a notice: spans sent there are stored by whoever listens.
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from cobalt_app.models import ReceivedTrace
 
 logger = logging.getLogger("cobalt.otlp")
 POLL = 0.05  # seconds between looks for the last spans
-NO_EXPORT_WAIT = 2.0  # seconds to wait for a first export (services batch theirs, e.g. 5 s)
+# Seconds to wait for a first export: the SDKs' batch processors export every 5 s by default
+# (OTEL_BSP_SCHEDULE_DELAY in Python, Node.js, Go, Java), so a shorter wait lost every span of a
+# run that took less than that, from a service set up as their guides say.
+NO_EXPORT_WAIT = 6.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -148,5 +151,18 @@ def wait_for_spans(grace: float, since: Any, server: _Server) -> None:
     while waiting.exists():
         limit = grace if server.received else min(grace, NO_EXPORT_WAIT)
         if time.monotonic() - started >= limit:
+            if not server.received:
+                host, port = server.server_address[:2]
+                logger.warning(
+                    "no service exported spans to the OTLP receiver (http://%s:%s/v1/traces) "
+                    "within %.0f s of the last item: to see the services' own spans in the "
+                    "items' timelines, export them there (OTEL_EXPORTER_OTLP_ENDPOINT="
+                    "http://%s:%s) and continue the request's `traceparent`",
+                    host,
+                    port,
+                    limit,
+                    host,
+                    port,
+                )
             return
         time.sleep(POLL)

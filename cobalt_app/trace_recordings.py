@@ -56,6 +56,44 @@ def exchanges_of(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+def openinference_messages(attributes: dict[str, Any], prefix: str) -> list[dict] | None:
+    """The messages OpenInference instrumentations flatten into attributes
+    (`llm.input_messages.0.message.role`, `....message.content`, `....message.contents.0.
+    message_content.text`, `....message.tool_calls.0.tool_call.function.name`), as OpenAI
+    chat messages (`role`, `content`, `tool_calls`); None when the span has none."""
+    found: dict[int, dict[str, Any]] = {}
+    start = prefix + "."
+    for key, value in attributes.items():
+        if not key.startswith(start):
+            continue
+        index, _, field = key[len(start) :].partition(".message.")
+        if not index.isdigit():
+            continue
+        message = found.setdefault(int(index), {"texts": {}, "calls": {}})
+        if field in ("role", "content"):
+            message[field] = value
+        elif field.startswith("contents.") and field.endswith(".message_content.text"):
+            message["texts"][field.split(".")[1]] = value
+        elif field.startswith("tool_calls."):
+            n, _, name = field[len("tool_calls.") :].partition(".tool_call.")
+            call = message["calls"].setdefault(n, {"function": {}})
+            if name == "id":
+                call["id"] = value
+            elif name in ("function.name", "function.arguments"):
+                call["function"][name.split(".")[1]] = value
+    if not found:
+        return None
+    return [_openinference_message(found[n]) for n in sorted(found)]
+
+
+def _openinference_message(said: dict[str, Any]) -> dict[str, Any]:
+    texts = [said["texts"][n] for n in sorted(said["texts"], key=int)]
+    message = {"role": said.get("role") or "", "content": said.get("content") or "\n".join(texts)}
+    if said["calls"]:
+        message["tool_calls"] = [said["calls"][n] for n in sorted(said["calls"], key=int)]
+    return message
+
+
 def _json(text: Any) -> Any:
     if not isinstance(text, str):
         return text

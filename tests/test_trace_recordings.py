@@ -153,3 +153,59 @@ def test_another_conversation_or_model_is_not_answered_and_says_what_differs():
             OPENAI,
             {"model": "gpt-4o", "messages": [{"role": "user", "content": "Refund order 7?"}]},
         )
+
+
+def test_a_model_call_traced_by_openinference_becomes_a_recording():
+    """OpenInference's instrumentations (the ones Cobalt installs: `openai`, `anthropic`) flatten
+    the messages into attributes instead of the GenAI conventions' JSON; the names here are
+    the installed semantic-conventions package's."""
+    from openinference.semconv.trace import MessageAttributes as M
+    from openinference.semconv.trace import MessageContentAttributes as C
+    from openinference.semconv.trace import SpanAttributes as S
+    from openinference.semconv.trace import ToolCallAttributes as T
+
+    from cobalt_app import trace_recordings
+
+    asked, answered = (
+        f"{S.LLM_INPUT_MESSAGES}.",
+        f"{S.LLM_OUTPUT_MESSAGES}.0.{M.MESSAGE_TOOL_CALLS}",
+    )
+    attributes = {
+        "openinference.span.kind": "LLM",
+        S.LLM_MODEL_NAME: "gpt-4o-mini-2024-07-18",
+        f"{asked}0.{M.MESSAGE_ROLE}": "system",
+        f"{asked}0.{M.MESSAGE_CONTENT}": "You are terse.",
+        f"{asked}1.{M.MESSAGE_ROLE}": "user",
+        f"{asked}1.{M.MESSAGE_CONTENTS}.0.{C.MESSAGE_CONTENT_TYPE}": "text",
+        f"{asked}1.{M.MESSAGE_CONTENTS}.0.{C.MESSAGE_CONTENT_TEXT}": "Refund order 7?",
+        f"{S.LLM_OUTPUT_MESSAGES}.0.{M.MESSAGE_ROLE}": "assistant",
+        f"{S.LLM_OUTPUT_MESSAGES}.0.{M.MESSAGE_CONTENT}": "Checking.",
+        f"{answered}.0.{T.TOOL_CALL_ID}": "c1",
+        f"{answered}.0.{T.TOOL_CALL_FUNCTION_NAME}": "refund",
+        f"{answered}.0.{T.TOOL_CALL_FUNCTION_ARGUMENTS_JSON}": '{"order": 7}',
+        S.LLM_TOKEN_COUNT_PROMPT: 31,
+        S.LLM_TOKEN_COUNT_COMPLETION: 9,
+    }
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = bytes.fromhex(TRACE), (2).to_bytes(8, "big"), "Chat"
+    span.start_time_unix_nano, span.end_time_unix_nano = 1, 2
+    for key, value in attributes.items():
+        kv = span.attributes.add()
+        kv.key = key
+        if isinstance(value, int):
+            kv.value.int_value = value
+        else:
+            kv.value.string_value = value
+    (received,), _ = otlp.spans_of(request)
+    (exchange,) = trace_recordings.exchanges_of([received.step])
+    assert exchange["fromTrace"]["conversation"] == [["user", "Refund order 7?"]]
+    assert exchange["fromTrace"]["reply"] == {
+        "text": "Checking.",
+        "toolCalls": [{"id": "c1", "name": "refund", "arguments": {"order": 7}}],
+    }
+    answer = json.loads(
+        ask(tape_of([exchange]), OPENAI, {"model": "gpt-4o-mini", "messages": MESSAGES})["body"]
+    )
+    assert answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "refund"
+    assert answer["usage"]["total_tokens"] == 40
