@@ -7,7 +7,9 @@ The service (uvicorn + Starlette, its own process) sleeps `--latency` and answer
 `{"answer": ...}`. The bare script sends every item's body with one `httpx.AsyncClient`,
 `--concurrency` at a time. `cobalt run` runs an experiment whose runner is
 `cobalt.http_target(...)` with the same concurrency (tracing on, the item's traceparent sent,
-results stored in SQLite) and reports its run's total time. Prints both and their ratio.
+results stored in SQLite) and reports its run's total time. Prints both and their ratio, with
+the CPU each used (on a machine others load, the CPU says what the run costs: compare with
+`--runner sleep`, the same command without HTTP, for its start-up).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
@@ -91,9 +94,9 @@ async def bare(url: str, items: int, concurrency: int) -> float:
 
     async with httpx.AsyncClient(timeout=30) as client:
         await client.post(url, json={"question": "warm"})
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(client, i) for i in range(items)))
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
 
 
 def main() -> None:
@@ -117,7 +120,7 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     sys.exit("the service did not start")
                 time.sleep(0.05)
-        bare_seconds = asyncio.run(bare(url, args.items, args.concurrency))
+        bare_seconds, bare_cpu = asyncio.run(bare(url, args.items, args.concurrency))
         (project / "experiments").mkdir()
         (project / "cobalt.toml").write_text('test_dir = "experiments"\n[receiver]\nport = 0\n')
         text = EXPERIMENT.replace("RUNNER", RUNNERS[args.runner])
@@ -126,7 +129,7 @@ def main() -> None:
         text = text.replace("LATENCY", str(args.latency))
         (project / "experiments" / "bench.cobalt.py").write_text(text)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COBALT_")}
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             [sys.executable, "-m", "cobalt_cli", "run"],
             cwd=project,
@@ -135,6 +138,8 @@ def main() -> None:
             text=True,
         )
         wall = time.perf_counter() - started
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        command_cpu = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
         found = re.search(r"Total time:\s*([\d.]+)(ms|s)", done.stdout)
         if done.returncode != 0 or not found:
             sys.exit(f"cobalt run failed:\n{done.stdout}\n{done.stderr}")
@@ -144,10 +149,10 @@ def main() -> None:
             f"{args.items} calls, {args.latency * 1000:.0f} ms each, {args.concurrency} at a time "
             f"(ideal {ideal:.2f}s)"
         )
-        print(f"bare httpx script: {bare_seconds:.2f}s")
+        print(f"bare httpx script: {bare_seconds:.2f}s, {bare_cpu:.2f}s CPU")
         print(
-            f"cobalt run (http_target): {run_seconds:.2f}s the run, {wall:.2f}s the command; "
-            f"ratio {run_seconds / bare_seconds:.3f}x"
+            f"cobalt run ({args.runner}): {run_seconds:.2f}s the run, {wall:.2f}s the command "
+            f"({command_cpu:.2f}s CPU, start-up included); ratio {run_seconds / bare_seconds:.3f}x"
         )
     finally:
         service.terminate()
