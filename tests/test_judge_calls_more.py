@@ -1,4 +1,4 @@
-""""Show judge call" for every judge Cobalt sends: pairwise judges (both orders), DeepEval
+""" "Show judge call" for every judge Cobalt sends: pairwise judges (both orders), DeepEval
 and Ragas metrics (the calls they make through Cobalt's judge), each capped and redacted as
 an LLM judge's; where an evaluator calls its model itself, the page says so. All through the
 fake provider (a real HTTP server)."""
@@ -12,9 +12,9 @@ from django.test import Client
 
 from cobalt import Evaluator
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall
+from tests.helpers import run_with
 from tests.test_pages import keys, make_run
 from tests.test_pairwise import ITEMS, LONGER, answer
-from tests.helpers import run_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +44,9 @@ def test_a_pairwise_judges_call_holds_both_orders_without_secrets(project, fake_
     assert json.loads(first["reply"])["winner"] == "B"
     assert KEY not in json.dumps(call) and "(token ***)" in first["prompt"]
     page = item_page(client, run, "long")
-    assert "Show judge call" in page and "2 calls by the pairwise judge, asked in both orders" in page
+    assert (
+        "Show judge call" in page and "2 calls by the pairwise judge, asked in both orders" in page
+    )
     # The judge cache answers the second run, and keeps the calls it answered with.
     again = run_with(project, [LONGER], leaky, name="pairs", items=ITEMS[:1])
     assert Evaluation.objects.get(run=again).cached
