@@ -18,7 +18,8 @@ def test_errors_that_differ_only_in_ids_are_one_row(client=None):
     run = make_run(keys=keys(24), errors=errors, evaluators=("judge",))
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert page.count('class="item-row error-group') == 3  # the timeouts, 'a', 'b'
-    assert '<span class="group-count">3 × </span>TimeoutError: refund timed out for o000' in page
+    assert ">TimeoutError: refund timed out for o000</a>" in page  # opens #1
+    assert '<span class="group-count">3 × </span><a class="group-first"' in page
     assert "(and alike: the texts differ in numbers or ids)" in page
     assert page.count("(and alike") == 1  # KeyError 'a' and 'b' differ in more than an id
     # A group's items are listed under it, in order.
