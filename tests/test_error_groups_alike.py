@@ -25,3 +25,15 @@ def test_errors_that_differ_only_in_ids_are_one_row(client=None):
     # A group's items are listed under it, in order.
     for number in (1, 9, 17):
         assert f'href="/runs/{run.id}/items/{number}/?view=failures"' in page
+
+
+def test_without_judged_failures_the_skip_link_opens_the_first_error(client=None):
+    client = Client(HTTP_HOST="127.0.0.1")
+    errors = {f"k{i:03d}": f"TimeoutError: refund timed out for o{i:03d}" for i in (2, 8)}
+    run = make_run(keys=keys(10), errors=errors, evaluators=("judge",))
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'href="#first-failure"' in page
+    assert (
+        f'<a class="group-first" id="first-failure" href="/runs/{run.id}/items/3/?view=failures"'
+        in page
+    )  # Tab, Enter, Enter: the first errored item, its failing step marked
