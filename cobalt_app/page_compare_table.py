@@ -177,20 +177,29 @@ def _order(
 def _ordered(
     size: int, pairings: list[Pairing], names: list[str], change: str, sort: str
 ) -> tuple[dict[str, int], Any]:
-    """`_order` over `pairings` (one per run considered), each pair's class put at its
-    baseline position (-1 where that run lacks the key)."""
+    """`_order` over `pairings` (one per run considered): with several, each pair's class is
+    put at its baseline position (-1 where that run lacks the key); with one, its pairs are
+    used as they are (no baseline-sized copies: ~20% faster)."""
     import numpy as np
 
-    shape = (len(pairings), size)
-    kinds = np.full(shape, -1, dtype=np.int8)
-    changes = np.full(shape, -1, dtype=np.int8)
-    worst = np.full(shape, np.inf)
-    best = np.full(shape, -np.inf)
-    for k, pairing in enumerate(pairings):
+    if len(pairings) == 1:
+        pairing = pairings[0]
         pairs = _PairArrays.of(pairing, names)
         at = pairing.at_a[pairs.keep]
-        kinds[k, at], changes[k, at] = pairs.kinds, pairs.changes
-        worst[k, at], best[k, at] = pairs.worst, pairs.best
+        kinds, changes, worst, best = (
+            column[np.newaxis] for column in (pairs.kinds, pairs.changes, pairs.worst, pairs.best)
+        )
+    else:
+        at = np.arange(size)
+        shape = (len(pairings), size)
+        kinds = np.full(shape, -1, dtype=np.int8)
+        changes = np.full(shape, -1, dtype=np.int8)
+        worst, best = np.full(shape, np.inf), np.full(shape, -np.inf)
+        for k, pairing in enumerate(pairings):
+            pairs = _PairArrays.of(pairing, names)
+            found = pairing.at_a[pairs.keep]
+            kinds[k, found], changes[k, found] = pairs.kinds, pairs.changes
+            worst[k, found], best[k, found] = pairs.worst, pairs.best
     moved = (changes == 0) | (changes == 1)
     counts = {name: int((changes == i).any(axis=0).sum()) for i, name in enumerate(CHANGES)}
     counts[CHANGED] = int(moved.any(axis=0).sum())
@@ -209,7 +218,7 @@ def _ordered(
         selected = selected[np.lexsort((highest, lowest))]
     elif sort == "-delta":
         selected = selected[np.lexsort((-lowest, -highest))]
-    return counts, selected.astype(np.int32)
+    return counts, at[selected].astype(np.int32)
 
 
 @dataclass
