@@ -112,7 +112,7 @@ def ordered_verdicts(run: Run, item: ItemResult) -> list[Evaluation]:
 
 
 # Evaluators whose model calls go through Cobalt's judge and are kept ("Show judge call").
-CAPTURED = ("llm-judge", "pairwise", "deepeval", "ragas")
+CAPTURED = ("llm-judge", "pairwise", "deepeval", "ragas", "autoevals")
 
 
 def with_judge_calls(
@@ -144,11 +144,6 @@ def _no_call_note(kind: str, cached: bool) -> str:
         return (
             "No judge call to show: its tokens went to embeddings, or no reply of the judge "
             "could be read."
-        )
-    if kind == "autoevals":
-        return (
-            "No judge call to show: autoevals writes its own prompts; Cobalt sends and counts "
-            "its calls but does not keep them."
         )
     return (
         "No judge call to show: this evaluator calls its model itself, where Cobalt cannot "

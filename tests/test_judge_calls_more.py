@@ -96,3 +96,18 @@ def test_the_page_says_why_a_judged_score_has_no_call(client):
     page = item_page(client, run, "k000")
     assert "Show judge call" not in page
     assert "this evaluator calls its model itself, where Cobalt cannot see the prompt" in page
+
+
+def test_an_autoevals_scorers_call_is_shown_with_its_tool_answer(project, fake_provider, client):
+    pytest.importorskip("autoevals", reason="the `autoevals` extra is not installed")
+    from tests.test_autoevals import ITEM
+
+    facts = Evaluator("facts", "autoevals", autoeval="Factuality")
+    run = run_with(project, [facts], lambda ctx: f"Lyon {KEY}", name="auto", items=[ITEM])
+    call = JudgeCall.objects.get(item__run=run, evaluator="facts").data
+    assert call["via"] == "autoevals' Factuality" and call["model"] == "gpt-4o-mini"
+    (turn,) = call["calls"]
+    assert turn["prompt"].startswith("[user]\n") and "Lyon ***" in turn["prompt"]
+    assert turn["reply"].startswith("select_choice(")  # the scorer's tool answer
+    assert KEY not in json.dumps(call)
+    assert "1 call by autoevals&#x27; Factuality" in item_page(client, run, "q1")

@@ -305,7 +305,7 @@ async def scored(
             raise usage.error(f"{metric} {problem}")
         score = float(score)
         reason = str(reason or f"{metric} scored {score:.3f}")
-        call = library_call(library, metric, target, usage)
+        call = library_call(f"{LIBRARY_NAMES[library]}'s {metric}", target, usage)
         return {"score": score, "reason": reason, "call": call}
 
     request = {
@@ -321,19 +321,20 @@ async def scored(
 
 
 def library_call(
-    library: str, metric: str, target: dict[str, Any], usage: Usage
+    via: str, target: dict[str, Any], usage: Usage, system: str = SYSTEM_PROMPT
 ) -> dict[str, Any] | None:
-    """The metric's chat calls through Cobalt's judge, as "Show judge call" shows them (the
-    first few, capped and redacted: `storable.judge_call`); None when it made none."""
+    """A library's chat calls through Cobalt's judge (`via`: "DeepEval's GEval"), as "Show
+    judge call" shows them (the first few, capped and redacted: `storable.judge_call`); None
+    when it made none."""
     if not usage.turns:
         return None
     call = {
         "provider": target["provider"],
         "model": target["model"],
-        "system": SYSTEM_PROMPT,
+        "system": system,
         "calls": usage.turns,
-        "via": f"{LIBRARY_NAMES[library]}'s {metric}",
-        "count": usage.calls,
+        "via": via,
+        "count": usage.chats,
     }
     return storable.judge_call(call)
 

@@ -30,9 +30,11 @@ class Usage:
     unpriced: str = ""  # a model that spent tokens and has no price
     # The first prompts and replies of the library's chat calls ("Show judge call").
     turns: list[dict[str, Any]] = field(default_factory=list)
+    chats: int = 0  # chat calls heard (`turns` keeps the first KEPT_TURNS)
 
     def heard(self, prompt: str, reply: str) -> None:
         """One chat call's prompt and reply, kept while fewer than KEPT_TURNS are."""
+        self.chats += 1
         if len(self.turns) < KEPT_TURNS:
             self.turns.append({"prompt": prompt, "reply": reply})
 
