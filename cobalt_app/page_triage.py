@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -37,6 +38,9 @@ from cobalt_app.selectors import FAILED
 
 KEY_SAMPLE = 200  # items read to offer the run's fields and metadata keys
 MAX_GROUPS = 50
+# Words with a digit (an order id, a count, a port, a date): error texts that differ only in
+# them are one group of the failures view ("refund timed out for o017" and "… for o025").
+ALIKE = re.compile(r"\w*\d\w*")
 GROUP_ITEMS_SHOWN = 40  # item links listed under a group of identical errors
 LONG_VALUE = 80  # a field with longer values is text, not a category: not offered
 TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
@@ -204,11 +208,20 @@ def _categorical(value: Any) -> bool:
 
 @dataclass
 class ErrorGroup:
-    """Items that errored or timed out with the same error text."""
+    """Items that errored or timed out with the same error text, or texts that differ only
+    in numbers and ids (`varied`: "timed out for o017", "… for o025"); `error` is the first."""
 
     status: str
     error: str
     items: list[tuple[int, int, int]] = field(default_factory=list)  # id, number, run_index
+    varied: bool = False
+
+    @property
+    def search(self) -> str:
+        """What the search for the group's items looks for: its text, up to where its
+        items' texts differ."""
+        found = ALIKE.search(self.error) if self.varied else None
+        return (self.error[: found.start()] if found else self.error).strip()
 
     @property
     def count(self) -> int:
@@ -238,7 +251,8 @@ class FailuresPage(ItemsPage):
 
 
 def error_groups(run: Run, scope: QuerySet[ItemResult] | None = None) -> list[ErrorGroup]:
-    """The run's errors and timeouts, one group per status and error text, the largest group
+    """The run's errors and timeouts, one group per status and error text (numbers and ids
+    masked: `ALIKE`), the largest group
     first (then by the first item's number); items in index order. One query on the
     `(run, status)` index."""
     broken = ItemResult.objects.filter(run=run, status__in=FAILED)
@@ -249,7 +263,9 @@ def error_groups(run: Run, scope: QuerySet[ItemResult] | None = None) -> list[Er
     )
     groups: dict[tuple[str, str], ErrorGroup] = {}
     for item_id, index, run_index, status, error in rows:
-        group = groups.setdefault((status, error), ErrorGroup(status=status, error=error))
+        alike = (status, ALIKE.sub("#", error or ""))
+        group = groups.setdefault(alike, ErrorGroup(status=status, error=error))
+        group.varied = group.varied or error != group.error
         group.items.append((item_id, index + 1, run_index))
     return sorted(groups.values(), key=lambda g: (-g.count, g.first[1], g.first[2]))
 

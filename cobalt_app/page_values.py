@@ -106,20 +106,49 @@ def ordered_verdicts(run: Run, item: ItemResult) -> list[Evaluation]:
     verdicts = sorted(
         Evaluation.objects.filter(item=item), key=lambda e: (order.get(e.evaluator, 99), e.id)
     )
-    with_judge_calls(item, verdicts)
+    types = {e.get("name"): e.get("type", "") for e in run.config.get("evaluators", [])}
+    with_judge_calls(item, verdicts, types)
     return verdicts
 
 
-def with_judge_calls(item: ItemResult, verdicts: list[Evaluation]) -> None:
-    """Each evaluation's `judge_call` (None without one): read only when one of them called
-    a model or came from the judge cache (a function evaluator's item costs no query)."""
+# Evaluators whose model calls go through Cobalt's judge and are kept ("Show judge call").
+CAPTURED = ("llm-judge", "pairwise", "deepeval", "ragas", "autoevals")
+
+
+def with_judge_calls(
+    item: ItemResult, verdicts: list[Evaluation], types: dict[str, str] | None = None
+) -> None:
+    """Each evaluation's `judge_call` (None without one) and, where a score cost tokens but
+    no call was kept, `judge_call_note` saying why: read only when one of them called a model
+    or came from the judge cache (a function evaluator's item costs no query)."""
     for verdict in verdicts:
         verdict.judge_call = None
+        verdict.judge_call_note = ""
     if not any(v.tokens or v.cached for v in verdicts):
         return
     calls = dict(JudgeCall.objects.filter(item=item).values_list("evaluator", "data"))
     for verdict in verdicts:
         verdict.judge_call = calls.get(verdict.evaluator)
+        if verdict.judge_call is None and (verdict.tokens or verdict.cached):
+            kind = (types or {}).get(verdict.evaluator, "")
+            verdict.judge_call_note = _no_call_note(kind, verdict.cached)
+
+
+def _no_call_note(kind: str, cached: bool) -> str:
+    if kind in CAPTURED and cached:
+        return (
+            "No judge call to show: this score came from the judge cache, written before "
+            "Cobalt kept judge calls."
+        )
+    if kind in CAPTURED:
+        return (
+            "No judge call to show: its tokens went to embeddings, or no reply of the judge "
+            "could be read."
+        )
+    return (
+        "No judge call to show: this evaluator calls its model itself, where Cobalt cannot "
+        "see the prompt; only the tokens and cost it reported are counted."
+    )
 
 
 @dataclass(frozen=True)

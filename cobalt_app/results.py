@@ -32,7 +32,7 @@ from cobalt import results_file, stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
 from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
 from cobalt_app.selectors import FAILED, scored_items
 
 if TYPE_CHECKING:
@@ -418,19 +418,39 @@ def _entries(
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
     ids = [row[0] for row in rows]
     slots = ", ".join(["%s"] * len(ids))
+    judged: set[int] = set()  # items with an evaluation that called a model (or its cache)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {', '.join(EVALUATION_FIELDS)} FROM {Evaluation._meta.db_table} "
+            f"SELECT {', '.join(EVALUATION_FIELDS)}, tokens FROM {Evaluation._meta.db_table} "
             f"WHERE item_id IN ({slots}) ORDER BY id",
             ids,
         )
-        for item_id, evaluator, *rest in cursor.fetchall():
+        for item_id, evaluator, *rest, tokens in cursor.fetchall():
             by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
+            if tokens or rest[4]:  # rest[4]: cached
+                judged.add(item_id)
+    _add_judge_calls(by_item, judged)
     traces = trace_store.read_traces(ids)
     for row in rows:
         entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
         entry["labels"] = labelled.get(row[0], [])
         yield {"id": row[0], **entry} if with_id else entry
+
+
+def _add_judge_calls(by_item: dict[int, dict[str, Any]], judged: set[int]) -> None:
+    """Each judged evaluation's `judgeCall` (what its judge was sent and answered, capped and
+    redacted: `storable.judge_call`, again, with this process's secrets): one query for a
+    chunk that has any, none for a run of function evaluators."""
+    if not judged:
+        return
+    calls = JudgeCall.objects.filter(item_id__in=sorted(judged)).values_list(
+        "item_id", "evaluator", "data"
+    )
+    for item_id, evaluator, data in calls:
+        entry = by_item.get(item_id, {}).get(evaluator)
+        call = storable.judge_call(data)
+        if entry is not None and call is not None:
+            entry["judgeCall"] = call
 
 
 def item_outcomes(ids: list[int], *, order: list[str] | None = None) -> list[ItemOutcome]:

@@ -284,12 +284,16 @@ def redacted_json(text: str) -> str:
 
 # What a judge call keeps of each text ("Show judge call"); the rest is counted, not kept.
 JUDGE_CALL_CHARS = {"system": 2_000, "prompt": 8_000, "reply": 4_000}
+JUDGE_CALL_TURNS = 4
 
 
 def judge_call(call: Any) -> dict[str, Any] | None:
-    """An LLM judge's call (`{"provider", "model", "system", "calls": [{"prompt", "reply"}]}`)
-    as it is cached and stored: secrets hidden (`redacted`), then each text cut to
-    `JUDGE_CALL_CHARS` with how long it was. Idempotent; None for anything else."""
+    """A judge's call (`{"provider", "model", "system", "calls": [{"prompt", "reply"}]}`, with
+    `via` and `count` when several calls made one judgement: who made them (`DeepEval's
+    GEval`) and how many in all) as it is cached and stored: secrets hidden (`redacted`),
+    then each text cut to `JUDGE_CALL_CHARS` with how long it was, the first
+    `JUDGE_CALL_TURNS` calls kept.
+    Idempotent; None for anything else."""
     if not isinstance(call, dict) or not isinstance(call.get("calls"), list):
         return None
     kept = {
@@ -298,10 +302,15 @@ def judge_call(call: Any) -> dict[str, Any] | None:
         **_capped(call, "system"),
         "calls": [
             {**_capped(turn, "prompt"), **_capped(turn, "reply")}
-            for turn in call["calls"][:4]
+            for turn in call["calls"][:JUDGE_CALL_TURNS]
             if isinstance(turn, dict)
         ],
     }
+    if call.get("via"):
+        kept["via"] = clean_message(call["via"])[:200]
+    count = call.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > len(kept["calls"]):
+        kept["count"] = count
     return kept
 
 

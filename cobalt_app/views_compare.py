@@ -20,13 +20,14 @@ from django.shortcuts import render
 
 from cobalt.config import active_config
 from cobalt.errors import CobaltError
-from cobalt_app import page_compare, page_compare_side, selectors
+from cobalt_app import page_compare, page_compare_side, page_compare_table, selectors
 from cobalt_app.models import Run
 from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
 from cobalt_app.views import ITEMS_PER_PAGE, RECENT_RUNS, HtmxHttpRequest, page, partial_or_page
 
-FILTERS = (*page_compare.CHANGES, *page_compare.KINDS)
+FILTERS = page_compare_table.FILTERS
+OVER = ("", *(str(n) for n in range(1, page_compare.MAX_OTHERS + 1)), page_compare_table.ANY)
 
 
 class CompareForm(forms.Form):
@@ -37,6 +38,7 @@ class CompareForm(forms.Form):
     evaluator = forms.CharField(required=False, max_length=100)
     change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
+    over = forms.ChoiceField(required=False, choices=[(o, o) for o in OVER])
     page = forms.IntegerField(required=False, min_value=1)
     pairwise = forms.CharField(required=False, max_length=100)
 
@@ -102,20 +104,24 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
         evaluator=evaluator,
         change=change,
         sort=sort,
+        over=data["over"] or "",
         page=data["page"] or 1,
         per_page=ITEMS_PER_PAGE,
     )
-    filters = urlencode({"evaluator": evaluator, "change": change, "sort": sort})
+    table = comparison.table
+    filters = {"evaluator": evaluator, "change": change, "sort": sort}
+    if table.more:  # j/k in the side by side walk the same rows: over the same runs
+        filters |= {"over": table.over, "among": ",".join(run.id for run in others)}
     return {
         "comparison": comparison,
         "strip": comparison.strip,
         "strip_rows": page_compare.strip_rows(comparison.strip),
-        "table": comparison.table,
+        "table": table,
         "evaluator": evaluator,
         "change": change,
         "pair_sort": sort,
-        "changes": page_compare.CHANGES,
-        "filters": filters,
+        "changes": (*page_compare.CHANGES, page_compare.CHANGED),
+        "filters": urlencode(filters),
         "charts": comparison.chart_data,
         "side": page_compare_side.side_by_side(a, others[0], data["key"]) if data["key"] else None,
         **_pairwise_context(a, others[0], data["pairwise"]),
@@ -143,6 +149,16 @@ class SideForm(forms.Form):
     evaluator = forms.CharField(required=False, max_length=100)
     change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
+    over = forms.ChoiceField(required=False, choices=[(o, o) for o in OVER])
+    among = forms.CharField(required=False, max_length=33 * page_compare.MAX_OTHERS)
+
+    def clean_among(self) -> list[str]:
+        """The compare's other runs (B first), when it had more than one: j/k then walk
+        its rows, filtered and sorted over the same runs."""
+        ids = [part.strip() for part in self.cleaned_data["among"].split(",") if part.strip()]
+        if len(ids) > page_compare.MAX_OTHERS or any(len(i) > 32 for i in ids):
+            raise forms.ValidationError("at most 5 run ids of at most 32 characters")
+        return ids
 
 
 @page
@@ -155,17 +171,27 @@ def compare_item(request: HtmxHttpRequest) -> HttpResponse:
     data = form.cleaned_data
     try:
         a, b = run_get(data["a"]), run_get(data["b"])
+        among = [b]
+        if b.id in data["among"]:  # from a compare of several runs
+            among = [b if run_id == b.id else run_get(run_id) for run_id in data["among"]]
     except RunNotFound as exc:
         form.add_error(None, str(exc))
         return render(request, "cobalt/compare_side.html", {"form": form}, status=404)
-    names = list(dict.fromkeys([*a.evaluator_names, *b.evaluator_names]))
+    names = list(dict.fromkeys([*a.evaluator_names, *among[0].evaluator_names]))
     filters = {
         "evaluator": data["evaluator"] if data["evaluator"] in names else "",
         "change": data["change"] or "",
         "sort": data["sort"] or "delta",
     }
-    previous_key, next_key = page_compare.neighbours(a, b, data["key"], **filters)
+    over = (data["over"] or "") if len(among) > 1 else ""
+    previous_key, next_key = page_compare_table.neighbours(
+        a, among, data["key"], over=over, **filters
+    )
+    if len(among) > 1:
+        filters |= {"over": over, "among": ",".join(run.id for run in among)}
     query = urlencode({"a": a.id, "b": b.id, **filters})
+    shown = {name: value for name, value in filters.items() if name != "among"}
+    back = urlencode([("a", a.id), *(("b", run.id) for run in among), *shown.items()])
     context = {
         "a": a,
         "b": b,
@@ -174,7 +200,7 @@ def compare_item(request: HtmxHttpRequest) -> HttpResponse:
         "query": query,
         "previous_key": previous_key,
         "next_key": next_key,
-        "back": f"?{query}",
+        "back": f"?{back}",
         "floating": bool(request.htmx and not request.htmx.history_restore_request),
     }
     return partial_or_page(request, "cobalt/compare_side.html", context, "panel")

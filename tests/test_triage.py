@@ -115,7 +115,12 @@ def test_identical_errors_are_one_row_with_the_error_once_then_the_most_failed_i
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert page.count('class="item-row error-group') == 2
     assert page.count("TimeoutError: the agent hung") == 1  # once, with its count
-    assert '<span class="group-count">3 × </span>TimeoutError: the agent hung' in page
+    # The error text opens the group's first item: its failing step is one click away.
+    assert re.search(
+        rf'<span class="group-count">3 × </span><a class="group-first" '
+        rf'href="/runs/{run.id}/items/1/\?view=failures"[^>]*>TimeoutError: the agent hung</a>',
+        page,
+    )
     assert "ValueError: bad &lt;json&gt;" in page and "<json>" not in page
     assert page.index("TimeoutError") < page.index("ValueError")  # the larger group first
     # Judged failures: two evaluators failed t02; t04 (an evaluation error) and t01 one each.

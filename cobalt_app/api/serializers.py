@@ -268,6 +268,41 @@ class TraceStepSerializer(serializers.Serializer):
     output = serializers.CharField(allow_null=True, help_text="Truncated; secrets removed.")
 
 
+class JudgeTurnSerializer(serializers.Serializer):
+    prompt = serializers.CharField(help_text="What the judge was sent (the user message).")
+    reply = serializers.CharField(allow_blank=True, help_text="What it answered.")
+    promptChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
+    replyChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
+
+
+class JudgeCallSerializer(serializers.Serializer):
+    provider = serializers.CharField()
+    model = serializers.CharField()
+    system = serializers.CharField(allow_blank=True)
+    systemChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
+    calls = JudgeTurnSerializer(
+        many=True,
+        help_text="One, or two when the first reply was not usable JSON; a pairwise judge's "
+        "two orders; the first four of an evaluation library's calls.",
+    )
+    via = serializers.CharField(
+        required=False,
+        help_text="Who made the calls when several made one judgement (`DeepEval's GEval`, "
+        "`the pairwise judge, asked in both orders`).",
+    )
+    count = serializers.IntegerField(
+        required=False, help_text="How many calls were made in all, when more than were kept."
+    )
+
+
+class JudgedEvaluationSerializer(EvaluationSerializer):
+    judgeCall = JudgeCallSerializer(
+        required=False,
+        help_text="A judge's own call (each text capped, secrets removed); a cached "
+        "evaluation shows the call that produced it.",
+    )
+
+
 class ItemSerializer(serializers.Serializer):
     """One item result, as in the results file, with its id."""
 
@@ -288,7 +323,7 @@ class ItemSerializer(serializers.Serializer):
     latencyMs = serializers.FloatField(allow_null=True)
     tokens = serializers.IntegerField()
     cost = serializers.FloatField()
-    evaluations = serializers.DictField(child=EvaluationSerializer())
+    evaluations = serializers.DictField(child=JudgedEvaluationSerializer())
     trace = TraceStepSerializer(many=True)
     traceNotCaptured = serializers.CharField(
         allow_null=True,
@@ -297,30 +332,6 @@ class ItemSerializer(serializers.Serializer):
         "the trace then give an error, never a score.",
     )
     labels = LabelSerializer(many=True, help_text="People's labels of the item, now.")
-
-
-class JudgeTurnSerializer(serializers.Serializer):
-    prompt = serializers.CharField(help_text="What the judge was sent (the user message).")
-    reply = serializers.CharField(allow_blank=True, help_text="What it answered.")
-    promptChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
-    replyChars = serializers.IntegerField(required=False, help_text="Its length when cut.")
-
-
-class JudgeCallSerializer(serializers.Serializer):
-    provider = serializers.CharField()
-    model = serializers.CharField()
-    system = serializers.CharField(allow_blank=True)
-    calls = JudgeTurnSerializer(
-        many=True, help_text="One, or two when the first reply was not usable JSON."
-    )
-
-
-class JudgedEvaluationSerializer(EvaluationSerializer):
-    judgeCall = JudgeCallSerializer(
-        required=False,
-        help_text="An LLM judge's own call (each text capped, secrets removed); a cached "
-        "evaluation shows the call that produced it.",
-    )
 
 
 class ItemDetailSerializer(ItemSerializer):

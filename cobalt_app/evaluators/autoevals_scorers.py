@@ -43,6 +43,7 @@ from cobalt_app.evaluators.base import (
 )
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import judge_settings, judge_target
+from cobalt_app.evaluators.metric_libraries import library_call
 from cobalt_app.evaluators.usage import counted, current
 from cobalt_app.providers import (
     ProviderError,
@@ -181,6 +182,7 @@ class CobaltClient:
             env, asked, completed, provider=provider, model=self.target["model"]
         )
         usage.hits += cached
+        usage.heard(_messages_text(request), _reply_text(reply))
         return reply
 
     async def respond(self, **request: Any) -> dict[str, Any]:
@@ -232,6 +234,26 @@ class CobaltClient:
             "the Moderation scorer calls OpenAI's moderation API, which Cobalt does not route; "
             "use an llm-judge evaluator for content checks"
         )
+
+
+def _messages_text(request: dict[str, Any]) -> str:
+    """A chat request's messages as "Show judge call" shows a prompt: each with its role."""
+    parts = []
+    for message in request.get("messages") or []:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        parts.append(f"[{message.get('role', '?')}]\n{text}")
+    return "\n\n".join(parts)
+
+
+def _reply_text(reply: dict[str, Any]) -> str:
+    """A slim completion's answer: its text, or the tool calls it chose."""
+    message = ((reply.get("choices") or [{}])[0]).get("message") or {}
+    calls = [
+        f"{c['function']['name']}({c['function']['arguments']})"
+        for c in message.get("tool_calls") or []
+    ]
+    return "\n".join([message.get("content") or "", *calls]).strip()
 
 
 def _slim(response: dict[str, Any]) -> dict[str, Any]:
@@ -512,4 +534,5 @@ async def autoevals_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any
         tokens=usage.tokens,
         cost=usage.cost,
         unpriced_model=usage.unpriced,
+        judge_call=library_call(f"autoevals' {name}", judge_target(evaluator, env), usage, ""),
     )

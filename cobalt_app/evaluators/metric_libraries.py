@@ -19,7 +19,7 @@ from typing import Any
 
 from cobalt.evaluator import Evaluator
 from cobalt.wording import install_hint
-from cobalt_app import trace_spans
+from cobalt_app import storable, trace_spans
 from cobalt_app.evaluators.base import EvalOutcome, EvalTarget, EvaluationError, ProviderUse
 from cobalt_app.evaluators.basic import output_text
 from cobalt_app.evaluators.llm_judge import cached_judgement, judge_settings, judge_target
@@ -27,6 +27,7 @@ from cobalt_app.evaluators.usage import Usage, counted, current
 from cobalt_app.templating import TemplateError, _lookup
 
 INSTALL = {library: install_hint(library) for library in ("deepeval", "ragas")}
+LIBRARY_NAMES = {"deepeval": "DeepEval", "ragas": "Ragas"}
 # The judge settings every metric reads (its LLM is Cobalt's judge).
 JUDGE_OPTIONS = ("model", "provider", "base_url", "api_key_env")
 SYSTEM_PROMPT = (
@@ -211,6 +212,7 @@ class Judge:
             purpose=f"the {self.library} evaluator {self.evaluator.name!r}",
         )
         usage.add(target["model"], reply.input_tokens, reply.output_tokens)
+        usage.heard(prompt, reply.text)
         return reply.text
 
 
@@ -302,7 +304,9 @@ async def scored(
         if problem:
             raise usage.error(f"{metric} {problem}")
         score = float(score)
-        return {"score": score, "reason": str(reason or f"{metric} scored {score:.3f}")}
+        reason = str(reason or f"{metric} scored {score:.3f}")
+        call = library_call(f"{LIBRARY_NAMES[library]}'s {metric}", target, usage)
+        return {"score": score, "reason": reason, "call": call}
 
     request = {
         "kind": library,
@@ -314,6 +318,25 @@ async def scored(
         "inputs": jsonable(inputs),
     }
     return await cached_judgement(evaluator, env, request, measured)
+
+
+def library_call(
+    via: str, target: dict[str, Any], usage: Usage, system: str = SYSTEM_PROMPT
+) -> dict[str, Any] | None:
+    """A library's chat calls through Cobalt's judge (`via`: "DeepEval's GEval"), as "Show
+    judge call" shows them (the first few, capped and redacted: `storable.judge_call`); None
+    when it made none."""
+    if not usage.turns:
+        return None
+    call = {
+        "provider": target["provider"],
+        "model": target["model"],
+        "system": system,
+        "calls": usage.turns,
+        "via": via,
+        "count": usage.chats,
+    }
+    return storable.judge_call(call)
 
 
 def _score_problem(score: Any) -> str:

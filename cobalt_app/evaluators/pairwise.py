@@ -28,6 +28,7 @@ from cobalt_app.evaluators.base import (
 )
 from cobalt_app.evaluators.llm_judge import (
     chat_once,
+    judge_call,
     judge_provider,
     judge_request,
     judge_target,
@@ -56,6 +57,7 @@ class PairJudgement:
     orders_disagree: bool
     usage: Usage
     cached: bool
+    call: dict[str, Any] | None = None  # both orders' prompts and replies ("Show judge call")
 
 
 def pair_text(output: Any) -> str:
@@ -78,10 +80,10 @@ async def judge_pair(
 ) -> PairJudgement:
     """Ask in both orders: candidate second (as B), then candidate first (as A)."""
     usage = Usage()
-    forward, reason_f, cached_f = await _ask(
+    forward, reason_f, cached_f, turns_f = await _ask(
         evaluator, question, pair_text(baseline), pair_text(candidate), env, usage
     )
-    backward, reason_b, cached_b = await _ask(
+    backward, reason_b, cached_b, turns_b = await _ask(
         evaluator, question, pair_text(candidate), pair_text(baseline), env, usage
     )
     outcome = combine(forward, backward)
@@ -90,12 +92,17 @@ async def judge_pair(
         f"candidate shown as B: {forward} ({reason_f}); shown as A: {backward} ({reason_b})"
         + ("; the orders disagree: a tie" if disagree else "")
     )
-    return PairJudgement(outcome, reason, disagree, usage, cached_f and cached_b)
+    call = judge_call(judge_target(evaluator, env), [*turns_f, *turns_b])
+    if call is not None:
+        call["via"] = "the pairwise judge, asked in both orders"
+    return PairJudgement(outcome, reason, disagree, usage, cached_f and cached_b, call)
 
 
 async def _ask(
     evaluator: Evaluator, question: str, first: str, second: str, env: Any, usage: Usage
-) -> tuple[str, str, bool]:
+) -> tuple[str, str, bool, list[dict[str, Any]]]:
+    """The winner of one order, the judge's reason, whether the cache answered, and the
+    call's prompts and replies (capped and redacted as they are cached)."""
     target = judge_target(evaluator, env)
     user = (
         f"{question}\n\n<output_a>\n{first}\n</output_a>\n\n<output_b>\n{second}\n</output_b>"
@@ -105,14 +112,18 @@ async def _ask(
 
     async def judged() -> dict[str, Any]:
         last = ""
+        turns: list[dict[str, str]] = []
         for message in (user, f"{user}\n\n{PAIR_STRICT}"):
             text = await chat_once(
                 env, target, usage, message, params, f"the pairwise judge {evaluator.name!r}"
             )
+            turns.append({"prompt": message, "reply": text})
             data = judgement_data(text)
             winner = parse_winner(data)
             if winner is not None:
-                return {"winner": winner, "reason": str((data or {}).get("reason") or "")}
+                reason = str((data or {}).get("reason") or "")
+                call = judge_call(target, turns) or {}
+                return {"winner": winner, "reason": reason, "turns": call.get("calls", [])}
             last = text.strip().replace("\n", " ")
         shown = last if len(last) <= 200 else last[:197] + "..."
         raise usage.error(
@@ -124,7 +135,7 @@ async def _ask(
     answer, cached = await cached_call(
         env, request, judged, provider=target["provider"], model=target["model"]
     )
-    return answer["winner"], answer["reason"], cached
+    return answer["winner"], answer["reason"], cached, answer.get("turns") or []
 
 
 @register("pairwise", options=OPTIONS, providers=judge_provider)
@@ -145,4 +156,5 @@ async def pairwise(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
         tokens=judged.usage.tokens,
         cost=judged.usage.cost,
         unpriced_model=judged.usage.unpriced,
+        judge_call=judged.call,
     )

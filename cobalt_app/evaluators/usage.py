@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from cobalt_app.evaluators.base import EvaluationError
 from cobalt_app.pricing import estimate_cost, unpriced
+
+KEPT_TURNS = 4  # as many as a stored judge call keeps (`storable.judge_call`)
 
 
 @dataclass
@@ -25,6 +28,15 @@ class Usage:
     calls: int = 0
     hits: int = 0  # calls answered from the judge cache
     unpriced: str = ""  # a model that spent tokens and has no price
+    # The first prompts and replies of the library's chat calls ("Show judge call").
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    chats: int = 0  # chat calls heard (`turns` keeps the first KEPT_TURNS)
+
+    def heard(self, prompt: str, reply: str) -> None:
+        """One chat call's prompt and reply, kept while fewer than KEPT_TURNS are."""
+        self.chats += 1
+        if len(self.turns) < KEPT_TURNS:
+            self.turns.append({"prompt": prompt, "reply": reply})
 
     def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
         """A call's tokens, priced."""
