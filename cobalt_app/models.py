@@ -470,3 +470,17 @@ class JudgeCall(models.Model):
 
     def __str__(self) -> str:
         return f"judge call of {self.evaluator} on item {self.item_id}"
+
+
+class RunFigures(models.Model):
+    """What a finished run's page shows that would otherwise be counted over every verdict of
+    the run on each visit, stored once when it is finalised (`run_figures`): the score
+    histogram per evaluator."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    histogram = models.JSONField(
+        default=dict, help_text="Per evaluator, how many scores fall in each tenth of [0, 1]."
+    )
+
+    def __str__(self) -> str:
+        return f"figures of run {self.run_id}"

@@ -240,12 +240,15 @@ class FailuresPage(ItemsPage):
 def error_groups(run: Run, scope: QuerySet[ItemResult] | None = None) -> list[ErrorGroup]:
     """The run's errors and timeouts, one group per status and error text, the largest group
     first (then by the first item's number); items in index order. One query on the
-    `(run, status)` index."""
+    `(run, status)` index, sorted here: ordered in SQL, SQLite walks every item of the run in
+    index order instead (its unique index gives that order), reading each wide row for its
+    status — 30 ms of CPU at 50,000 items for 500 errors, ten times that at 500,000."""
     broken = ItemResult.objects.filter(run=run, status__in=FAILED)
     if scope is not None:
         broken = broken.filter(id__in=scope.values("id"))
-    rows = broken.order_by("item_index", "run_index").values_list(
-        "id", "item_index", "run_index", "status", "error"
+    rows = sorted(
+        broken.order_by().values_list("id", "item_index", "run_index", "status", "error"),
+        key=lambda row: (row[1], row[2]),
     )
     groups: dict[tuple[str, str], ErrorGroup] = {}
     for item_id, index, run_index, status, error in rows:
