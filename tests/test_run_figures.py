@@ -1,0 +1,99 @@
+"""What a finished run's pages would otherwise count on every visit, stored or found cheaply
+(issue 41, pages at a million traced items): the run page's histogram stored at finalisation,
+its error groups read through the status index, and Wilcoxon's test of a big compare ranked
+from one sort."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.test import Client
+from scipy import stats
+
+from cobalt import significance
+from cobalt_app import page_triage, run_figures
+from cobalt_app.models import Run, RunFigures
+from tests.test_pages import keys, make_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client() -> Client:
+    return Client(HTTP_HOST="127.0.0.1")
+
+
+def histogram_of(page: str) -> dict[str, list[int]]:
+    charts = json.loads(re.search(r'id="run-charts"[^>]*>(.*?)</script>', page, re.S).group(1))
+    return {s["label"]: s["values"] for s in charts["histogram"]["series"]}
+
+
+def test_a_finished_run_stores_its_histogram_and_its_page_reads_it(client):
+    run = make_run(keys=keys(4), scores={"k000": {"exact": 0.0, "judge": 0.25}})
+    stored = RunFigures.objects.get(run=run).histogram
+    assert stored == run_figures.count_histogram(run.id, ["exact", "judge"])
+    assert stored["judge"] == [0, 0, 1] + [0] * 6 + [3]
+    # The page shows what was stored, not a count of the verdicts: a changed row shows.
+    RunFigures.objects.filter(run=run).update(histogram={"exact": [4] + [0] * 9, "judge": [9] * 10})
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert histogram_of(page) == {"exact": [4] + [0] * 9, "judge": [9] * 10}
+
+
+def test_a_run_finalised_before_the_table_has_its_histogram_counted_once(
+    client, django_assert_num_queries
+):
+    run = make_run(keys=keys(3), scores={"k001": {"judge": 0.5}})
+    RunFigures.objects.filter(run=run).delete()
+    with django_assert_num_queries(15):  # the page's 12, then the count and its row stored
+        first = client.get(f"/runs/{run.id}/").content.decode()
+    with django_assert_num_queries(12):
+        again = client.get(f"/runs/{run.id}/").content.decode()
+    assert histogram_of(first) == histogram_of(again)
+    assert histogram_of(again)["judge"] == [0] * 5 + [1] + [0] * 3 + [2]
+
+
+def test_a_running_run_counts_its_histogram_on_each_visit(client):
+    run = make_run(keys=keys(3), finish=False, done=2)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert histogram_of(page)["exact"] == [0] * 9 + [2]
+    assert not RunFigures.objects.filter(run=run).exists()
+    assert Run.objects.get(id=run.id).status == Run.Status.RUNNING
+
+
+def test_error_groups_read_the_status_index_and_keep_index_order():
+    run = make_run(keys=keys(6), errors={"k004": "boom", "k001": "boom", "k003": "other"})
+    groups = page_triage.error_groups(run)
+    assert [(g.error, [number for _, number, _ in g.items]) for g in groups] == [
+        ("boom", [2, 5]),
+        ("other", [4]),
+    ]
+    if connection.vendor == "sqlite":  # not every item row of the run, in index order
+        query = str(
+            page_triage.ItemResult.objects.filter(run=run, status__in=["error", "timeout"])
+            .order_by()
+            .values_list("id", "item_index", "run_index", "status", "error")
+            .query
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + query.replace(run.id, f"'{run.id}'", 1))
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "item_run_status" in plan
+
+
+@pytest.mark.parametrize("kind", ["ties", "continuous", "few values", "one sided"])
+def test_wilcoxon_of_many_pairs_is_scipys_from_one_sort(kind):
+    rng = np.random.default_rng(len(kind))
+    n = significance.WILCOXON_SORTED_FROM + 1234
+    differences = {
+        "ties": np.round(rng.normal(0.01, 0.2, n), 3),
+        "continuous": rng.normal(0.0, 1.0, n),
+        "few values": rng.integers(-3, 4, n) / 10,
+        "one sided": np.abs(np.round(rng.normal(0.0, 0.1, n), 2)),
+    }[kind]
+    expected = stats.wilcoxon(differences, zero_method="wilcox", alternative="two-sided").pvalue
+    found = significance.wilcoxon(differences)
+    assert found == pytest.approx(expected, rel=1e-9, abs=1e-300)
