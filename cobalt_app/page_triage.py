@@ -24,6 +24,7 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from django.urls import reverse
 
+from cobalt_app import run_figures
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_items import ItemsPage, clamp, ordered_item_ids, page_of
 from cobalt_app.page_selectors import pass_marks
@@ -266,15 +267,15 @@ def failure_page(
     per_page: int = 50,
 ) -> FailuresPage:
     """A page of the failures view. Four queries: the errors, the judged failures' order
-    (stored at finalisation when nothing narrows the list; read whole, once, among the items
-    a search or a field filter leaves; else their count and the page's ids), its rows and
-    scores (two)."""
+    (stored at finalisation when nothing narrows the list: of every evaluator with the score
+    table, of one evaluator in `run_figures`; read whole, once, among the items a search or a
+    field filter leaves; else their count and the page's ids), its rows and scores (two)."""
     groups = error_groups(run, scope)
     failing = judged_failures(run, evaluator, scope)
     if scope is not None:
         order: list[int] | None = list(failing.values_list("item_id", flat=True))
     else:
-        order = None if evaluator else failing_order(run)
+        order = run_figures.failing_order(run, evaluator) if evaluator else failing_order(run)
     if order is not None:
         total = len(groups) + len(order)
     else:
@@ -299,7 +300,9 @@ def failure_ids(
 ) -> list[int]:
     """Every item of the failures view, in its order (each group's items in turn)."""
     grouped = [item[0] for group in error_groups(run, scope) for item in group.items]
-    order = failing_order(run) if scope is None and not evaluator else None
+    order = None
+    if scope is None:
+        order = run_figures.failing_order(run, evaluator) if evaluator else failing_order(run)
     if order is None:
         order = list(judged_failures(run, evaluator, scope).values_list("item_id", flat=True))
     return grouped + order

@@ -17,6 +17,7 @@ from scipy import stats
 from cobalt import significance
 from cobalt_app import page_triage, run_figures
 from cobalt_app.models import Run, RunFigures
+from cobalt_app.score_tables import judged_failures
 from tests.test_pages import keys, make_run
 
 pytestmark = pytest.mark.django_db
@@ -48,9 +49,11 @@ def test_a_run_finalised_before_the_table_has_its_histogram_counted_once(
 ):
     run = make_run(keys=keys(3), scores={"k001": {"judge": 0.5}})
     RunFigures.objects.filter(run=run).delete()
-    with django_assert_num_queries(15):  # the page's 12, then the count and its row stored
-        first = client.get(f"/runs/{run.id}/").content.decode()
+    # Nothing failed, so the page reads no rows: 10 queries, and 2 more on the first visit
+    # (the count and its row stored).
     with django_assert_num_queries(12):
+        first = client.get(f"/runs/{run.id}/").content.decode()
+    with django_assert_num_queries(10):
         again = client.get(f"/runs/{run.id}/").content.decode()
     assert histogram_of(first) == histogram_of(again)
     assert histogram_of(again)["judge"] == [0] * 5 + [1] + [0] * 3 + [2]
@@ -97,3 +100,24 @@ def test_wilcoxon_of_many_pairs_is_scipys_from_one_sort(kind):
     expected = stats.wilcoxon(differences, zero_method="wilcox", alternative="two-sided").pvalue
     found = significance.wilcoxon(differences)
     assert found == pytest.approx(expected, rel=1e-9, abs=1e-300)
+
+
+def test_each_evaluators_failures_are_stored_in_order_and_paged_from_it(
+    client, django_assert_num_queries
+):
+    scores = {
+        f"k{i:03d}": {"judge": 0.1 * (i % 5), "exact": 0.0 if i % 3 else 1.0} for i in range(9)
+    }
+    run = make_run(keys=keys(9), scores=scores, errors={"k007": "boom"})
+    for name in ("judge", "exact"):
+        expected = list(judged_failures(run, name).values_list("item_id", flat=True))
+        assert run_figures.failing_order(run, name) == expected and expected
+    # errors (grouped), the stored order, rows, scores — no ranking of the verdicts
+    with django_assert_num_queries(4):
+        stored = page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
+    RunFigures.objects.filter(run=run).delete()
+    with django_assert_num_queries(5):  # the count stored with the score table, the ranking
+        ranked = page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
+    assert [row.key for row in stored.rows] == [row.key for row in ranked.rows]
+    assert stored.total == ranked.total
+    assert page_triage.failure_ids(run, "exact") == page_triage.failure_ids(run, "exact")

@@ -28,6 +28,22 @@ class Migration(migrations.Migration):
                         help_text="Per evaluator, how many scores fall in each tenth of [0, 1].",
                     ),
                 ),
+                (
+                    "failing_at",
+                    models.JSONField(
+                        default=dict,
+                        help_text="Per evaluator, where its items are in `failing_orders`: "
+                        "[start, count].",
+                    ),
+                ),
+                (
+                    "failing_orders",
+                    models.BinaryField(
+                        default=b"",
+                        help_text="Each evaluator's failing items' ids in its failures view's "
+                        "order, one after another (int64, little-endian).",
+                    ),
+                ),
             ],
         ),
     ]
