@@ -483,7 +483,8 @@ class RunFigures(models.Model):
     )
     failing_at = models.JSONField(
         default=dict,
-        help_text="Per evaluator, where its items are in `failing_orders`: [start, count].",
+        help_text="Where each evaluator's items are in `failing_orders` ({'at': {name: [start, "
+        "count]}}), and the pass marks they were ranked with ({'marks': {name: mark}}).",
     )
     failing_orders = models.BinaryField(
         default=b"",

@@ -21,6 +21,7 @@ import logging
 import numpy as np
 from django.db import connection
 
+from cobalt import verdict
 from cobalt_app.models import Evaluation, Run, RunFigures
 from cobalt_app.score_tables import judged_failures
 
@@ -41,7 +42,8 @@ def store(run_id: str) -> None:
             at[name] = [sum(len(order) for order in orders), len(ids)]
             orders.append(ids)
         flat = np.array([i for order in orders for i in order], dtype="<i8")
-        _save(run, count_histogram(run.id, run.evaluator_names), at, flat.tobytes())
+        failing_at = {"marks": _marks(run), "at": at}
+        _save(run, count_histogram(run.id, run.evaluator_names), failing_at, flat.tobytes())
     except Exception:
         logger.exception("could not store the page figures of run %s", run_id)
 
@@ -92,11 +94,21 @@ def failing_order(run: Run, evaluator: str) -> list[int] | None:
     found = (
         RunFigures.objects.filter(run_id=run.id).values_list("failing_at", "failing_orders").first()
     )
-    if found is None or evaluator not in found[0]:
+    if found is None or evaluator not in found[0].get("at", {}):
         return None
-    start, count = found[0][evaluator]
+    if found[0].get("marks") != _marks(run):  # pass marks changed since: rank again
+        return None
+    start, count = found[0]["at"][evaluator]
     ids = np.frombuffer(bytes(found[1]), dtype="<i8", count=count, offset=8 * start)
     return ids.tolist()
+
+
+def _marks(run: Run) -> dict[str, float]:
+    """The pass marks a failures order was ranked with (as JSON keeps them)."""
+    return {
+        name: float(mark)
+        for name, mark in verdict.pass_marks((run.config or {}).get("evaluators", [])).items()
+    }
 
 
 def count_histogram(run_id: str, evaluators: list[str]) -> dict[str, list[int]]:
