@@ -43,6 +43,9 @@ BOOTSTRAP_SEED = 20240917
 BOOTSTRAP_MAX_PAIRS = 10_000
 # McNemar: exact binomial test below this many discordant pairs, else chi-square (corrected).
 MCNEMAR_EXACT_BELOW = 25
+# From this many differences, Wilcoxon's p-value is SciPy's normal approximation worked out
+# from one sort (`_wilcoxon_sorted`); below it (and for every exact case) SciPy computes it.
+WILCOXON_SORTED_FROM = 5_000
 
 
 def check_alpha(alpha: float) -> float:
@@ -291,10 +294,37 @@ def wilcoxon(differences: Sequence[float]) -> float | None:
         return None
     if not np.any(data != 0):
         return 1.0
+    if data.size >= WILCOXON_SORTED_FROM:
+        return _wilcoxon_sorted(data[data != 0])
     from scipy import stats
 
     result = stats.wilcoxon(data, zero_method="wilcox", alternative="two-sided")
     return _f(result.pvalue)
+
+
+def _wilcoxon_sorted(data: np.ndarray) -> float | None:
+    """SciPy's two-sided Wilcoxon signed-rank p-value for many non-zero differences (its
+    normal approximation with the tie correction, no continuity correction), with the ranks
+    found from sorts of the absolute values instead of an argsort and a rank pass: at 500,000
+    pairs ~25 ms of CPU where SciPy takes ~125 ms when scores tie (~90 against ~160 ms when
+    none do; the compare page's first visit pays it per evaluator and run)."""
+    n = data.size
+    magnitudes = np.abs(data)
+    ordered = np.sort(magnitudes)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1], [True])))
+    ties = np.diff(starts).astype(float)
+    mean_ranks = starts[:-1] + (ties + 1) / 2  # 1-based, averaged over ties
+    # How many positive differences each group of equal magnitudes holds: both sorted, so
+    # one ordered search of the groups' values among the positive magnitudes counts them.
+    positives = np.sort(magnitudes[data > 0])
+    below = np.searchsorted(positives, ordered[starts[:-1]], side="right")
+    r_plus = float((mean_ranks * np.diff(below, prepend=0)).sum())
+    r_minus = n * (n + 1) / 2 - r_plus
+    variance = n * (n + 1) * (2 * n + 1) / 24 - float((ties**3 - ties).sum()) / 48
+    if variance <= 0:
+        return None
+    z = (min(r_plus, r_minus) - n * (n + 1) / 4) / math.sqrt(variance)
+    return _f(math.erfc(abs(z) / math.sqrt(2)))  # 2·Φ(−|z|), exact far into the tail
 
 
 def mean_difference_ci(

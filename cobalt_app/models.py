@@ -470,3 +470,27 @@ class JudgeCall(models.Model):
 
     def __str__(self) -> str:
         return f"judge call of {self.evaluator} on item {self.item_id}"
+
+
+class RunFigures(models.Model):
+    """What a finished run's page shows that would otherwise be counted over every verdict of
+    the run on each visit, stored once when it is finalised (`run_figures`): the score
+    histogram per evaluator, and each evaluator's failures view in its order."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    histogram = models.JSONField(
+        default=dict, help_text="Per evaluator, how many scores fall in each tenth of [0, 1]."
+    )
+    failing_at = models.JSONField(
+        default=dict,
+        help_text="Where each evaluator's items are in `failing_orders` ({'at': {name: [start, "
+        "count]}}), and the pass marks they were ranked with ({'marks': {name: mark}}).",
+    )
+    failing_orders = models.BinaryField(
+        default=b"",
+        help_text="Each evaluator's failing items' ids in its failures view's order, one after "
+        "another (int64, little-endian).",
+    )
+
+    def __str__(self) -> str:
+        return f"figures of run {self.run_id}"

@@ -215,9 +215,9 @@ def _ordered(
     selected = np.flatnonzero(wanted.any(axis=0))
     lowest, highest = worst.min(axis=0)[selected], best.max(axis=0)[selected]
     if sort == "delta":
-        selected = selected[np.lexsort((highest, lowest))]
+        selected = selected[_two_key_order(lowest, highest)]
     elif sort == "-delta":
-        selected = selected[np.lexsort((-lowest, -highest))]
+        selected = selected[_two_key_order(-highest, -lowest)]
     return counts, at[selected].astype(np.int32)
 
 
@@ -322,6 +322,34 @@ def _extremes(deltas: Any, broke: Any, mended: Any) -> tuple[Any, Any]:
     else:
         lowest = highest = np.zeros(count)
     return np.where(broke, -np.inf, lowest), np.where(mended, np.inf, highest)
+
+
+def _two_key_order(first: Any, second: Any) -> Any:
+    """`np.lexsort((second, first))`: positions by `first`, then `second`, then position, as
+    one sort of int64 keys that pack each value's rank among its key's distinct values and
+    the position: about half lexsort's time at 500,000 pairs (the compare page's first visit
+    of each filter and sort). Lexsort itself when the packed keys would not fit."""
+    import numpy as np
+
+    count = len(first)
+    if count < 2:
+        return np.arange(count)
+    rank_first, distinct_first = _dense_ranks(first)
+    rank_second, distinct_second = _dense_ranks(second)
+    if distinct_first * distinct_second * count >= 2**62:
+        return np.lexsort((second, first))
+    packed = (rank_first * distinct_second + rank_second) * count + np.arange(count)
+    packed.sort()
+    return packed % count
+
+
+def _dense_ranks(values: Any) -> tuple[Any, int]:
+    """Each value's position among the distinct values (sorted), and how many there are."""
+    import numpy as np
+
+    ordered = np.sort(values)
+    distinct = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    return np.searchsorted(distinct, values).astype(np.int64), len(distinct)
 
 
 def _cells(before: Any, after: Any, deltas: Any, noise: Any, names: list[str], marks) -> list:

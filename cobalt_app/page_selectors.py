@@ -3,9 +3,10 @@ run's overview, trends. The runs they show come from `selectors`.
 
 Lists read the summaries stored on runs at finalisation; only a run that is still running
 is aggregated from its rows. The histogram, which touches every evaluation of a large run,
-is one SQL pass over the `(run, evaluator, score)` index. Every score is shown against its
-evaluator's pass mark (`pass_threshold`, 0.5 by default): `cobalt.verdict.score_verdict` names
-the colour (fail / borderline / pass), as it names the verdict at every other door.
+is stored at finalisation too (`run_figures`), counted only while a run runs. Every score is
+shown against its evaluator's pass mark (`pass_threshold`, 0.5 by default):
+`cobalt.verdict.score_verdict` names the colour (fail / borderline / pass), as it names the
+verdict at every other door.
 A run's items and the item panel are read in `page_items`, the compare page in
 `page_compare`.
 """
@@ -15,17 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
 from cobalt import verdict
 from cobalt.verdict import score_verdict
-from cobalt_app import trace_store
+from cobalt_app import run_figures, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import experiment_runs
 
-HISTOGRAM_BINS = 10
+HISTOGRAM_BINS = run_figures.HISTOGRAM_BINS
 
 
 # Scores against pass marks ------------------------------------------------------------------
@@ -191,39 +191,9 @@ def live_summary(run: Run) -> dict[str, Any]:
 
 
 def score_histogram(run: Run, evaluators: list[str] | None = None) -> dict[str, list[int]]:
-    """Scores per evaluator in ten bins over [0, 1] (outliers in the end bins), one query.
-
-    Each bin is a range count on the `(run, evaluator, score)` index, which is far cheaper
-    than evaluating a bin expression for every row (and portable: casting a float truncates
-    on SQLite but rounds on PostgreSQL).
-    """
-    names = list(evaluators or [])
-    if not names:
-        return {}
-    table = Evaluation._meta.db_table
-    edges = [i / HISTOGRAM_BINS for i in range(1, HISTOGRAM_BINS)]
-    counts, params = [], []
-    for name in names:
-        for i in range(HISTOGRAM_BINS):
-            bounds, values = [], []
-            if i > 0:
-                bounds.append("score >= %s")
-                values.append(edges[i - 1])
-            if i < HISTOGRAM_BINS - 1:
-                bounds.append("score < %s")
-                values.append(edges[i])
-            counts.append(
-                f"(SELECT COUNT(*) FROM {table} WHERE run_id = %s AND evaluator = %s"
-                f" AND {' AND '.join(bounds)})"
-            )
-            params += [run.id, name, *values]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(counts), params)
-        row = cursor.fetchone()
-    return {
-        name: list(row[n * HISTOGRAM_BINS : (n + 1) * HISTOGRAM_BINS])
-        for n, name in enumerate(names)
-    }
+    """Scores per evaluator in ten bins over [0, 1]: stored for a finished run, counted for
+    a running one (`run_figures.histogram`)."""
+    return run_figures.histogram(run, list(evaluators or []))
 
 
 # Trends -------------------------------------------------------------------------------------

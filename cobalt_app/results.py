@@ -225,9 +225,10 @@ def run_finalise(run_id: str, *, status: str | None = None) -> Run:
         run.total_tokens = summary["totalTokens"]
         run.estimated_cost = summary["estimatedCost"]
         run.save()
-    from cobalt_app import score_tables  # numpy: loaded when a run ends, not at start-up
+    from cobalt_app import run_figures, score_tables  # numpy: loaded when a run ends
 
     score_tables.store(run_id)
+    run_figures.store(run_id)
     return run
 
 

@@ -376,7 +376,7 @@ def pair(a: Run, b: Run) -> Pairing:
 
 def join(a: ScoreTable, b: ScoreTable) -> Pairing:
     """Match two tables' sorted keys: a binary search of A's keys in B's."""
-    if len(a.keys) == len(b.keys) and np.array_equal(a.keys, b.keys):
+    if len(a.keys) == len(b.keys) and _same_keys(a.keys, b.keys):
         everything = np.arange(len(a.keys))
         none = np.array([], dtype=np.int64)
         return Pairing(a, b, everything, everything, none, none)
@@ -387,3 +387,11 @@ def join(a: ScoreTable, b: ScoreTable) -> Pairing:
     at_b = clipped[in_b]
     only_b = np.setdiff1d(np.arange(len(b.keys)), at_b, assume_unique=True)
     return Pairing(a, b, at_a, at_b, np.flatnonzero(~in_b), only_b)
+
+
+def _same_keys(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two key arrays are equal: as bytes when their widths are the same (a memory
+    comparison, ~2 ms at 500,000 keys, where comparing them key by key takes ~40 ms)."""
+    if a.dtype == b.dtype:
+        return a.tobytes() == b.tobytes()
+    return bool(np.array_equal(a, b))

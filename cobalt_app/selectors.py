@@ -355,7 +355,6 @@ def compare_runs(
     by their change, then by key, so every door lists the same items. `pairing` is
     `score_tables.pair(a, b)` when the caller has already joined them (the compare page).
     """
-    import numpy as np
 
     from cobalt_app import score_tables
 
@@ -367,10 +366,8 @@ def compare_runs(
     rises: list[dict[str, Any]] = []
     regression_count = improvement_count = 0
     for name in evaluators:
-        before, after = pairing.scores(name)
-        both = ~np.isnan(before) & ~np.isnan(after)
-        tests[name] = _paired_test(a, b, pairing, name, both, alpha)
-        down, up, regressed, improved = _movers(name, pairing, both, top)
+        tests[name] = _paired_test(a, b, pairing, name, alpha)
+        down, up, regressed, improved = _movers(a, b, pairing, name, top)
         falls += down
         rises += up
         regression_count += regressed
@@ -407,16 +404,23 @@ def compare_runs(
     }
 
 
-def _paired_test(
-    a: Run, b: Run, pairing: Pairing, name: str, both: np.ndarray, alpha: float
-) -> dict[str, Any]:
-    """The evaluator's paired test of B against A over the keys it scored in both (`both`),
-    worked out once per process for finished runs: its Wilcoxon test ranks every pair
-    (~60 ms at 200,000 items, each time the compare page or API is asked)."""
+def _scored_in_both(pairing: Pairing, name: str) -> np.ndarray:
+    """Whether the evaluator scored each shared key in both runs."""
+    import numpy as np
+
+    before, after = pairing.scores(name)
+    return ~np.isnan(before) & ~np.isnan(after)
+
+
+def _paired_test(a: Run, b: Run, pairing: Pairing, name: str, alpha: float) -> dict[str, Any]:
+    """The evaluator's paired test of B against A over the keys it scored in both, worked out
+    once per process for finished runs: its Wilcoxon test ranks every pair (~60 ms at 200,000
+    items, each time the compare page or API is asked)."""
     from cobalt import significance
     from cobalt_app import score_tables
 
     def test() -> dict[str, Any]:
+        both = _scored_in_both(pairing, name)
         before, after = pairing.scores(name)
         return significance.paired_values(
             before[both],
@@ -440,23 +444,43 @@ def _scored_in_one(
     own = pairing.only_a if side == "a" else pairing.only_b
     shared = pairing.at_a if side == "a" else pairing.at_b
     scored = ~np.isnan(table.column(name))
+    if pairing.same_keys:  # every key shared, at its own position: no lookups, no sort
+        positions = np.flatnonzero(scored & ~both)
+        return len(positions), table.key_list(positions[:listed])
     matched_only = shared[~both & scored[shared]]
     positions = np.sort(np.concatenate([own[scored[own]], matched_only]))
     return len(positions), table.key_list(positions[:listed])
 
 
 def _movers(
-    name: str, pairing: Pairing, both: np.ndarray, top: int
+    a: Run, b: Run, pairing: Pairing, name: str, top: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
     """One evaluator's `top` largest falls and rises over the keys scored in both runs, and
-    how many items fell and rose."""
+    how many items fell and rose: worked out once per process for finished runs, as the
+    paired test is (it reads every pair: ~40 ms of CPU at 500,000 items on each visit)."""
+    from cobalt_app import score_tables
+
+    return score_tables.remembered(
+        a, b, ("movers", name, top), lambda: _count_movers(pairing, name, top)
+    )
+
+
+def _count_movers(
+    pairing: Pairing, name: str, top: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
     import numpy as np
 
     before, after = pairing.scores(name)
-    where = np.flatnonzero(both)
+    # A pair with a missing score compares false both ways, as it is left out of the deltas.
+    regressed, improved = (
+        int(np.count_nonzero(after < before)),
+        int(np.count_nonzero(after > before)),
+    )
+    if not top:  # the compare page: the counts only
+        return [], [], regressed, improved
+    where = np.flatnonzero(_scored_in_both(pairing, name))
     before, after = before[where], after[where]
     deltas = after - before
-    regressed, improved = int((deltas < 0).sum()), int((deltas > 0).sum())
 
     def moves(order: np.ndarray, count: int) -> list[dict[str, Any]]:
         return [
