@@ -309,22 +309,38 @@ def team_throughput(
             source.replace("bench-sync", name)
         )
     command = [sys.executable, "-m", "cobalt_cli", "run", "-q"]
+    # `--against DIR`: the same runs with another Cobalt tree, interleaved (same minutes).
+    trees = {"": env}
+    if args.against:
+        trees = {" this": env, " against": {**env, "PYTHONPATH": str(args.against.resolve())}}
     rows = []
-    for count in WORKERS:
-        worker, _ = start_worker(folder, env, LANES, count)
-        workers.append(worker)
-        # Imports, connections and the first lanes of every process.
-        timed([*command, "experiments/warm.cobalt.py"], folder, env)
-        big = [*command, "experiments/bench.cobalt.py"]
-        rows.append(measure(worker, big, folder, env, database_url, args.big, args.big_repeat))
-        rows[-1]["label"] = f"{count}"
-        if count == WORKERS[-1] and args.history:
-            history = [*command, "experiments/history.cobalt.py"]
+    for count in args.workers:
+        for tree, tree_env in trees.items():
+            worker, _ = start_worker(folder, tree_env, LANES, count)
+            workers.append(worker)
+            # Imports, connections and the first lanes of every process.
+            timed([*command, "experiments/warm.cobalt.py"], folder, tree_env)
+            big = [*command, "experiments/bench.cobalt.py"]
             rows.append(
-                measure(worker, history, folder, env, database_url, args.history, 1, empty=False)
+                measure(worker, big, folder, tree_env, database_url, args.big, args.big_repeat)
             )
-            rows[-1]["label"] = f"{count}, {args.history:,} items, {args.big:,} older rows"
-        stop(workers.pop())
+            rows[-1]["label"] = f"{count}{tree}"
+            if count == args.workers[-1] and args.history:
+                history = [*command, "experiments/history.cobalt.py"]
+                rows.append(
+                    measure(
+                        worker,
+                        history,
+                        folder,
+                        tree_env,
+                        database_url,
+                        args.history,
+                        1,
+                        empty=False,
+                    )
+                )
+                rows[-1]["label"] = f"{count}{tree}, {args.history:,} items, {args.big:,} older"
+            stop(workers.pop())
     return rows
 
 
@@ -368,6 +384,7 @@ def measure(
     row["redis"] = (after_commands - commands) / items
     row["redis_lane"] = (after_commands - commands) / (LANES * repeat)
     row["busy"] = spent.pop("busy") / spent.pop("wall")
+    row["load"] = os.getloadavg()[0]  # the machine's load average (`uptime`) at the end
     row["cpu"] = {kind: seconds / items * 1000 for kind, seconds in spent.items()}
     return row
 
@@ -580,13 +597,17 @@ def print_throughput(
     print("  target, 4 worker processes: >= 5,000 items/s")
     kinds = ("workers", "cobalt run", "postgres", "redis", "others")
     print("  CPU ms per item (2 cores: 5,000 items/s leaves 0.4 ms per item for everything)")
-    print(f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}  machine busy")
+    print(
+        f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}  machine busy  load"
+    )
     for row in rows:
         cpu = [row["cpu"].get(k, 0.0) for k in kinds]
         print(
             f"  {row['label']:<{width}}  {' '.join(f'{v:10.3f}' for v in cpu)}"
-            f"  {sum(cpu[:4]):6.3f}  {row['busy']:4.0%}"
+            f"  {sum(cpu[:4]):6.3f}  {row['busy']:12.0%}  {row['load']:4.1f}"
         )
+    if not floor:
+        return
     n = args.big
     print(f"PostgreSQL floor: {n:,} items, finished (item row + evaluation), bare psycopg")
     for label, seconds in floor:
@@ -605,6 +626,16 @@ def main() -> None:
         "--history", type=int, default=10_000, help="Items of the run after a big one (0: none)."
     )
     parser.add_argument("--throughput", action="store_true", help="Only the throughput (3).")
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(k) for k in text.split(",")],
+        default=list(WORKERS),
+        help="Worker process counts of the throughput runs (default 1,2,4).",
+    )
+    parser.add_argument(
+        "--against", type=Path, help="Another Cobalt tree: its throughput runs interleaved."
+    )
+    parser.add_argument("--no-floor", action="store_true", help="Skip PostgreSQL's floor.")
     args = parser.parse_args()
     compile_sources()
     # A `kill` of the bench stops its workers and drops its database too.
@@ -620,7 +651,7 @@ def main() -> None:
         if not args.throughput:
             latency_and_dispatch(args, tmp_path, llm, base, team_env, database_url, workers)
         rows = team_throughput(args, tmp_path, team_env, database_url, workers)
-        floor = postgres_floor(database_url, args.big)
+        floor = [] if args.no_floor else postgres_floor(database_url, args.big)
         print_throughput(args, rows, floor, round_trips(database_url))
 
 
