@@ -203,7 +203,8 @@ def items_record_claimed(
     sql = (
         "WITH run AS (SELECT id FROM cobalt_app_run WHERE id = %s FOR UPDATE), "
         f"stored AS (UPDATE cobalt_app_itemresult AS i SET {sets}, lease_expires_at = NULL "
-        f"FROM {_unnest(item_names, item_types)}, run WHERE i.id = v.id AND i.run_id = run.id "
+        f"FROM run, {_unnest(item_names, item_types)} WHERE i.id = ANY(%s::int8[]) "
+        "AND i.id = v.id "
         f"AND i.attempts = v.attempt AND i.status NOT IN ({', '.join(['%s'] * len(finished))})"
         " RETURNING i.id), "
         f"scored AS (INSERT INTO cobalt_app_evaluation ({', '.join(EVALUATION_COLUMNS)}) "
@@ -215,7 +216,10 @@ def items_record_claimed(
         "SELECT ARRAY(SELECT id FROM stored), (SELECT done FROM counted)"
     )
     scores = list({(row[0], row[2]): row for row in evaluations}.values())
-    params = [run_id, *_arrays(once, item_types), *finished]
+    arrays = _arrays(once, item_types)
+    # The ids again, as `id = ANY(...)`: the items read by primary key. Joined by id alone,
+    # the planner reads every unfinished item of the table (or of the run) and hashes them.
+    params = [run_id, *arrays, arrays[len(ITEM_COLUMNS) - 1], *finished]
     params += _arrays(scores, EVALUATION_TYPES) if scores else [[] for _ in EVALUATION_TYPES]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -57,6 +57,7 @@ MAX_ATTEMPTS = 3
 MAX_CHUNK = 8  # items a lane claims at once, at most
 CLAIMS_PER_LANE = 2  # fewer claims than this per lane: one item at a time
 SWEEP_BATCH = 500
+ANALYZE_FROM = 1000  # items of a new run from which stale statistics are renewed
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
 RETENTION_EVERY = 3600  # seconds between two applications of `[retention]`, team-wide
@@ -107,8 +108,26 @@ def start_run(
         file=file,
     )
     ids = item_ids(run.id, UNFINISHED)
+    statistics_for(len(ids))
     enqueue(run.id, ids, cursor=True)
     return run, ids
+
+
+def statistics_for(created: int) -> None:
+    """ANALYZE the item and evaluation tables when a new run's rows outnumber what their
+    statistics know (a new or truncated database, or a run bigger than all before): with none,
+    PostgreSQL plans the workers' statements by primary key (`claims.CLAIM_RANGE_SQL`,
+    `bulk_sql.items_record_claimed`) as scans of the whole table, for every batch, until its
+    autovacuum gets there (a minute or more). ANALYZE reads a sample (30,000 rows at most)."""
+    if connection.vendor != "postgresql" or created < ANALYZE_FROM:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = 'cobalt_app_itemresult'::regclass"
+        )
+        (known,) = cursor.fetchone()
+        if known < created:
+            cursor.execute("ANALYZE cobalt_app_itemresult, cobalt_app_evaluation")
 
 
 def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:

@@ -134,11 +134,14 @@ def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
 
 
 # PostgreSQL: take the run's pending items among ids [first, end) (a range of the team's claim
-# cursor, `team_cursor`): read by primary key, "still pending" written so that no status
-# index serves it (as SQLite's unary `+` below). The range is this lane's alone; a row
-# another transaction holds (a cancel, the sweeper) is waited for and checked again.
+# cursor, `team_cursor`): read by primary key, the run and "still pending" written so that no
+# other index serves them (as SQLite's unary `+` below): by the run's index, PostgreSQL
+# reads all of the run's items at every claim when the statistics are missing. The range is
+# this lane's alone; a row another transaction holds (a cancel, the sweeper) is waited for
+# and checked again.
 CLAIM_RANGE_SQL = (
-    f"{CLAIM_SET} WHERE id >= %s AND id < %s AND run_id = %s AND status || '' = %s{CLAIM_RETURNING}"
+    f"{CLAIM_SET} WHERE id >= %s AND id < %s AND run_id || '' = %s AND status || '' = %s"
+    f"{CLAIM_RETURNING}"
 )
 SQLITE_PICK_RANGE = (
     "SELECT json_group_array(id) FROM cobalt_app_itemresult "
