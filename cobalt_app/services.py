@@ -298,6 +298,13 @@ def outcome_rows(run_id: str, outcomes: Sequence[Any]) -> tuple[list[tuple], lis
     return items, evaluations
 
 
+def has_extras(outcome: Any) -> bool:
+    """Whether `write_extras` stores anything for this (prepared) outcome."""
+    if outcome.stored_trace is not None or outcome.trace_missing:
+        return True
+    return any(getattr(e, "judge_call", None) for e in outcome.evaluations)
+
+
 def write_extras(outcomes: Sequence[Any]) -> None:
     """What recorded outcomes store beside their rows: judges' calls, traces."""
     _write_judge_calls(outcomes)

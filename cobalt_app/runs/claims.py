@@ -9,6 +9,7 @@ workers (PostgreSQL) claim and record with the same functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -281,9 +282,17 @@ def _record_postgres(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]
         by_run.setdefault(claim.run_id, []).append((claim, outcome))
     recorded: set[int] = set()
     due: set[str] = set()
-    with transaction.atomic():
-        for run_id in sorted(by_run):
-            outcomes = [storable.prepare(outcome) for _, outcome in by_run[run_id]]
+    prepared = {
+        run_id: [storable.prepare(outcome) for _, outcome in by_run[run_id]] for run_id in by_run
+    }
+    # One run and nothing beside the rows (no trace, no judge's call): its one statement is
+    # the whole transaction, without BEGIN and COMMIT's round trips.
+    alone = len(prepared) == 1 and not any(
+        services.has_extras(outcome) for outcomes in prepared.values() for outcome in outcomes
+    )
+    with contextlib.nullcontext() if alone else transaction.atomic():
+        for run_id in sorted(prepared):
+            outcomes = prepared[run_id]
             rows, evaluations = services.outcome_rows(run_id, outcomes)
             attempts = [claim.attempt for claim, _ in by_run[run_id]]
             stored, done = bulk_sql.items_record_claimed(
