@@ -460,7 +460,12 @@ def postgres_floor(database_url: str, n: int) -> list[tuple[str, float]]:
             record_floor(conn, [(item_id, f"q{item_id}") for item_id in ids[first : first + 1000]])
         found.append(("executemany, 1,000 items per transaction", time.perf_counter() - started))
 
-        for label, by_id in (("as today", False), ("by primary key (the run's id list)", True)):
+        variants = (
+            ("as today (main before issue 41's team work)", False, False),
+            ("by primary key (the run's id list)", True, False),
+            ("by primary key, record in one statement (as now)", True, True),
+        )
+        for label, by_id, one_statement in variants:
             fresh_floor(conn, n)
             # Statistics as a team database has them when a run starts: its older items finished.
             conn.execute("UPDATE floor_item SET status = 'ok'")
@@ -468,7 +473,7 @@ def postgres_floor(database_url: str, n: int) -> list[tuple[str, float]]:
             conn.execute("UPDATE floor_item SET status = 'pending'")
             conn.execute("VACUUM floor_item")
             started = time.perf_counter()
-            floor_lanes(database_url, by_id)
+            floor_lanes(database_url, by_id, one_statement)
             found.append(
                 (f"{LANES} lanes + a recorder, claim {label}", time.perf_counter() - started)
             )
@@ -503,7 +508,26 @@ def record_floor(conn: psycopg.Connection, items: list[tuple[int, str]]) -> None
         cursor.execute("UPDATE floor_run SET finished_items = finished_items + %s", [len(items)])
 
 
-def floor_lanes(database_url: str, by_id: bool) -> None:
+# `bulk_sql.items_record_claimed` on the floor's tables: the batch as arrays, the claims
+# checked, the evaluations and the run's counter, one autocommitted statement.
+FLOOR_RECORD_ONE = (
+    "WITH run AS (SELECT id FROM floor_run WHERE id = 'run' FOR UPDATE), "
+    "stored AS (UPDATE floor_item AS i SET status = 'ok', output = v.output::jsonb, "
+    "metadata = '{}', error = '', traceback = '', latency_ms = 0.01, tokens = 0, cost = 0, "
+    "started_at = now(), finished_at = now(), lease_expires_at = NULL "
+    "FROM run, unnest(%s::int8[], %s::text[]) AS v(id, output) "
+    "WHERE i.id = ANY(%s::int8[]) AND i.id = v.id "
+    "AND i.status NOT IN ('ok', 'error', 'timeout', 'cancelled') RETURNING i.id), "
+    "scored AS (INSERT INTO floor_evaluation (item_id, run_id, evaluator, score, reason, status, "
+    "error, cached, tokens, cost, chain_of_thought, unpriced_model) "
+    "SELECT id, 'run', 'fn', 0.6, '', 'ok', '', false, 0, 0, '', '' FROM stored "
+    "ON CONFLICT (item_id, evaluator) DO UPDATE SET score = excluded.score) "
+    "UPDATE floor_run SET finished_items = finished_items + (SELECT count(*) FROM stored) "
+    "WHERE id IN (SELECT id FROM run)"
+)
+
+
+def floor_lanes(database_url: str, by_id: bool, one_statement: bool = False) -> None:
     """A worker's SQL alone: `LANES` threads each claim 8 pending items and wait until their
     records are committed (`records_before_claims`); one recorder thread commits what the
     lanes handed it meanwhile as one transaction (`runs.recorder`). `by_id`: the claims take
@@ -541,7 +565,13 @@ def floor_lanes(database_url: str, by_id: bool) -> None:
                         batch.append(inbox.get_nowait())
                 stop = None in batch
                 batch = [entry for entry in batch if entry is not None]
-                record_floor(conn, [item for items, _ in batch for item in items])
+                items = [item for items, _ in batch for item in items]
+                if one_statement:
+                    ids = [item_id for item_id, _ in items]
+                    outputs = [f'"{value}"' for _, value in items]
+                    conn.execute(FLOOR_RECORD_ONE, [ids, outputs, ids])
+                else:
+                    record_floor(conn, items)
                 for _, done in batch:
                     done.set()
                 if stop:

@@ -21,6 +21,7 @@ from cobalt_app.runs.claims import Claim, items_claim_next, items_claim_range
 from cobalt_app.team_broker import KEY, redis_client
 
 CURSOR_TTL = 7 * 86400  # seconds: as the run's dispatch time
+DENSE = 0.5  # the share of a range's ids that must be the run's pending items
 
 # KEYS: the cursor; ARGV: the claim's size. The range [first, end) taken, or nothing when
 # the cursor is exhausted or unknown.
@@ -39,11 +40,13 @@ def cursor_key(run_id: str) -> str:
 
 
 def cursor_set(run_id: str, ids: list[int]) -> None:
-    """Hand out these ids (sorted) by range from now on; none: claims by query only."""
+    """Hand out these ids (sorted) by range from now on; none, or ids too sparse for ranges
+    (a resumed run's few failed items): claims by query only."""
     key = cursor_key(run_id)
+    dense = bool(ids) and len(ids) >= DENSE * (ids[-1] + 1 - ids[0])
     with redis_client().pipeline(transaction=True) as pipe:
         pipe.delete(key)
-        if ids:
+        if dense:
             pipe.hset(key, mapping={"next": ids[0], "end": ids[-1] + 1})
             pipe.expire(key, CURSOR_TTL)
         pipe.execute()
