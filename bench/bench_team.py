@@ -27,10 +27,15 @@ and Redis on 127.0.0.1:6379 (DB 6, or `BENCH_REDIS_DB`; flushed).
    Beside them, PostgreSQL's floor for the same rows with bare psycopg (tables `LIKE`
    Cobalt's, `synchronous_commit = off` as the team database): COPY; `executemany` in
    transactions of 1,000 items (`bench_engine.py`'s SQLite floor); a worker's SQL alone, 40
-   lanes claiming 8 items each (`claims.CLAIM_NEXT_SQL`) and one recorder committing what
-   they hand it (`items_record`), with today's claim and with claims taking the run's next
-   ids by primary key; both start from the statistics of a team database (older items all
-   finished). And one round trip of each server (`SELECT 1`, `PING`).
+   lanes claiming 8 items each and one recorder committing what they hand it: as before
+   issue 41's team work (`claims.CLAIM_NEXT_SQL`, a record of a statement per row), with
+   claims taking the run's next ids by primary key, and with those claims and the record as
+   one statement (`claims.CLAIM_RANGE_SQL`, `bulk_sql.items_record_claimed`: what workers do
+   now); all start from the statistics of a team database (older items all finished). And
+   one round trip of each server (`SELECT 1`, `PING`).
+   `--workers 1,4` picks the process counts; `--against DIR` runs each also with the Cobalt
+   tree in DIR (a worktree of another commit), interleaved: the same minutes for both;
+   `--no-floor` leaves the floor out.
 
 Workers are stopped (their processes too) and the database dropped on failure as well.
 """
