@@ -152,7 +152,9 @@ def team(args: argparse.Namespace, tmp_path: Path) -> list[Row]:
     """The no-op items on 1, 2 and 4 worker processes; PostgreSQL's floor; round trips."""
     import bench_team
 
-    options = argparse.Namespace(big=args.team_items, big_repeat=1, history=0)
+    options = argparse.Namespace(
+        big=args.team_items, big_repeat=1, history=0, workers=list(bench_team.WORKERS), against=None
+    )
     with bench_team.team_services() as (_, team_env, database_url, workers):
         migrate = [sys.executable, "-m", "cobalt_cli", "migrate"]
         (tmp_path / "team").mkdir()

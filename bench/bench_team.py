@@ -27,10 +27,15 @@ and Redis on 127.0.0.1:6379 (DB 6, or `BENCH_REDIS_DB`; flushed).
    Beside them, PostgreSQL's floor for the same rows with bare psycopg (tables `LIKE`
    Cobalt's, `synchronous_commit = off` as the team database): COPY; `executemany` in
    transactions of 1,000 items (`bench_engine.py`'s SQLite floor); a worker's SQL alone, 40
-   lanes claiming 8 items each (`claims.CLAIM_NEXT_SQL`) and one recorder committing what
-   they hand it (`items_record`), with today's claim and with claims taking the run's next
-   ids by primary key; both start from the statistics of a team database (older items all
-   finished). And one round trip of each server (`SELECT 1`, `PING`).
+   lanes claiming 8 items each and one recorder committing what they hand it: as before
+   issue 41's team work (`claims.CLAIM_NEXT_SQL`, a record of a statement per row), with
+   claims taking the run's next ids by primary key, and with those claims and the record as
+   one statement (`claims.CLAIM_RANGE_SQL`, `bulk_sql.items_record_claimed`: what workers do
+   now); all start from the statistics of a team database (older items all finished). And
+   one round trip of each server (`SELECT 1`, `PING`).
+   `--workers 1,4` picks the process counts; `--against DIR` runs each also with the Cobalt
+   tree in DIR (a worktree of another commit), interleaved: the same minutes for both;
+   `--no-floor` leaves the floor out.
 
 Workers are stopped (their processes too) and the database dropped on failure as well.
 """
@@ -309,22 +314,38 @@ def team_throughput(
             source.replace("bench-sync", name)
         )
     command = [sys.executable, "-m", "cobalt_cli", "run", "-q"]
+    # `--against DIR`: the same runs with another Cobalt tree, interleaved (same minutes).
+    trees = {"": env}
+    if args.against:
+        trees = {" this": env, " against": {**env, "PYTHONPATH": str(args.against.resolve())}}
     rows = []
-    for count in WORKERS:
-        worker, _ = start_worker(folder, env, LANES, count)
-        workers.append(worker)
-        # Imports, connections and the first lanes of every process.
-        timed([*command, "experiments/warm.cobalt.py"], folder, env)
-        big = [*command, "experiments/bench.cobalt.py"]
-        rows.append(measure(worker, big, folder, env, database_url, args.big, args.big_repeat))
-        rows[-1]["label"] = f"{count}"
-        if count == WORKERS[-1] and args.history:
-            history = [*command, "experiments/history.cobalt.py"]
+    for count in args.workers:
+        for tree, tree_env in trees.items():
+            worker, _ = start_worker(folder, tree_env, LANES, count)
+            workers.append(worker)
+            # Imports, connections and the first lanes of every process.
+            timed([*command, "experiments/warm.cobalt.py"], folder, tree_env)
+            big = [*command, "experiments/bench.cobalt.py"]
             rows.append(
-                measure(worker, history, folder, env, database_url, args.history, 1, empty=False)
+                measure(worker, big, folder, tree_env, database_url, args.big, args.big_repeat)
             )
-            rows[-1]["label"] = f"{count}, {args.history:,} items, {args.big:,} older rows"
-        stop(workers.pop())
+            rows[-1]["label"] = f"{count}{tree}"
+            if count == args.workers[-1] and args.history:
+                history = [*command, "experiments/history.cobalt.py"]
+                rows.append(
+                    measure(
+                        worker,
+                        history,
+                        folder,
+                        tree_env,
+                        database_url,
+                        args.history,
+                        1,
+                        empty=False,
+                    )
+                )
+                rows[-1]["label"] = f"{count}{tree}, {args.history:,} items, {args.big:,} older"
+            stop(workers.pop())
     return rows
 
 
@@ -368,6 +389,7 @@ def measure(
     row["redis"] = (after_commands - commands) / items
     row["redis_lane"] = (after_commands - commands) / (LANES * repeat)
     row["busy"] = spent.pop("busy") / spent.pop("wall")
+    row["load"] = os.getloadavg()[0]  # the machine's load average (`uptime`) at the end
     row["cpu"] = {kind: seconds / items * 1000 for kind, seconds in spent.items()}
     return row
 
@@ -443,7 +465,12 @@ def postgres_floor(database_url: str, n: int) -> list[tuple[str, float]]:
             record_floor(conn, [(item_id, f"q{item_id}") for item_id in ids[first : first + 1000]])
         found.append(("executemany, 1,000 items per transaction", time.perf_counter() - started))
 
-        for label, by_id in (("as today", False), ("by primary key (the run's id list)", True)):
+        variants = (
+            ("as today (main before issue 41's team work)", False, False),
+            ("by primary key (the run's id list)", True, False),
+            ("by primary key, record in one statement (as now)", True, True),
+        )
+        for label, by_id, one_statement in variants:
             fresh_floor(conn, n)
             # Statistics as a team database has them when a run starts: its older items finished.
             conn.execute("UPDATE floor_item SET status = 'ok'")
@@ -451,7 +478,7 @@ def postgres_floor(database_url: str, n: int) -> list[tuple[str, float]]:
             conn.execute("UPDATE floor_item SET status = 'pending'")
             conn.execute("VACUUM floor_item")
             started = time.perf_counter()
-            floor_lanes(database_url, by_id)
+            floor_lanes(database_url, by_id, one_statement)
             found.append(
                 (f"{LANES} lanes + a recorder, claim {label}", time.perf_counter() - started)
             )
@@ -486,7 +513,26 @@ def record_floor(conn: psycopg.Connection, items: list[tuple[int, str]]) -> None
         cursor.execute("UPDATE floor_run SET finished_items = finished_items + %s", [len(items)])
 
 
-def floor_lanes(database_url: str, by_id: bool) -> None:
+# `bulk_sql.items_record_claimed` on the floor's tables: the batch as arrays, the claims
+# checked, the evaluations and the run's counter, one autocommitted statement.
+FLOOR_RECORD_ONE = (
+    "WITH run AS (SELECT id FROM floor_run WHERE id = 'run' FOR UPDATE), "
+    "stored AS (UPDATE floor_item AS i SET status = 'ok', output = v.output::jsonb, "
+    "metadata = '{}', error = '', traceback = '', latency_ms = 0.01, tokens = 0, cost = 0, "
+    "started_at = now(), finished_at = now(), lease_expires_at = NULL "
+    "FROM run, unnest(%s::int8[], %s::text[]) AS v(id, output) "
+    "WHERE i.id = ANY(%s::int8[]) AND i.id = v.id "
+    "AND i.status NOT IN ('ok', 'error', 'timeout', 'cancelled') RETURNING i.id), "
+    "scored AS (INSERT INTO floor_evaluation (item_id, run_id, evaluator, score, reason, status, "
+    "error, cached, tokens, cost, chain_of_thought, unpriced_model) "
+    "SELECT id, 'run', 'fn', 0.6, '', 'ok', '', false, 0, 0, '', '' FROM stored "
+    "ON CONFLICT (item_id, evaluator) DO UPDATE SET score = excluded.score) "
+    "UPDATE floor_run SET finished_items = finished_items + (SELECT count(*) FROM stored) "
+    "WHERE id IN (SELECT id FROM run)"
+)
+
+
+def floor_lanes(database_url: str, by_id: bool, one_statement: bool = False) -> None:
     """A worker's SQL alone: `LANES` threads each claim 8 pending items and wait until their
     records are committed (`records_before_claims`); one recorder thread commits what the
     lanes handed it meanwhile as one transaction (`runs.recorder`). `by_id`: the claims take
@@ -524,7 +570,13 @@ def floor_lanes(database_url: str, by_id: bool) -> None:
                         batch.append(inbox.get_nowait())
                 stop = None in batch
                 batch = [entry for entry in batch if entry is not None]
-                record_floor(conn, [item for items, _ in batch for item in items])
+                items = [item for items, _ in batch for item in items]
+                if one_statement:
+                    ids = [item_id for item_id, _ in items]
+                    outputs = [f'"{value}"' for _, value in items]
+                    conn.execute(FLOOR_RECORD_ONE, [ids, outputs, ids])
+                else:
+                    record_floor(conn, items)
                 for _, done in batch:
                     done.set()
                 if stop:
@@ -580,13 +632,17 @@ def print_throughput(
     print("  target, 4 worker processes: >= 5,000 items/s")
     kinds = ("workers", "cobalt run", "postgres", "redis", "others")
     print("  CPU ms per item (2 cores: 5,000 items/s leaves 0.4 ms per item for everything)")
-    print(f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}  machine busy")
+    print(
+        f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}  machine busy  load"
+    )
     for row in rows:
         cpu = [row["cpu"].get(k, 0.0) for k in kinds]
         print(
             f"  {row['label']:<{width}}  {' '.join(f'{v:10.3f}' for v in cpu)}"
-            f"  {sum(cpu[:4]):6.3f}  {row['busy']:4.0%}"
+            f"  {sum(cpu[:4]):6.3f}  {row['busy']:12.0%}  {row['load']:4.1f}"
         )
+    if not floor:
+        return
     n = args.big
     print(f"PostgreSQL floor: {n:,} items, finished (item row + evaluation), bare psycopg")
     for label, seconds in floor:
@@ -605,6 +661,16 @@ def main() -> None:
         "--history", type=int, default=10_000, help="Items of the run after a big one (0: none)."
     )
     parser.add_argument("--throughput", action="store_true", help="Only the throughput (3).")
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(k) for k in text.split(",")],
+        default=list(WORKERS),
+        help="Worker process counts of the throughput runs (default 1,2,4).",
+    )
+    parser.add_argument(
+        "--against", type=Path, help="Another Cobalt tree: its throughput runs interleaved."
+    )
+    parser.add_argument("--no-floor", action="store_true", help="Skip PostgreSQL's floor.")
     args = parser.parse_args()
     compile_sources()
     # A `kill` of the bench stops its workers and drops its database too.
@@ -620,7 +686,7 @@ def main() -> None:
         if not args.throughput:
             latency_and_dispatch(args, tmp_path, llm, base, team_env, database_url, workers)
         rows = team_throughput(args, tmp_path, team_env, database_url, workers)
-        floor = postgres_floor(database_url, args.big)
+        floor = [] if args.no_floor else postgres_floor(database_url, args.big)
         print_throughput(args, rows, floor, round_trips(database_url))
 
 

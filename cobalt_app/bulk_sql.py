@@ -5,7 +5,9 @@ rows, or an `UPDATE ... RETURNING` of 250, is a thousand (or 250) hand-overs of 
 while the event loop thread is busy each one waits for it (a claim measured 2.5 ms alone and
 124 ms beside a busy thread). Here a batch travels as one JSON parameter that SQLite unpacks
 with `json_each`: one step per statement, whatever the batch's size. PostgreSQL keeps the
-plain statements (psycopg sends an `executemany` in one pipeline).
+statements of a row each for small batches; a big batch travels as one array per column,
+unpacked with `unnest` (an `executemany` is one statement executed per row: PostgreSQL
+parses, plans and runs each, several times the CPU of one statement for the batch).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ ITEM_COLUMNS = (
 
 def items_update(rows: Sequence[Sequence[Any]], finished: Sequence[str]) -> int:
     """Store finished items (`ITEM_COLUMNS` each) not finished already; returns how many."""
+    if not is_sqlite():
+        return _items_update_postgres(rows, finished)
     sets = ", ".join(f"{name} = v.{name}" for name in ITEM_COLUMNS[:-1])
     sql = (
         f"UPDATE cobalt_app_itemresult SET {sets}, lease_expires_at = NULL "
@@ -93,6 +97,9 @@ EVALUATION_COLUMNS = (
 
 def evaluations_upsert(rows: Sequence[Sequence[Any]]) -> None:
     """Store evaluations (`EVALUATION_COLUMNS` each), replacing an item's earlier one."""
+    if not is_sqlite():
+        _evaluations_upsert_postgres(rows)
+        return
     updates = ", ".join(f"{name} = excluded.{name}" for name in EVALUATION_COLUMNS[3:])
     sql = (
         f"INSERT INTO cobalt_app_evaluation ({', '.join(EVALUATION_COLUMNS)}) "
@@ -101,3 +108,120 @@ def evaluations_upsert(rows: Sequence[Sequence[Any]]) -> None:
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [_packed(rows)])
+
+
+# PostgreSQL: one array per column, unpacked by `unnest` into the rows of one statement.
+ITEM_TYPES = ("text", "jsonb", "jsonb", "text", "text", "float8", "int4", "float8")
+ITEM_TYPES += ("timestamptz", "timestamptz", "int8")
+EVALUATION_TYPES = ("int8", "text", "text", "float8", "text", "text", "text", "bool", "int4")
+EVALUATION_TYPES += ("float8", "text", "text")
+
+
+def _unnest(names: Sequence[str], types: Sequence[str]) -> str:
+    """`unnest(%s::text[], ...) AS v(name, ...)`: the columns' arrays as rows. jsonb travels
+    as text (the JSON Cobalt stored) and is parsed once it is a row."""
+    arrays = ", ".join(f"%s::{'text' if kind == 'jsonb' else kind}[]" for kind in types)
+    return f"unnest({arrays}) AS v({', '.join(names)})"
+
+
+def _value(name: str, kind: str) -> str:
+    return f"v.{name}::jsonb" if kind == "jsonb" else f"v.{name}"
+
+
+def _arrays(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> list[list[Any]]:
+    """The rows' columns (psycopg dumps a list of one Python type only: 0 and 0.5 together
+    become floats)."""
+    columns = zip(*(row[: len(types)] for row in rows), strict=True)
+    arrays = []
+    for kind, column in zip(types, columns, strict=True):
+        convert = float if kind == "float8" else int if kind in ("int4", "int8") else None
+        if convert is None:
+            arrays.append(list(column))
+        else:
+            arrays.append([None if value is None else convert(value) for value in column])
+    return arrays
+
+
+def _items_update_postgres(rows: Sequence[Sequence[Any]], finished: Sequence[str]) -> int:
+    columns = zip(ITEM_COLUMNS[:-1], ITEM_TYPES[:-1], strict=True)
+    sets = ", ".join(f"{name} = {_value(name, kind)}" for name, kind in columns)
+    sql = (
+        f"UPDATE cobalt_app_itemresult SET {sets}, lease_expires_at = NULL "
+        f"FROM {_unnest(ITEM_COLUMNS, ITEM_TYPES)} WHERE cobalt_app_itemresult.id = v.id "
+        f"AND cobalt_app_itemresult.status NOT IN ({', '.join(['%s'] * len(finished))})"
+    )
+    with connection.cursor() as cursor:
+        # One row per item: as one statement per row would, the first one counts.
+        once = list({row[len(ITEM_COLUMNS) - 1]: row for row in reversed(rows)}.values())
+        cursor.execute(sql, [*_arrays(once, ITEM_TYPES), *finished])
+        return max(cursor.rowcount, 0)
+
+
+def _evaluations_upsert_postgres(rows: Sequence[Sequence[Any]]) -> None:
+    updates = ", ".join(f"{name} = excluded.{name}" for name in EVALUATION_COLUMNS[3:])
+    sql = (
+        f"INSERT INTO cobalt_app_evaluation ({', '.join(EVALUATION_COLUMNS)}) "
+        f"SELECT * FROM {_unnest(EVALUATION_COLUMNS, EVALUATION_TYPES)} "
+        f"ON CONFLICT (item_id, evaluator) DO UPDATE SET {updates}"
+    )
+    # One row per (item, evaluator): ON CONFLICT cannot touch a row twice in a statement;
+    # as one statement per row would, the last one counts.
+    once = list({(row[0], row[2]): row for row in rows}.values())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _arrays(once, EVALUATION_TYPES))
+
+
+def items_record_claimed(
+    run_id: str,
+    rows: Sequence[Sequence[Any]],
+    attempts: Sequence[int],
+    evaluations: Sequence[Sequence[Any]],
+    finished: Sequence[str],
+) -> tuple[set[int], bool]:
+    """PostgreSQL, team mode: store the run's finished items (`ITEM_COLUMNS` each) whose
+    claims are still current (`attempts`, each item's: not finished, not claimed again since),
+    their evaluations and the run's counter, in one statement; returns the ids stored and
+    whether the run's counter reached its total.
+
+    One statement, not five: while a batch is being recorded it holds the run's row, and
+    between two statements of a transaction the recorder's thread waits for the worker's GIL
+    (a busy event loop): the lock was held for that long, and the other processes' recorders
+    queued behind it. The run is locked first, as `lifecycle.cancel` locks it (the `run` CTE
+    is joined by the items' UPDATE: no item row is locked before it).
+    """
+    once = list(
+        {
+            row[len(ITEM_COLUMNS) - 1]: (*row, attempt)
+            for row, attempt in zip(reversed(rows), reversed(attempts), strict=True)
+        }.values()
+    )
+    item_names, item_types = (*ITEM_COLUMNS, "attempt"), (*ITEM_TYPES, "int4")
+    columns = zip(ITEM_COLUMNS[:-1], ITEM_TYPES[:-1], strict=True)
+    sets = ", ".join(f"{name} = {_value(name, kind)}" for name, kind in columns)
+    updates = ", ".join(f"{name} = excluded.{name}" for name in EVALUATION_COLUMNS[3:])
+    evaluated = _unnest(EVALUATION_COLUMNS, EVALUATION_TYPES)
+    sql = (
+        "WITH run AS (SELECT id FROM cobalt_app_run WHERE id = %s FOR UPDATE), "
+        f"stored AS (UPDATE cobalt_app_itemresult AS i SET {sets}, lease_expires_at = NULL "
+        f"FROM run, {_unnest(item_names, item_types)} WHERE i.id = ANY(%s::int8[]) "
+        "AND i.id = v.id "
+        f"AND i.attempts = v.attempt AND i.status NOT IN ({', '.join(['%s'] * len(finished))})"
+        " RETURNING i.id), "
+        f"scored AS (INSERT INTO cobalt_app_evaluation ({', '.join(EVALUATION_COLUMNS)}) "
+        f"SELECT * FROM {evaluated} WHERE v.item_id IN (SELECT id FROM stored) "
+        f"ON CONFLICT (item_id, evaluator) DO UPDATE SET {updates}), "
+        "counted AS (UPDATE cobalt_app_run SET finished_items = finished_items + "
+        "(SELECT count(*) FROM stored) WHERE id IN (SELECT id FROM run) "
+        "AND EXISTS (SELECT 1 FROM stored) RETURNING finished_items >= total_items AS done) "
+        "SELECT ARRAY(SELECT id FROM stored), (SELECT done FROM counted)"
+    )
+    scores = list({(row[0], row[2]): row for row in evaluations}.values())
+    arrays = _arrays(once, item_types)
+    # The ids again, as `id = ANY(...)`: the items read by primary key. Joined by id alone,
+    # the planner reads every unfinished item of the table (or of the run) and hashes them.
+    params = [run_id, *arrays, arrays[len(ITEM_COLUMNS) - 1], *finished]
+    params += _arrays(scores, EVALUATION_TYPES) if scores else [[] for _ in EVALUATION_TYPES]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        stored, done = cursor.fetchone()
+    return set(stored), bool(done)

@@ -310,7 +310,7 @@ def rejudge(
         labelled=labelled,
     )
     ids = claims.item_ids(run.id, claims.UNFINISHED)
-    team.enqueue(run.id, ids)
+    team.enqueue(run.id, ids, cursor=True)
     if not ids:
         lifecycle.finish_if_done(run.id, config=config)
     if reporter is not None:

@@ -221,22 +221,6 @@ def item_reset_for_retry(run_id: str, statuses: Sequence[str]) -> int:
     return count
 
 
-ITEM_UPDATE_SQL = (
-    "UPDATE cobalt_app_itemresult SET status = %s, output = %s, metadata = %s, error = %s, "
-    "traceback = %s, latency_ms = %s, tokens = %s, cost = %s, started_at = %s, "
-    "finished_at = %s, lease_expires_at = NULL WHERE id = %s AND status NOT IN (%s, %s, %s, %s)"
-)
-
-
-EVALUATION_UPSERT_SQL = (
-    "INSERT INTO cobalt_app_evaluation (item_id, run_id, evaluator, score, reason, status, "
-    "error, cached, tokens, cost, chain_of_thought, unpriced_model) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (item_id, evaluator) DO UPDATE SET score = excluded.score, "
-    "reason = excluded.reason, status = excluded.status, error = excluded.error, "
-    "cached = excluded.cached, tokens = excluded.tokens, cost = excluded.cost, "
-    "chain_of_thought = excluded.chain_of_thought, unpriced_model = excluded.unpriced_model"
-)
 RUN_COUNT_SQL = "UPDATE cobalt_app_run SET finished_items = finished_items + %s WHERE id = %s"
 
 
@@ -260,66 +244,77 @@ def record_item_outcomes(run_id: str, outcomes: Sequence[Any], *, exclusive: boo
             )
             outcomes = [o for o in outcomes if o.id in open_ids]
         outcomes = [storable.prepare(o) for o in outcomes]
-        adapt = bulk_sql.datetime_adapter()  # SQLite stores datetimes as text
-        params = [
-            (
-                o.status,
-                *o.stored,
-                o.error,
-                o.traceback,
-                o.latency_ms,
-                o.tokens,
-                o.cost,
-                adapt(o.started_at),
-                adapt(o.finished_at),
-                o.id,
-                *finished,
-            )
-            for o in outcomes
-        ]
+        rows, evaluations = outcome_rows(run_id, outcomes)
         recorded = 0
-        if params and bulk_sql.is_sqlite():
-            recorded = bulk_sql.items_update([row[:11] for row in params], finished)
-        elif params:
-            with connection.cursor() as cursor:
-                cursor.executemany(ITEM_UPDATE_SQL, params)
-                recorded = max(cursor.rowcount, 0)
-        evaluations = [
-            (
-                o.id,
-                run_id,
-                e.evaluator,
-                e.score,
-                e.reason,
-                e.status,
-                e.error,
-                e.cached,
-                e.tokens,
-                e.cost,
-                e.chain_of_thought,
-                e.unpriced_model,
-            )
-            for o in outcomes
-            for e in o.evaluations
-        ]
-        if evaluations and bulk_sql.is_sqlite():
+        if rows:  # one statement for the batch (`bulk_sql`)
+            recorded = bulk_sql.items_update(rows, finished)
+        if evaluations:
             bulk_sql.evaluations_upsert(evaluations)
-        elif evaluations:
-            with connection.cursor() as cursor:
-                cursor.executemany(EVALUATION_UPSERT_SQL, evaluations)
-        _write_judge_calls(outcomes)
-        trace_store.write(
-            [
-                (o.id, o.stored_trace or "[]", o.trace, o.trace_missing)
-                for o in outcomes
-                if o.stored_trace is not None or o.trace_missing
-            ]
-        )
+        write_extras(outcomes)
         if recorded:
             # Raw: the ORM compiles this UPDATE anew each time, a worker's hottest query.
             with connection.cursor() as cursor:
                 cursor.execute(RUN_COUNT_SQL, [recorded, run_id])
     return recorded
+
+
+def outcome_rows(run_id: str, outcomes: Sequence[Any]) -> tuple[list[tuple], list[tuple]]:
+    """Prepared outcomes (`storable.prepare`) as the rows `bulk_sql` writes: the items'
+    (`bulk_sql.ITEM_COLUMNS`) and their evaluations' (`bulk_sql.EVALUATION_COLUMNS`)."""
+    adapt = bulk_sql.datetime_adapter()  # SQLite stores datetimes as text
+    items = [
+        (
+            o.status,
+            *o.stored,
+            o.error,
+            o.traceback,
+            o.latency_ms,
+            o.tokens,
+            o.cost,
+            adapt(o.started_at),
+            adapt(o.finished_at),
+            o.id,
+        )
+        for o in outcomes
+    ]
+    evaluations = [
+        (
+            o.id,
+            run_id,
+            e.evaluator,
+            e.score,
+            e.reason,
+            e.status,
+            e.error,
+            e.cached,
+            e.tokens,
+            e.cost,
+            e.chain_of_thought,
+            e.unpriced_model,
+        )
+        for o in outcomes
+        for e in o.evaluations
+    ]
+    return items, evaluations
+
+
+def has_extras(outcome: Any) -> bool:
+    """Whether `write_extras` stores anything for this (prepared) outcome."""
+    if outcome.stored_trace is not None or outcome.trace_missing:
+        return True
+    return any(getattr(e, "judge_call", None) for e in outcome.evaluations)
+
+
+def write_extras(outcomes: Sequence[Any]) -> None:
+    """What recorded outcomes store beside their rows: judges' calls, traces."""
+    _write_judge_calls(outcomes)
+    trace_store.write(
+        [
+            (o.id, o.stored_trace or "[]", o.trace, o.trace_missing)
+            for o in outcomes
+            if o.stored_trace is not None or o.trace_missing
+        ]
+    )
 
 
 def _write_judge_calls(outcomes: Sequence[Any]) -> None:

@@ -35,7 +35,7 @@ from django.utils import timezone
 from cobalt.config import Config
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import retention, services
+from cobalt_app import retention, services, team_cursor
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs import lifecycle
@@ -57,6 +57,7 @@ MAX_ATTEMPTS = 3
 MAX_CHUNK = 8  # items a lane claims at once, at most
 CLAIMS_PER_LANE = 2  # fewer claims than this per lane: one item at a time
 SWEEP_BATCH = 500
+ANALYZE_FROM = 1000  # items of a new run from which stale statistics are renewed
 MIGRATION_LOCK = 0x0C0BA17  # pg_advisory_lock id: one migrating process at a time
 ACTIVE_RUN = (Run.Status.QUEUED, Run.Status.RUNNING)
 RETENTION_EVERY = 3600  # seconds between two applications of `[retention]`, team-wide
@@ -107,8 +108,26 @@ def start_run(
         file=file,
     )
     ids = item_ids(run.id, UNFINISHED)
-    enqueue(run.id, ids)
+    statistics_for(len(ids))
+    enqueue(run.id, ids, cursor=True)
     return run, ids
+
+
+def statistics_for(created: int) -> None:
+    """ANALYZE the item and evaluation tables when a new run's rows outnumber what their
+    statistics know (a new or truncated database, or a run bigger than all before): with none,
+    PostgreSQL plans the workers' statements by primary key (`claims.CLAIM_RANGE_SQL`,
+    `bulk_sql.items_record_claimed`) as scans of the whole table, for every batch, until its
+    autovacuum gets there (a minute or more). ANALYZE reads a sample (30,000 rows at most)."""
+    if connection.vendor != "postgresql" or created < ANALYZE_FROM:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = 'cobalt_app_itemresult'::regclass"
+        )
+        (known,) = cursor.fetchone()
+        if known < created:
+            cursor.execute("ANALYZE cobalt_app_itemresult, cobalt_app_evaluation")
 
 
 def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
@@ -118,7 +137,7 @@ def resume_run(run_id: str, *, no_cache: bool = False) -> tuple[Run, list[int]]:
     )
     forget_run(run.id)
     watched = item_ids(run.id, UNFINISHED)  # before enqueueing: workers may be quick
-    enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]))
+    enqueue(run.id, item_ids(run.id, [ItemResult.Status.PENDING]), cursor=True)
     return run, watched
 
 
@@ -127,7 +146,7 @@ def team_settings(no_cache: bool) -> dict[str, Any]:
     return {"queue": queue_name(), **({"noCache": True} if no_cache else {})}
 
 
-def enqueue(run_id: str, ids: list[int]) -> None:
+def enqueue(run_id: str, ids: list[int], *, cursor: bool = False) -> None:
     """Dispatch the run's pending items as lanes (call outside any open transaction).
 
     At most `concurrency` messages (the run's setting), less the lanes executing already,
@@ -135,6 +154,8 @@ def enqueue(run_id: str, ids: list[int]) -> None:
     run's next pending items itself, a few at a time, until none is left. So a big run costs
     a handful of messages instead of one per item; its concurrency holds across all workers
     because a lane executes only while it holds one of the run's slots (`team_lanes`).
+    `cursor` (no lane of the run executes: a new, resumed or re-dispatched run): the ids
+    after those the messages name are handed out by range (`team_cursor`).
     """
     if not ids:
         return
@@ -144,12 +165,19 @@ def enqueue(run_id: str, ids: list[int]) -> None:
         return  # the executing lanes claim these items next
     size = chunk_size(len(ids), info.queue, info.concurrency)
     chunks = [ids[start : start + size] for start in range(0, len(ids), size)]
-    transaction.on_commit(lambda: _send_lanes(run_id, chunks[:lanes], size, info.queue))
+    rest = ids[lanes * size :] if cursor else None
+    transaction.on_commit(lambda: _send_lanes(run_id, chunks[:lanes], size, info.queue, rest))
 
 
-def _send_lanes(run_id: str, chunks: list[list[int]], then: int, queue: str) -> None:
-    """The lanes' messages, by task name (`tasks.run_lane`), in pipelined batches."""
+def _send_lanes(
+    run_id: str, chunks: list[list[int]], then: int, queue: str, rest: list[int] | None
+) -> None:
+    """The lanes' messages, by task name (`tasks.run_lane`), in pipelined batches; `rest`:
+    the ids the lanes claim next, by range (`team_cursor`)."""
     from cobalt_project.celery import app
+
+    if rest is not None:  # before the messages: their lanes go on from it
+        team_cursor.cursor_set(run_id, rest)
 
     with app.producer_or_acquire() as producer, _batched(producer):
         for chunk in chunks:
@@ -376,5 +404,5 @@ def _sweep_runs(report: SweepReport, config: Config | None) -> None:
         if last_claim["last"] and (timezone.now() - last_claim["last"]).total_seconds() < grace:
             continue
         ids = item_ids(run_id, [ItemResult.Status.PENDING])
-        enqueue(run_id, ids)
+        enqueue(run_id, ids, cursor=True)
         report.redispatched += len(ids)

@@ -31,7 +31,17 @@ from typing import Any, TypeVar
 from cobalt.config import Config, active_config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
-from cobalt_app import aio, discovery, engine, recordings, team, team_broker, team_lanes, traces
+from cobalt_app import (
+    aio,
+    discovery,
+    engine,
+    recordings,
+    team,
+    team_broker,
+    team_cursor,
+    team_lanes,
+    traces,
+)
 from cobalt_app.engine import EvalEnv
 from cobalt_app.runs import claims, lifecycle
 from cobalt_app.runs.lane import Held, LaneHost, RunStatuses, Step, failing_step, run_lane, step_for
@@ -79,6 +89,7 @@ class Runtime:
             hold=self._hold,
             release=self._unhold,
             make_way=self.db.make_way,
+            claim_next=team_cursor.claim_next,
         )
         self._orphaned = False
         self._beat: threading.Thread | None = None

@@ -9,6 +9,7 @@ workers (PostgreSQL) claim and record with the same functions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -133,6 +134,32 @@ def items_claim_next(run_id: str, worker: str, limit: int) -> list[Claim]:
     return _claimed(CLAIM_NEXT_SQL, [run_id, pending, limit, *claim, pending])
 
 
+# PostgreSQL: take the run's pending items among ids [first, end) (a range of the team's claim
+# cursor, `team_cursor`): read by primary key, the run and "still pending" written so that no
+# other index serves them (as SQLite's unary `+` below): by the run's index, PostgreSQL
+# reads all of the run's items at every claim when the statistics are missing. The range is
+# this lane's alone; a row another transaction holds (a cancel, the sweeper) is waited for
+# and checked again.
+CLAIM_RANGE_SQL = (
+    f"{CLAIM_SET} WHERE id >= %s AND id < %s AND run_id || '' = %s AND status || '' = %s"
+    f"{CLAIM_RETURNING}"
+)
+SQLITE_PICK_RANGE = (
+    "SELECT json_group_array(id) FROM cobalt_app_itemresult "
+    "WHERE id >= %s AND id < %s AND run_id = %s AND +status = %s"
+)
+
+
+def items_claim_range(run_id: str, worker: str, first: int, end: int) -> list[Claim]:
+    """Take the run's pending items whose ids are in [first, end) (a range of its cursor)."""
+    pending = ItemResult.Status.PENDING
+    if bulk_sql.is_sqlite():
+        params = [first, end, run_id, pending]
+        return _claimed_sqlite(SQLITE_PICK_RANGE, params, worker, timezone.now())
+    claim = _claim_set_params(worker, timezone.now())
+    return _claimed(CLAIM_RANGE_SQL, [*claim, first, end, run_id, pending])
+
+
 def _claim_set_params(worker: str, now: Any) -> list[Any]:
     adapt = connection.ops.adapt_datetimefield_value
     lease = adapt(now + timedelta(seconds=lease_grace()))
@@ -200,6 +227,8 @@ def items_record(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:
     """
     if not pairs:
         return set(), set()
+    if not bulk_sql.is_sqlite():
+        return _record_postgres(pairs)
     ids = [claim.item_id for claim, _ in pairs]
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with transaction.atomic():
@@ -240,6 +269,39 @@ def items_record(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:
                     runs,
                 )
                 due = {run_id for run_id, done, total in cursor if done >= total}
+    return recorded, due
+
+
+def _record_postgres(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:
+    """`items_record` on PostgreSQL: one statement per run of the batch (runs in id order,
+    as a cancel locks them), checking each claim and counting on the run as it stores
+    (`bulk_sql.items_record_claimed`)."""
+    finished = [str(status) for status in ItemResult.FINISHED]
+    by_run: dict[str, list[tuple[Claim, Any]]] = {}
+    for claim, outcome in pairs:
+        by_run.setdefault(claim.run_id, []).append((claim, outcome))
+    recorded: set[int] = set()
+    due: set[str] = set()
+    prepared = {
+        run_id: [storable.prepare(outcome) for _, outcome in by_run[run_id]] for run_id in by_run
+    }
+    # One run and nothing beside the rows (no trace, no judge's call): its one statement is
+    # the whole transaction, without BEGIN and COMMIT's round trips.
+    alone = len(prepared) == 1 and not any(
+        services.has_extras(outcome) for outcomes in prepared.values() for outcome in outcomes
+    )
+    with contextlib.nullcontext() if alone else transaction.atomic():
+        for run_id in sorted(prepared):
+            outcomes = prepared[run_id]
+            rows, evaluations = services.outcome_rows(run_id, outcomes)
+            attempts = [claim.attempt for claim, _ in by_run[run_id]]
+            stored, done = bulk_sql.items_record_claimed(
+                run_id, rows, attempts, evaluations, finished
+            )
+            services.write_extras([outcome for outcome in outcomes if outcome.id in stored])
+            recorded |= stored
+            if done:
+                due.add(run_id)
     return recorded, due
 
 

@@ -130,6 +130,8 @@ class LaneHost:
     hold: Callable[[list[Held]], None] = _nothing
     release: Callable[[list[Held]], None] = _nothing
     make_way: Callable[[], None] = lambda: None  # between items: for the database threads
+    # (run, worker, limit) → the run's next claims, on a database thread (team: its cursor)
+    claim_next: Callable[[str, str, int], list[Claim]] = items_claim_next
 
 
 @dataclass
@@ -227,7 +229,7 @@ async def _committed(host: LaneHost, handed: dict[int, tuple[Batch, list[int]]])
 async def _claim_next(run_id: str, host: LaneHost, count: int) -> list[Claim]:
     if count < 1 or host.stopping():
         return []
-    return await host.db(items_claim_next, run_id, host.name, count)
+    return await host.db(host.claim_next, run_id, host.name, count)
 
 
 async def _execute_claims(
