@@ -167,6 +167,32 @@ def ordered_item_ids(
 ) -> tuple[int, Callable[[int, int | None], list[int]]]:
     """How many items the items table lists, and a function giving `limit` of their ids from
     `offset` in the table's order (all of them with `limit=None`: the item panel walks them)."""
+    count, ids_from = item_order(
+        run,
+        status=status,
+        evaluator=evaluator,
+        min_score=min_score,
+        max_score=max_score,
+        sort=sort,
+        scope=scope,
+    )
+    return count(), ids_from
+
+
+def item_order(
+    run: Run,
+    *,
+    status: str = "",
+    evaluator: str = "",
+    min_score: float | None = None,
+    max_score: float | None = None,
+    sort: str = "index",
+    scope: QuerySet[ItemResult] | None = None,
+    column: str = "id",
+) -> tuple[Callable[[], int], Callable[[int, int | None], list[int]]]:
+    """The items table's rule, the one every list of a run's items follows: a function
+    counting the rows it lists, and one giving `limit` of their `column` from `offset` in its
+    order (`column="item_index"`: a run with repeats lists an item at each matching repeat)."""
     descending = sort.startswith("-")
     key = sort.lstrip("-")
     sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
@@ -179,13 +205,13 @@ def ordered_item_ids(
             # Item ids follow (item_index, run_index): rows are created in that order.
             order = ["-item_id"] if descending else ["item_id"]
         else:
-            column = f"item__{ITEM_SORTS[key][0]}"
-            order = [f"-{column}" if descending else column, "item_id"]
-        page_ids = verdicts.order_by(*order).values_list("item_id", flat=True)
-        return verdicts.count(), lambda offset, limit: _slice(page_ids, offset, limit)
+            by = f"item__{ITEM_SORTS[key][0]}"
+            order = [f"-{by}" if descending else by, "item_id"]
+        page_ids = verdicts.order_by(*order).values_list(_of_item(column), flat=True)
+        return verdicts.count, lambda offset, limit: _slice(page_ids, offset, limit)
     if sort_evaluator and not ranged:
-        return _items(run, status, scope).count(), lambda offset, limit: _ids_by_score(
-            run, sort_evaluator, status, descending, offset, limit, scope
+        return _items(run, status, scope).count, lambda offset, limit: _ids_by_score(
+            run, sort_evaluator, status, descending, offset, limit, scope, column
         )
     items = _items(run, status, scope)
     if ranged:
@@ -196,7 +222,7 @@ def ordered_item_ids(
             items = items.filter(verdict__score__gte=min_score)
         if max_score is not None:
             items = items.filter(verdict__score__lte=max_score)
-    total = items.count()
+    count = items.count
     if sort_evaluator:
         items = items.annotate(
             ranked=FilteredRelation(
@@ -211,8 +237,13 @@ def ordered_item_ids(
         order = [f"-{c}" if descending else c for c in columns]
         if key != "index":
             order += ["item_index", "run_index"]
-    ordered = items.order_by(*order).values_list("id", flat=True)
-    return total, lambda offset, limit: _slice(ordered, offset, limit)
+    ordered = items.order_by(*order).values_list(column, flat=True)
+    return count, lambda offset, limit: _slice(ordered, offset, limit)
+
+
+def _of_item(column: str) -> str:
+    """An item's `column` read from its evaluations."""
+    return "item_id" if column == "id" else f"item__{column}"
 
 
 def _slice(ids: QuerySet, offset: int, limit: int | None) -> list[int]:
@@ -272,6 +303,7 @@ def _ids_by_score(
     offset: int,
     limit: int | None,
     scope: QuerySet[ItemResult] | None = None,
+    column: str = "id",
 ) -> list[int]:
     """Scored items in score order, then the items without a score (errors) by index."""
     scored = _verdicts(run, name, status, None, None, scope)
@@ -279,14 +311,16 @@ def _ids_by_score(
     ids: list[int] = []
     if offset < scored_count:
         order = ["-score", "-id"] if descending else ["score", "id"]
-        ids = _slice(scored.order_by(*order).values_list("item_id", flat=True), offset, limit)
+        ids = _slice(
+            scored.order_by(*order).values_list(_of_item(column), flat=True), offset, limit
+        )
     if limit is None or len(ids) < limit:
         start = max(0, offset - scored_count)
         unscored = (
             _items(run, status, scope)
             .exclude(id__in=_verdicts(run, name, "", None, None).values("item_id"))
             .order_by("item_index", "run_index")
-            .values_list("id", flat=True)
+            .values_list(column, flat=True)
         )
         ids += _slice(unscored, start, None if limit is None else limit - len(ids))
     return ids

@@ -14,19 +14,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, FilteredRelation, Q, QuerySet
+from django.db.models import Count, QuerySet
 
 from cobalt.verdict import Verdict, item_verdict, score_verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_compare_side import word_diff
 from cobalt_app.page_items import (
-    ITEM_SORTS,
     ROW_FIELDS,
     ItemRow,
     ItemsPage,
     _item_row,
     _scores_of,
     clamp,
+    item_order,
     output_text,
 )
 from cobalt_app.page_selectors import pass_marks
@@ -135,48 +135,22 @@ def repeated_item_page(
         ordered = firsts.order_by("item_index").values_list("item_index", flat=True)
         indexes = list(ordered[offset : offset + per_page])
     else:
-        matching = _matching_indexes(run, status, evaluator, min_score, max_score, sort, scope)
+        # The matching repeats' indexes in the items table's order; each item at its first.
+        _, indexes_from = item_order(
+            run,
+            status=status,
+            evaluator=evaluator,
+            min_score=min_score,
+            max_score=max_score,
+            sort=sort,
+            scope=scope,
+            column="item_index",
+        )
+        matching = list(dict.fromkeys(indexes_from(0, None)))
         total = len(matching)
         number, offset = clamp(page, total, per_page)
         indexes = matching[offset : offset + per_page]
     return ItemsPage(rows=item_groups(run, indexes), number=number, per_page=per_page, total=total)
-
-
-def _matching_indexes(
-    run: Run,
-    status: str,
-    evaluator: str,
-    min_score: float | None,
-    max_score: float | None,
-    sort: str,
-    scope: QuerySet[ItemResult] | None,
-) -> list[int]:
-    """The item indexes of the repeats that match, each once, in the sort's order."""
-    repeats = ItemResult.objects.filter(run=run) if scope is None else scope
-    if status:
-        repeats = repeats.filter(status=status)
-    if evaluator and (min_score is not None or max_score is not None):
-        repeats = repeats.annotate(
-            verdict=FilteredRelation("evaluations", condition=Q(evaluations__evaluator=evaluator))
-        )
-        if min_score is not None:
-            repeats = repeats.filter(verdict__score__gte=min_score)
-        if max_score is not None:
-            repeats = repeats.filter(verdict__score__lte=max_score)
-    descending = sort.startswith("-")
-    key = sort.lstrip("-")
-    if key.startswith("score:"):
-        repeats = repeats.annotate(
-            ranked=FilteredRelation(
-                "evaluations", condition=Q(evaluations__evaluator=key.removeprefix("score:"))
-            )
-        )
-        score = F("ranked__score")
-        order = [score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)]
-    else:
-        order = [f"-{c}" if descending else c for c in ITEM_SORTS.get(key, ITEM_SORTS["index"])]
-    found = repeats.order_by(*order, "item_index", "run_index").values_list("item_index", flat=True)
-    return list(dict.fromkeys(found))
 
 
 def repeated_failure_page(

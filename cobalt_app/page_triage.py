@@ -9,14 +9,13 @@ list the person came from, with JavaScript or without, and after a reload.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlencode
 
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, F, Func, Q, QuerySet, TextField, Value
 from django.db.models.expressions import RawSQL
@@ -25,8 +24,9 @@ from django.db.models.functions import Cast
 from django.urls import reverse
 
 from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.page_items import ItemsPage, clamp, ordered_item_ids, page_of
+from cobalt_app.page_items import ItemsPage, clamp, item_order, page_of
 from cobalt_app.page_selectors import pass_marks
+from cobalt_app.run_memo import RunMemo
 from cobalt_app.score_tables import (
     below_mark,
     failing_count,
@@ -40,9 +40,16 @@ MAX_GROUPS = 50
 GROUP_ITEMS_SHOWN = 40  # item links listed under a group of identical errors
 LONG_VALUE = 80  # a field with longer values is text, not a category: not offered
 TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
-LIST_SECONDS = 300  # how long a finished run's list is kept for the item panel's steps
-
-Kept = TypeVar("Kept")
+# A finished run's lists (and groups) kept in this process for the item panel's steps: j and
+# k through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at 100k
+# items) on every step. Lists are kept as arrays of ids (8 bytes each).
+LIST_SECONDS = 300
+_lists: RunMemo[Any] = RunMemo(
+    entries=300,
+    max_bytes=64 * 1024 * 1024,
+    size=lambda kept: kept.itemsize * len(kept) if isinstance(kept, array) else 0,
+    seconds=LIST_SECONDS,
+)
 
 
 # The list an item is seen in ----------------------------------------------------------------
@@ -370,7 +377,7 @@ def run_groups(
     finished run, whose items and verdicts no longer change: grouping 100k items costs about
     half a second of CPU on SQLite; going back to the grouped list then costs a lookup."""
     narrowing = ListState(q=state.q, key=state.key, value=state.value).query()
-    return _remembered(run, f"groups|{key}|{narrowing}", lambda: group_table(run, key, scope))
+    return _lists.get(run, f"groups|{key}|{narrowing}", lambda: group_table(run, key, scope))
 
 
 # Where an item stands in its list -----------------------------------------------------------
@@ -392,7 +399,7 @@ def list_ids(run: Run, state: ListState, scope: QuerySet[ItemResult] | None) -> 
     """Every item of the list, in its order."""
     if state.view == "failures":
         return failure_ids(run, state.evaluator, scope)
-    _, ids_from = ordered_item_ids(
+    _, ids_from = item_order(  # the ids only: no count
         run,
         status=state.status,
         evaluator=state.evaluator,
@@ -412,7 +419,7 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
         return _numbered_place(run, item)
     item_id = item.id
     scope = item_scope(run, state)
-    ids = _remembered(run, state.query(), lambda: list_ids(run, state, scope))
+    ids = _lists.get(run, state.query(), lambda: array("q", list_ids(run, state, scope)))
     position = ids.index(item_id) + 1 if item_id in ids else 0
     previous = ids[position - 2] if position > 1 else None
     following = ids[position:]  # after the item; the whole list when it is not in it
@@ -421,7 +428,8 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
         next_failure = upcoming
     else:
         narrowing = ListState(view="failures", q=state.q, key=state.key, value=state.value)
-        failing = set(_remembered(run, narrowing.query(), lambda: failure_ids(run, "", scope)))
+        failures = narrowing.query()
+        failing = set(_lists.get(run, failures, lambda: array("q", failure_ids(run, "", scope))))
         next_failure = next((i for i in following if i in failing), None)
     wanted = [i for i in (previous, upcoming, next_failure) if i is not None]
     numbers = {
@@ -450,18 +458,3 @@ def _numbered_place(run: Run, item: ItemResult) -> Place:
         previous=(number - 1, 0) if number > 1 else None,
         next=(number + 1, 0) if number < total else None,
     )
-
-
-def _remembered(run: Run, name: str, compute: Callable[[], Kept]) -> Kept:
-    """A finished run's list (or groups), kept for a few minutes (in this process's cache): j
-    and k through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at
-    100k items) on every step. A running run's list changes: it is read each time."""
-    if not run.is_finished:
-        return compute()
-    digest = hashlib.sha256(f"{run.id}|{run.finished_at}|{name}".encode()).hexdigest()
-    key = f"cobalt:triage-list:{digest}"
-    found = cache.get(key)
-    if found is None:
-        found = compute()
-        cache.set(key, found, LIST_SECONDS)
-    return found
