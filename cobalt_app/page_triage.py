@@ -107,6 +107,34 @@ def legacy_item(run: Run, item_id: int) -> ItemResult | None:
     return ItemResult.objects.filter(run=run, pk=item_id).only("item_index", "run_index").first()
 
 
+@dataclass(frozen=True)
+class ItemAddress:
+    """An item result as an address names it: its database id, number and repetition (both
+    from 1), and whether the address was an old one (by its database id)."""
+
+    id: int
+    number: int
+    repeat: int
+    moved: bool = False
+
+
+def item_address(run: Run, number: int, repeat: int = 1) -> ItemAddress | None:
+    """The item `/items/<number>/?repeat=<repeat>` names (the API's addresses, as the pages'):
+    by its number; else, when no item of the run has that number, the item whose database id
+    it is (an old address: `moved`); None when neither."""
+    found = (
+        ItemResult.objects.filter(run=run, item_index=number - 1, run_index=repeat - 1)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if found is not None:
+        return ItemAddress(found, number, repeat)
+    old = legacy_item(run, number)
+    if old is None:
+        return None
+    return ItemAddress(old.id, old.item_index + 1, old.run_index + 1, moved=True)
+
+
 # Search and field filters -------------------------------------------------------------------
 
 
