@@ -123,80 +123,62 @@ ROW_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class ItemFilters:
+    """Which of a run's items a list shows, and in which order: a status, one evaluator's
+    score range, a sort (`index`, `latency`, `tokens` or `score:<evaluator>`; `-` first for
+    descending), and `scope`: only these items, as a search or a field filter narrows them."""
+
+    status: str = ""
+    evaluator: str = ""
+    min_score: float | None = None
+    max_score: float | None = None
+    sort: str = "index"
+    scope: QuerySet[ItemResult] | None = None
+
+    @property
+    def ranged(self) -> bool:
+        """Whether an evaluator's score range narrows the list."""
+        return bool(self.evaluator) and (self.min_score is not None or self.max_score is not None)
+
+    @property
+    def everything(self) -> bool:
+        """Whether the list is all the run's items by index."""
+        return not self.status and not self.ranged and self.sort == "index" and self.scope is None
+
+
 def item_page(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    page: int = 1,
-    per_page: int = 50,
-    scope: QuerySet[ItemResult] | None = None,
+    run: Run, filters: ItemFilters = ItemFilters(), *, page: int = 1, per_page: int = 50
 ) -> ItemsPage:
-    """One page of a run's items with their scores (`scope`: only these items, as a search or
-    a field filter narrows them).
+    """One page of a run's items with their scores.
 
     The page's ids are found with a narrow query on indexed columns, then only those rows are
     loaded: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
     Score filters and score sorts read the `(run, evaluator, score)` index.
     """
-    total, ids_from = ordered_item_ids(
-        run,
-        status=status,
-        evaluator=evaluator,
-        min_score=min_score,
-        max_score=max_score,
-        sort=sort,
-        scope=scope,
-    )
+    count, ids_from = item_order(run, filters)
+    total = count()
     number, offset = clamp(page, total, per_page)
     return page_of(run, ids_from(offset, per_page), number, per_page, total)
 
 
-def ordered_item_ids(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    scope: QuerySet[ItemResult] | None = None,
-) -> tuple[int, Callable[[int, int | None], list[int]]]:
-    """How many items the items table lists, and a function giving `limit` of their ids from
-    `offset` in the table's order (all of them with `limit=None`: the item panel walks them)."""
-    count, ids_from = item_order(
-        run,
-        status=status,
-        evaluator=evaluator,
-        min_score=min_score,
-        max_score=max_score,
-        sort=sort,
-        scope=scope,
-    )
-    return count(), ids_from
-
-
 def item_order(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    scope: QuerySet[ItemResult] | None = None,
-    column: str = "id",
+    run: Run, filters: ItemFilters, column: str = "id"
 ) -> tuple[Callable[[], int], Callable[[int, int | None], list[int]]]:
     """The items table's rule, the one every list of a run's items follows: a function
     counting the rows it lists, and one giving `limit` of their `column` from `offset` in its
-    order (`column="item_index"`: a run with repeats lists an item at each matching repeat)."""
-    descending = sort.startswith("-")
-    key = sort.lstrip("-")
+    order (all of them with `limit=None`: the item panel walks them; `column="item_index"`: a
+    run with repeats lists an item at each matching repeat)."""
+    status, evaluator, scope, ranged = (
+        filters.status,
+        filters.evaluator,
+        filters.scope,
+        filters.ranged,
+    )
+    min_score, max_score = filters.min_score, filters.max_score
+    descending = filters.sort.startswith("-")
+    key = filters.sort.lstrip("-")
     sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
-    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
     if ranged and sort_evaluator in ("", evaluator):
         verdicts = _verdicts(run, evaluator, status, min_score, max_score, scope)
         if sort_evaluator:

@@ -21,6 +21,7 @@ from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_compare_side import word_diff
 from cobalt_app.page_items import (
     ROW_FIELDS,
+    ItemFilters,
     ItemRow,
     ItemsPage,
     _item_row,
@@ -108,27 +109,17 @@ def _passes_verdict(passes: int, k: int) -> str:
 
 
 def repeated_item_page(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    page: int = 1,
-    per_page: int = 50,
-    scope: QuerySet[ItemResult] | None = None,
+    run: Run, filters: ItemFilters = ItemFilters(), *, page: int = 1, per_page: int = 50
 ) -> ItemsPage:
     """One page of a run with repeats, one row per item: in index order, or the items with a
-    repeat that matches the filters (and is in `scope`, what a search or a field filter
+    repeat that matches the filters (and is in their `scope`, what a search or a field filter
     leaves), in the order of their first matching repeat.
 
     Unfiltered, four queries as for a page of single rows: the item count, the page's item
     indexes (on the unique `(run, item_index, run_index)` index), the repeats' rows, their
     scores. Filtered, the matching repeats' item indexes are read in order, then the page's.
     """
-    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
-    if not status and not ranged and sort == "index" and scope is None:
+    if filters.everything:
         firsts = ItemResult.objects.filter(run=run, run_index=0)
         total = firsts.count()
         number, offset = clamp(page, total, per_page)
@@ -136,16 +127,7 @@ def repeated_item_page(
         indexes = list(ordered[offset : offset + per_page])
     else:
         # The matching repeats' indexes in the items table's order; each item at its first.
-        _, indexes_from = item_order(
-            run,
-            status=status,
-            evaluator=evaluator,
-            min_score=min_score,
-            max_score=max_score,
-            sort=sort,
-            scope=scope,
-            column="item_index",
-        )
+        _, indexes_from = item_order(run, filters, column="item_index")
         matching = list(dict.fromkeys(indexes_from(0, None)))
         total = len(matching)
         number, offset = clamp(page, total, per_page)

@@ -24,7 +24,7 @@ from django.db.models.functions import Cast
 from django.urls import reverse
 
 from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.page_items import ItemsPage, clamp, item_order, page_of
+from cobalt_app.page_items import ItemFilters, ItemsPage, clamp, item_order, page_of
 from cobalt_app.page_selectors import pass_marks
 from cobalt_app.run_memo import RunMemo
 from cobalt_app.score_tables import (
@@ -86,6 +86,11 @@ class ListState:
 
     def query(self) -> str:
         return urlencode(self.params())
+
+    def filters(self, scope: QuerySet[ItemResult] | None = None) -> ItemFilters:
+        """What the items table lists of this list (`scope`: what its search and field filter
+        leave, `item_scope`)."""
+        return ItemFilters(self.status, self.evaluator, self.min, self.max, self.sort, scope)
 
 
 def item_url(
@@ -427,15 +432,7 @@ def list_ids(run: Run, state: ListState, scope: QuerySet[ItemResult] | None) -> 
     """Every item of the list, in its order."""
     if state.view == "failures":
         return failure_ids(run, state.evaluator, scope)
-    _, ids_from = item_order(  # the ids only: no count
-        run,
-        status=state.status,
-        evaluator=state.evaluator,
-        min_score=state.min,
-        max_score=state.max,
-        sort=state.sort,
-        scope=scope,
-    )
+    _, ids_from = item_order(run, state.filters(scope))  # the ids only: no count
     return ids_from(0, None)
 
 
