@@ -43,16 +43,8 @@ VERDICT_ORDER = {
     Verdict.PASS: 4,
 }
 UNFINISHED = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
-LIGHT_FIELDS = (
-    "id",
-    "item_index",
-    "run_index",
-    "item_key",
-    "status",
-    "error",
-    "latency_ms",
-    "tokens",
-)
+# A row's fields less the wide ones: a repeat's input and output are read only when shown.
+LIGHT_FIELDS = tuple(name for name in ROW_FIELDS if name not in ("input", "output"))
 
 
 def repeat_verdict(row: ItemRow) -> Verdict:
