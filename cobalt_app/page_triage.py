@@ -445,7 +445,10 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
     item_id = item.id
     scope = item_scope(run, state)
     ids = _lists.get(run, state.query(), lambda: array("q", list_ids(run, state, scope)))
-    position = ids.index(item_id) + 1 if item_id in ids else 0
+    try:  # one scan of the list, not two
+        position = ids.index(item_id) + 1
+    except ValueError:
+        position = 0
     previous = ids[position - 2] if position > 1 else None
     following = ids[position:]  # after the item; the whole list when it is not in it
     upcoming = following[0] if following else None

@@ -25,12 +25,11 @@ from typing import Generic, TypeVar
 from cobalt_app.models import Run
 
 T = TypeVar("T")
-UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
 
 
 def settled(run: Run) -> bool:
     """Whether the run's results no longer change until it is finalised again."""
-    return run.status not in UNFINISHED and run.finished_at is not None
+    return run.is_finished and run.finished_at is not None
 
 
 class RunMemo(Generic[T]):
