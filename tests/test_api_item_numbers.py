@@ -84,3 +84,10 @@ def test_item_addresses_answer_as_the_schema_documents(api_schema, team_api):  #
         response = case.call_and_validate(headers=team_api, checks=CHECKS)
         seen.append(response.status_code)
     assert seen == [200, 200, 400, 404, 301, 301]
+
+
+def test_an_address_that_is_no_item_number_is_a_json_404(api):  # noqa: F811
+    for path in ("/api/runs/x/items/abc/", "/api/runs/%0Ax/items/abc/add-to-dataset/"):
+        reply = api.post(path)
+        assert reply.status_code == 404, path
+        assert reply["Content-Type"] == "application/json", path  # a newline too

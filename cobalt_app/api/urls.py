@@ -41,5 +41,5 @@ urlpatterns = [
     path("docs/", views.DocsView.as_view(url_name="api-schema"), name="api-docs"),
     # Last: unknown endpoints answer in JSON too, for any method (a GET of an endpoint
     # without its slash is redirected).
-    re_path(r"^.*$", views.endpoint_not_found, name=views.NOT_FOUND),
+    re_path(r"^[\s\S]*$", views.endpoint_not_found, name=views.NOT_FOUND),  # newlines too
 ]
