@@ -123,54 +123,62 @@ ROW_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class ItemFilters:
+    """Which of a run's items a list shows, and in which order: a status, one evaluator's
+    score range, a sort (`index`, `latency`, `tokens` or `score:<evaluator>`; `-` first for
+    descending), and `scope`: only these items, as a search or a field filter narrows them."""
+
+    status: str = ""
+    evaluator: str = ""
+    min_score: float | None = None
+    max_score: float | None = None
+    sort: str = "index"
+    scope: QuerySet[ItemResult] | None = None
+
+    @property
+    def ranged(self) -> bool:
+        """Whether an evaluator's score range narrows the list."""
+        return bool(self.evaluator) and (self.min_score is not None or self.max_score is not None)
+
+    @property
+    def everything(self) -> bool:
+        """Whether the list is all the run's items by index."""
+        return not self.status and not self.ranged and self.sort == "index" and self.scope is None
+
+
 def item_page(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    page: int = 1,
-    per_page: int = 50,
-    scope: QuerySet[ItemResult] | None = None,
+    run: Run, filters: ItemFilters = ItemFilters(), *, page: int = 1, per_page: int = 50
 ) -> ItemsPage:
-    """One page of a run's items with their scores (`scope`: only these items, as a search or
-    a field filter narrows them).
+    """One page of a run's items with their scores.
 
     The page's ids are found with a narrow query on indexed columns, then only those rows are
     loaded: sorting 50k wide rows (inputs and outputs) would cost more than the whole page.
     Score filters and score sorts read the `(run, evaluator, score)` index.
     """
-    total, ids_from = ordered_item_ids(
-        run,
-        status=status,
-        evaluator=evaluator,
-        min_score=min_score,
-        max_score=max_score,
-        sort=sort,
-        scope=scope,
-    )
+    count, ids_from = item_order(run, filters)
+    total = count()
     number, offset = clamp(page, total, per_page)
     return page_of(run, ids_from(offset, per_page), number, per_page, total)
 
 
-def ordered_item_ids(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    scope: QuerySet[ItemResult] | None = None,
-) -> tuple[int, Callable[[int, int | None], list[int]]]:
-    """How many items the items table lists, and a function giving `limit` of their ids from
-    `offset` in the table's order (all of them with `limit=None`: the item panel walks them)."""
-    descending = sort.startswith("-")
-    key = sort.lstrip("-")
+def item_order(
+    run: Run, filters: ItemFilters, column: str = "id"
+) -> tuple[Callable[[], int], Callable[[int, int | None], list[int]]]:
+    """The items table's rule, the one every list of a run's items follows: a function
+    counting the rows it lists, and one giving `limit` of their `column` from `offset` in its
+    order (all of them with `limit=None`: the item panel walks them; `column="item_index"`: a
+    run with repeats lists an item at each matching repeat)."""
+    status, evaluator, scope, ranged = (
+        filters.status,
+        filters.evaluator,
+        filters.scope,
+        filters.ranged,
+    )
+    min_score, max_score = filters.min_score, filters.max_score
+    descending = filters.sort.startswith("-")
+    key = filters.sort.lstrip("-")
     sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
-    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
     if ranged and sort_evaluator in ("", evaluator):
         verdicts = _verdicts(run, evaluator, status, min_score, max_score, scope)
         if sort_evaluator:
@@ -179,13 +187,13 @@ def ordered_item_ids(
             # Item ids follow (item_index, run_index): rows are created in that order.
             order = ["-item_id"] if descending else ["item_id"]
         else:
-            column = f"item__{ITEM_SORTS[key][0]}"
-            order = [f"-{column}" if descending else column, "item_id"]
-        page_ids = verdicts.order_by(*order).values_list("item_id", flat=True)
-        return verdicts.count(), lambda offset, limit: _slice(page_ids, offset, limit)
+            by = f"item__{ITEM_SORTS[key][0]}"
+            order = [f"-{by}" if descending else by, "item_id"]
+        page_ids = verdicts.order_by(*order).values_list(_of_item(column), flat=True)
+        return verdicts.count, lambda offset, limit: _slice(page_ids, offset, limit)
     if sort_evaluator and not ranged:
-        return _items(run, status, scope).count(), lambda offset, limit: _ids_by_score(
-            run, sort_evaluator, status, descending, offset, limit, scope
+        return _items(run, status, scope).count, lambda offset, limit: _ids_by_score(
+            run, sort_evaluator, status, descending, offset, limit, scope, column
         )
     items = _items(run, status, scope)
     if ranged:
@@ -196,7 +204,7 @@ def ordered_item_ids(
             items = items.filter(verdict__score__gte=min_score)
         if max_score is not None:
             items = items.filter(verdict__score__lte=max_score)
-    total = items.count()
+    count = items.count
     if sort_evaluator:
         items = items.annotate(
             ranked=FilteredRelation(
@@ -211,8 +219,13 @@ def ordered_item_ids(
         order = [f"-{c}" if descending else c for c in columns]
         if key != "index":
             order += ["item_index", "run_index"]
-    ordered = items.order_by(*order).values_list("id", flat=True)
-    return total, lambda offset, limit: _slice(ordered, offset, limit)
+    ordered = items.order_by(*order).values_list(column, flat=True)
+    return count, lambda offset, limit: _slice(ordered, offset, limit)
+
+
+def _of_item(column: str) -> str:
+    """An item's `column` read from its evaluations."""
+    return "item_id" if column == "id" else f"item__{column}"
 
 
 def _slice(ids: QuerySet, offset: int, limit: int | None) -> list[int]:
@@ -272,6 +285,7 @@ def _ids_by_score(
     offset: int,
     limit: int | None,
     scope: QuerySet[ItemResult] | None = None,
+    column: str = "id",
 ) -> list[int]:
     """Scored items in score order, then the items without a score (errors) by index."""
     scored = _verdicts(run, name, status, None, None, scope)
@@ -279,14 +293,16 @@ def _ids_by_score(
     ids: list[int] = []
     if offset < scored_count:
         order = ["-score", "-id"] if descending else ["score", "id"]
-        ids = _slice(scored.order_by(*order).values_list("item_id", flat=True), offset, limit)
+        ids = _slice(
+            scored.order_by(*order).values_list(_of_item(column), flat=True), offset, limit
+        )
     if limit is None or len(ids) < limit:
         start = max(0, offset - scored_count)
         unscored = (
             _items(run, status, scope)
             .exclude(id__in=_verdicts(run, name, "", None, None).values("item_id"))
             .order_by("item_index", "run_index")
-            .values_list("id", flat=True)
+            .values_list(column, flat=True)
         )
         ids += _slice(unscored, start, None if limit is None else limit - len(ids))
     return ids

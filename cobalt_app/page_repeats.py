@@ -14,19 +14,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, FilteredRelation, Q, QuerySet
+from django.db.models import Count, QuerySet
 
 from cobalt.verdict import Verdict, item_verdict, score_verdict
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_compare_side import word_diff
 from cobalt_app.page_items import (
-    ITEM_SORTS,
     ROW_FIELDS,
+    ItemFilters,
     ItemRow,
     ItemsPage,
     _item_row,
     _scores_of,
     clamp,
+    item_order,
     output_text,
 )
 from cobalt_app.page_selectors import pass_marks
@@ -42,16 +43,8 @@ VERDICT_ORDER = {
     Verdict.PASS: 4,
 }
 UNFINISHED = (ItemResult.Status.PENDING, ItemResult.Status.RUNNING)
-LIGHT_FIELDS = (
-    "id",
-    "item_index",
-    "run_index",
-    "item_key",
-    "status",
-    "error",
-    "latency_ms",
-    "tokens",
-)
+# A row's fields less the wide ones: a repeat's input and output are read only when shown.
+LIGHT_FIELDS = tuple(name for name in ROW_FIELDS if name not in ("input", "output"))
 
 
 def repeat_verdict(row: ItemRow) -> Verdict:
@@ -108,75 +101,30 @@ def _passes_verdict(passes: int, k: int) -> str:
 
 
 def repeated_item_page(
-    run: Run,
-    *,
-    status: str = "",
-    evaluator: str = "",
-    min_score: float | None = None,
-    max_score: float | None = None,
-    sort: str = "index",
-    page: int = 1,
-    per_page: int = 50,
-    scope: QuerySet[ItemResult] | None = None,
+    run: Run, filters: ItemFilters = ItemFilters(), *, page: int = 1, per_page: int = 50
 ) -> ItemsPage:
     """One page of a run with repeats, one row per item: in index order, or the items with a
-    repeat that matches the filters (and is in `scope`, what a search or a field filter
+    repeat that matches the filters (and is in their `scope`, what a search or a field filter
     leaves), in the order of their first matching repeat.
 
     Unfiltered, four queries as for a page of single rows: the item count, the page's item
     indexes (on the unique `(run, item_index, run_index)` index), the repeats' rows, their
     scores. Filtered, the matching repeats' item indexes are read in order, then the page's.
     """
-    ranged = bool(evaluator) and (min_score is not None or max_score is not None)
-    if not status and not ranged and sort == "index" and scope is None:
+    if filters.everything:
         firsts = ItemResult.objects.filter(run=run, run_index=0)
         total = firsts.count()
         number, offset = clamp(page, total, per_page)
         ordered = firsts.order_by("item_index").values_list("item_index", flat=True)
         indexes = list(ordered[offset : offset + per_page])
     else:
-        matching = _matching_indexes(run, status, evaluator, min_score, max_score, sort, scope)
+        # The matching repeats' indexes in the items table's order; each item at its first.
+        _, indexes_from = item_order(run, filters, column="item_index")
+        matching = list(dict.fromkeys(indexes_from(0, None)))
         total = len(matching)
         number, offset = clamp(page, total, per_page)
         indexes = matching[offset : offset + per_page]
     return ItemsPage(rows=item_groups(run, indexes), number=number, per_page=per_page, total=total)
-
-
-def _matching_indexes(
-    run: Run,
-    status: str,
-    evaluator: str,
-    min_score: float | None,
-    max_score: float | None,
-    sort: str,
-    scope: QuerySet[ItemResult] | None,
-) -> list[int]:
-    """The item indexes of the repeats that match, each once, in the sort's order."""
-    repeats = ItemResult.objects.filter(run=run) if scope is None else scope
-    if status:
-        repeats = repeats.filter(status=status)
-    if evaluator and (min_score is not None or max_score is not None):
-        repeats = repeats.annotate(
-            verdict=FilteredRelation("evaluations", condition=Q(evaluations__evaluator=evaluator))
-        )
-        if min_score is not None:
-            repeats = repeats.filter(verdict__score__gte=min_score)
-        if max_score is not None:
-            repeats = repeats.filter(verdict__score__lte=max_score)
-    descending = sort.startswith("-")
-    key = sort.lstrip("-")
-    if key.startswith("score:"):
-        repeats = repeats.annotate(
-            ranked=FilteredRelation(
-                "evaluations", condition=Q(evaluations__evaluator=key.removeprefix("score:"))
-            )
-        )
-        score = F("ranked__score")
-        order = [score.desc(nulls_last=True) if descending else score.asc(nulls_last=True)]
-    else:
-        order = [f"-{c}" if descending else c for c in ITEM_SORTS.get(key, ITEM_SORTS["index"])]
-    found = repeats.order_by(*order, "item_index", "run_index").values_list("item_index", flat=True)
-    return list(dict.fromkeys(found))
 
 
 def repeated_failure_page(

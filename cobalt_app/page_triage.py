@@ -10,15 +10,14 @@ list the person came from, with JavaScript or without, and after a reload.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlencode
 
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, F, Func, Q, QuerySet, TextField, Value
 from django.db.models.expressions import RawSQL
@@ -28,8 +27,9 @@ from django.urls import get_script_prefix, reverse
 
 from cobalt_app import run_figures
 from cobalt_app.models import Evaluation, ItemResult, Run
-from cobalt_app.page_items import ItemsPage, clamp, ordered_item_ids, page_of
+from cobalt_app.page_items import ItemFilters, ItemsPage, clamp, item_order, page_of
 from cobalt_app.page_selectors import pass_marks
+from cobalt_app.run_memo import RunMemo
 from cobalt_app.score_tables import (
     below_mark,
     failing_count,
@@ -46,9 +46,16 @@ ALIKE = re.compile(r"\w*\d\w*")
 GROUP_ITEMS_SHOWN = 40  # item links listed under a group of identical errors
 LONG_VALUE = 80  # a field with longer values is text, not a category: not offered
 TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
-LIST_SECONDS = 300  # how long a finished run's list is kept for the item panel's steps
-
-Kept = TypeVar("Kept")
+# A finished run's lists (and groups) kept in this process for the item panel's steps: j and
+# k through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at 100k
+# items) on every step. Lists are kept as arrays of ids (8 bytes each).
+LIST_SECONDS = 300
+_lists: RunMemo[Any] = RunMemo(
+    entries=300,
+    max_bytes=64 * 1024 * 1024,
+    size=lambda kept: kept.itemsize * len(kept) if isinstance(kept, array) else 0,
+    seconds=LIST_SECONDS,
+)
 
 
 # The list an item is seen in ----------------------------------------------------------------
@@ -86,6 +93,11 @@ class ListState:
     def query(self) -> str:
         return urlencode(self.params())
 
+    def filters(self, scope: QuerySet[ItemResult] | None = None) -> ItemFilters:
+        """What the items table lists of this list (`scope`: what its search and field filter
+        leave, `item_scope`)."""
+        return ItemFilters(self.status, self.evaluator, self.min, self.max, self.sort, scope)
+
 
 def item_url(
     run_id: str, number: int, run_index: int = 0, params: Iterable[tuple[str, Any]] = ()
@@ -111,6 +123,34 @@ def legacy_item(run: Run, item_id: int) -> ItemResult | None:
     if ItemResult.objects.filter(run=run, item_index=item_id - 1).exists():
         return None
     return ItemResult.objects.filter(run=run, pk=item_id).only("item_index", "run_index").first()
+
+
+@dataclass(frozen=True)
+class ItemAddress:
+    """An item result as an address names it: its database id, number and repetition (both
+    from 1), and whether the address was an old one (by its database id)."""
+
+    id: int
+    number: int
+    repeat: int
+    moved: bool = False
+
+
+def item_address(run: Run, number: int, repeat: int = 1) -> ItemAddress | None:
+    """The item `/items/<number>/?repeat=<repeat>` names (the API's addresses, as the pages'):
+    by its number; else, when no item of the run has that number, the item whose database id
+    it is (an old address: `moved`); None when neither."""
+    found = (
+        ItemResult.objects.filter(run=run, item_index=number - 1, run_index=repeat - 1)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if found is not None:
+        return ItemAddress(found, number, repeat)
+    old = legacy_item(run, number)
+    if old is None:
+        return None
+    return ItemAddress(old.id, old.item_index + 1, old.run_index + 1, moved=True)
 
 
 # Search and field filters -------------------------------------------------------------------
@@ -400,7 +440,7 @@ def run_groups(
     finished run, whose items and verdicts no longer change: grouping 100k items costs about
     half a second of CPU on SQLite; going back to the grouped list then costs a lookup."""
     narrowing = ListState(q=state.q, key=state.key, value=state.value).query()
-    return _remembered(run, f"groups|{key}|{narrowing}", lambda: group_table(run, key, scope))
+    return _lists.get(run, f"groups|{key}|{narrowing}", lambda: group_table(run, key, scope))
 
 
 # Where an item stands in its list -----------------------------------------------------------
@@ -422,15 +462,7 @@ def list_ids(run: Run, state: ListState, scope: QuerySet[ItemResult] | None) -> 
     """Every item of the list, in its order."""
     if state.view == "failures":
         return failure_ids(run, state.evaluator, scope)
-    _, ids_from = ordered_item_ids(
-        run,
-        status=state.status,
-        evaluator=state.evaluator,
-        min_score=state.min,
-        max_score=state.max,
-        sort=state.sort,
-        scope=scope,
-    )
+    _, ids_from = item_order(run, state.filters(scope))  # the ids only: no count
     return ids_from(0, None)
 
 
@@ -442,8 +474,11 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
         return _numbered_place(run, item)
     item_id = item.id
     scope = item_scope(run, state)
-    ids = _remembered(run, state.query(), lambda: list_ids(run, state, scope))
-    position = ids.index(item_id) + 1 if item_id in ids else 0
+    ids = _lists.get(run, state.query(), lambda: array("q", list_ids(run, state, scope)))
+    try:  # one scan of the list, not two
+        position = ids.index(item_id) + 1
+    except ValueError:
+        position = 0
     previous = ids[position - 2] if position > 1 else None
     following = ids[position:]  # after the item; the whole list when it is not in it
     upcoming = following[0] if following else None
@@ -451,7 +486,8 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
         next_failure = upcoming
     else:
         narrowing = ListState(view="failures", q=state.q, key=state.key, value=state.value)
-        failing = set(_remembered(run, narrowing.query(), lambda: failure_ids(run, "", scope)))
+        failures = narrowing.query()
+        failing = set(_lists.get(run, failures, lambda: array("q", failure_ids(run, "", scope))))
         next_failure = next((i for i in following if i in failing), None)
     wanted = [i for i in (previous, upcoming, next_failure) if i is not None]
     numbers = {
@@ -480,18 +516,3 @@ def _numbered_place(run: Run, item: ItemResult) -> Place:
         previous=(number - 1, 0) if number > 1 else None,
         next=(number + 1, 0) if number < total else None,
     )
-
-
-def _remembered(run: Run, name: str, compute: Callable[[], Kept]) -> Kept:
-    """A finished run's list (or groups), kept for a few minutes (in this process's cache): j
-    and k through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at
-    100k items) on every step. A running run's list changes: it is read each time."""
-    if not run.is_finished:
-        return compute()
-    digest = hashlib.sha256(f"{run.id}|{run.finished_at}|{name}".encode()).hexdigest()
-    key = f"cobalt:triage-list:{digest}"
-    found = cache.get(key)
-    if found is None:
-        found = compute()
-        cache.set(key, found, LIST_SECONDS)
-    return found

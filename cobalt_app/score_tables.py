@@ -18,11 +18,8 @@ would otherwise be counted over every verdict of the run on each visit.
 
 from __future__ import annotations
 
-import copy
 import io
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +31,7 @@ from django.db.models.functions import Coalesce
 
 from cobalt import verdict
 from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
+from cobalt_app.run_memo import RunMemo
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,12 +43,9 @@ UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
 # Finished runs' tables kept in this process (`kept`), up to this many bytes of arrays: three
 # runs of 500,000 items take ~45 MB.
 KEPT_BYTES = 200 * 1024 * 1024
-_kept: OrderedDict[tuple[str, Any], ScoreTable] = OrderedDict()
-_kept_lock = threading.Lock()
 # What is worked out from two finished runs' tables alone (`remembered`): the paired tests
 # and the compare table's orders (an int32 per shared key: 2 MB at 500,000) of recent pairs.
 REMEMBERED = 32
-_remembered: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
 ITEMS_SQL = "SELECT item_key, status FROM {item} WHERE run_id = %s AND run_index = 0"
 SCORES_SQL = """
@@ -290,43 +285,26 @@ def load(run: Run, *, keep: bool = True) -> ScoreTable:
 
 def kept(run: Run, *, keep: bool = True) -> ScoreTable:
     """`load(run)`, kept in this process for a finished run (read-only: its arrays are shared
-    by every request). A finished run's table changes only when it is finalised again, which
-    moves `finished_at` (a resumed or re-judged run is unfinished meanwhile). Loading a stored
-    table of 200,000 items (reading ~6 MB and checking it) takes ~30 ms per run and compare."""
-    if run.status in UNFINISHED or run.finished_at is None:
-        return load(run, keep=keep)
-    key = (run.id, run.finished_at)
-    with _kept_lock:
-        if key in _kept:
-            _kept.move_to_end(key)
-            return _kept[key]
-    table = load(run, keep=keep)
+    by every request; see `run_memo`). Loading a stored table of 200,000 items (reading ~6 MB
+    and checking it) takes ~30 ms per run and compare."""
+    return _kept.get(run, "table", lambda: _read_only(load(run, keep=keep)))
+
+
+def _read_only(table: ScoreTable) -> ScoreTable:
     for array in (table.keys, table.scores, table.status, table.spread):
         array.flags.writeable = False
-    with _kept_lock:
-        _kept[key] = table
-        while len(_kept) > 1 and sum(t.nbytes for t in _kept.values()) > KEPT_BYTES:
-            _kept.popitem(last=False)
     return table
 
 
 def remembered(a: Run, b: Run, what: tuple[Any, ...], compute: Callable[[], T]) -> T:
-    """`compute()`, worked out once per process for two finished runs (keyed as `kept`, with
-    `what` naming the result): it must read only the runs' tables. A copy is returned, so a
-    caller may change it. Unfinished runs compute it every time."""
-    if any(run.status in UNFINISHED or run.finished_at is None for run in (a, b)):
-        return compute()
-    key = (a.id, a.finished_at, b.id, b.finished_at, *what)
-    with _kept_lock:
-        if key in _remembered:
-            _remembered.move_to_end(key)
-            return copy.deepcopy(_remembered[key])
-    found = compute()
-    with _kept_lock:
-        _remembered[key] = found
-        while len(_remembered) > REMEMBERED:
-            _remembered.popitem(last=False)
-    return copy.deepcopy(found)
+    """`compute()`, worked out once per process for two finished runs (`what` names the
+    result): it must read only the runs' tables. A copy is returned, so a caller may change
+    it. Unfinished runs compute it every time."""
+    return _remembered.get((a, b), what, compute)
+
+
+_kept: RunMemo[ScoreTable] = RunMemo(max_bytes=KEPT_BYTES, size=lambda table: table.nbytes)
+_remembered: RunMemo[Any] = RunMemo(entries=REMEMBERED, copies=True)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -38,9 +36,6 @@ from cobalt_app.models import ItemResult, Run, Sweep
 from cobalt_app.services import variant_stored
 
 IDENTICAL_SAMPLE = 50  # items whose outputs are compared to tell an ignored variant key
-TABLES_KEPT = 64  # score tables of finished runs kept in memory (12 × 10,000 items: ~5 MB)
-_tables: OrderedDict[tuple[str, Any], score_tables.ScoreTable] = OrderedDict()
-_tables_lock = threading.Lock()
 logger = logging.getLogger("cobalt.sweeps")
 
 
@@ -123,21 +118,10 @@ def _first_error(run: Run) -> str:
 
 
 def table_of(run: Run) -> score_tables.ScoreTable:
-    """The run's score table; a finished run's is kept (it changes only when the run is
-    finalised again, which moves `finished_at`): a sweep page reads twelve of them."""
-    if run.status in score_tables.UNFINISHED:
-        return score_tables.load(run, keep=False)
-    key = (run.id, run.finished_at)
-    with _tables_lock:
-        if key in _tables:
-            _tables.move_to_end(key)
-            return _tables[key]
-    table = score_tables.load(run, keep=False)  # a page reads; the finalisation stores it
-    with _tables_lock:
-        _tables[key] = table
-        while len(_tables) > TABLES_KEPT:
-            _tables.popitem(last=False)
-    return table
+    """The run's score table; a finished run's is kept in this process with the compare
+    page's (`score_tables.kept`): a sweep page reads twelve of them. A page reads; the
+    finalisation stores it."""
+    return score_tables.kept(run, keep=False)
 
 
 def variant_data(

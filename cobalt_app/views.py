@@ -285,17 +285,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         )
     else:
         listing = page_repeats.repeated_item_page if repeated else page_items.item_page
-        items = listing(
-            run,
-            status=state.status,
-            evaluator=state.evaluator,
-            min_score=state.min,
-            max_score=state.max,
-            sort=state.sort,
-            page=page_number,
-            per_page=ITEMS_PER_PAGE,
-            scope=scope,
-        )
+        items = listing(run, state.filters(scope), page=page_number, per_page=ITEMS_PER_PAGE)
     group = filters.get("group") or ""
     context |= {
         "form": form,

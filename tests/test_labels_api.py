@@ -28,6 +28,12 @@ def item_ids(client: APIClient, run_id: str) -> dict[str, int]:
     return {item["key"]: item["id"] for item in items}
 
 
+def item_numbers(client: APIClient, run_id: str) -> dict[str, int]:
+    """Item key → the item's number (its address, as on the pages), from the items endpoint."""
+    items = client.get(f"/api/runs/{run_id}/items/", {"page_size": 500}).json()["results"]
+    return {item["key"]: item["index"] + 1 for item in items}
+
+
 def test_a_reviewer_labels_an_item_and_every_door_shows_it(api_project, api):  # noqa: F811
     run = execute("qa")
     ids = item_ids(api, run.id)
@@ -62,9 +68,9 @@ def test_a_reviewer_labels_an_item_and_every_door_shows_it(api_project, api):  #
     assert api.get(f"/api/runs/{run.id}/labels/", {"evaluator": "length"}).json()["count"] == 0
     assert api.get(f"/api/runs/{run.id}/labels/", {"reviewer": "bob"}).json()["count"] == 0
     assert api.get(f"/api/runs/{run.id}/labels/", {"stale": "false"}).json()["count"] == 1
-    on_item = api.get(f"/api/runs/{run.id}/items/{ids['q1']}/labels/").json()
+    on_item = api.get(f"/api/runs/{run.id}/items/2/labels/").json()  # q1 is item #2
     assert [row["id"] for row in on_item["labels"]] == [label["id"]]
-    assert api.get(f"/api/runs/{run.id}/items/{ids['q0']}/labels/").json() == {
+    assert api.get(f"/api/runs/{run.id}/items/1/labels/").json() == {
         "count": 0,
         "labels": [],
     }
@@ -96,7 +102,7 @@ def test_a_reviewer_labels_an_item_and_every_door_shows_it(api_project, api):  #
 
 def test_changing_a_label_needs_the_version_last_read_and_an_old_one_is_a_409(api_project, api):  # noqa: F811
     run = execute("qa")
-    url = f"/api/runs/{run.id}/items/{item_ids(api, run.id)['q0']}/labels/"
+    url = f"/api/runs/{run.id}/items/{item_numbers(api, run.id)['q0']}/labels/"
 
     first = api.post(url, {"evaluator": "exact", "verdict": "fail"}, format="json")
     assert first.status_code == 201 and first.json()["version"] == 1
@@ -244,26 +250,26 @@ def test_a_reviewed_item_is_added_to_a_dataset_once_and_only_inside_the_project(
 
 def test_label_answers_are_as_the_schema_documents(api_schema, team_api):  # noqa: F811
     run = execute("qa")
-    item = Run.objects.get(id=run.id).items.get(item_key="q1").id
+    item = Run.objects.get(id=run.id).items.get(item_key="q1")
     label = {"evaluator": "exact", "verdict": "pass", "expectedOutput": {"answer": "yes"}}
     calls = [
-        ("/api/runs/{run_id}/labels/", "POST", {"run_id": run.id}, {**label, "item": item}),
-        ("/api/runs/{run_id}/items/{item_id}/labels/", "POST", {"run_id": run.id}, label),
-        ("/api/runs/{run_id}/items/{item_id}/labels/", "POST", {}, {**label, "version": 1}),
+        ("/api/runs/{run_id}/labels/", "POST", {"run_id": run.id}, {**label, "item": item.id}),
+        ("/api/runs/{run_id}/items/{number}/labels/", "POST", {"run_id": run.id}, label),
+        ("/api/runs/{run_id}/items/{number}/labels/", "POST", {}, {**label, "version": 1}),
         ("/api/runs/{run_id}/labels/", "POST", {"run_id": run.id}, {**label, "score": 3}),
         ("/api/runs/{run_id}/labels/", "GET", {"run_id": run.id}, None),
-        ("/api/runs/{run_id}/items/{item_id}/labels/", "GET", {}, None),
+        ("/api/runs/{run_id}/items/{number}/labels/", "GET", {}, None),
         ("/api/runs/{run_id}/", "GET", {"run_id": run.id}, None),
         ("/api/runs/{run_id}/items/", "GET", {"run_id": run.id}, None),
-        ("/api/runs/{run_id}/items/{item_id}/add-to-dataset/", "POST", {}, {"file": "d.jsonl"}),
-        ("/api/runs/{run_id}/items/{item_id}/add-to-dataset/", "POST", {}, {"file": "d.jsonl"}),
-        ("/api/runs/{run_id}/items/{item_id}/add-to-dataset/", "POST", {}, {"file": "../x.jsonl"}),
+        ("/api/runs/{run_id}/items/{number}/add-to-dataset/", "POST", {}, {"file": "d.jsonl"}),
+        ("/api/runs/{run_id}/items/{number}/add-to-dataset/", "POST", {}, {"file": "d.jsonl"}),
+        ("/api/runs/{run_id}/items/{number}/add-to-dataset/", "POST", {}, {"file": "../x.jsonl"}),
     ]
     seen = []
     for path, method, parameters, body in calls:
         parameters = {"run_id": run.id, **parameters}
-        if "{item_id}" in path:
-            parameters["item_id"] = item
+        if "{number}" in path:
+            parameters["number"] = item.number
         arguments = {"path_parameters": parameters}
         if body is not None:
             arguments.update(body=body, media_type="application/json")

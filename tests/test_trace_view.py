@@ -194,12 +194,12 @@ def test_a_cached_evaluation_shows_the_call_that_produced_it(project, fake_provi
 
 def test_the_api_item_detail_carries_the_judges_call(run, client):
     item = ItemResult.objects.get(run=run, item_key="paris")
-    detail = client.get(f"/api/runs/{run.id}/items/{item.id}/").json()
+    detail = client.get(f"/api/runs/{run.id}/items/{item.number}/").json()
     assert detail["id"] == item.id and detail["key"] == "paris"
     call = detail["evaluations"]["judge"]["judgeCall"]
     assert call["model"] == "gpt-4o-mini" and call["calls"][0]["prompt"].startswith("Is this")
     assert [s["kind"] for s in detail["trace"]] == ["agent", "llm", "tool", "llm"]
-    missing = client.get(f"/api/runs/{run.id}/items/{item.id + 99}/")
+    missing = client.get(f"/api/runs/{run.id}/items/99/")
     assert missing.status_code == 404 and "has no item" in missing.json()["detail"]
 
 
@@ -361,7 +361,7 @@ def test_a_rejudge_keeps_the_calls_of_the_judges_it_did_not_run_again(project, c
 def test_the_api_item_detail_needs_a_login_in_team_mode(run, client, settings):
     item = ItemResult.objects.get(run=run, item_key="paris")
     settings.TEAM_MODE = True
-    assert client.get(f"/api/runs/{run.id}/items/{item.id}/").status_code == 401
+    assert client.get(f"/api/runs/{run.id}/items/{item.number}/").status_code == 401
 
 
 def test_the_production_trace_page_shows_the_same_tree(client):

@@ -9,19 +9,19 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.RunDetailView.as_view(), name="api-run-detail"),
     path("runs/<str:run_id>/items/", views.RunItemsView.as_view(), name="api-run-items"),
     path(
-        "runs/<str:run_id>/items/<int:item_id>/",
+        "runs/<str:run_id>/items/<int:number>/",
         views_item.ItemDetailView.as_view(),
         name="api-run-item",
     ),
     path("runs/<str:run_id>/cancel/", views.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/labels/", views.RunLabelsView.as_view(), name="api-run-labels"),
     path(
-        "runs/<str:run_id>/items/<int:item_id>/labels/",
+        "runs/<str:run_id>/items/<int:number>/labels/",
         views.ItemLabelsView.as_view(),
         name="api-item-labels",
     ),
     path(
-        "runs/<str:run_id>/items/<int:item_id>/add-to-dataset/",
+        "runs/<str:run_id>/items/<int:number>/add-to-dataset/",
         views.AddToDatasetView.as_view(),
         name="api-item-add-to-dataset",
     ),
@@ -41,5 +41,5 @@ urlpatterns = [
     path("docs/", views.DocsView.as_view(url_name="api-schema"), name="api-docs"),
     # Last: unknown endpoints answer in JSON too, for any method (a GET of an endpoint
     # without its slash is redirected).
-    re_path(r"^.*$", views.endpoint_not_found, name=views.NOT_FOUND),
+    re_path(r"^[\s\S]*$", views.endpoint_not_found, name=views.NOT_FOUND),  # newlines too
 ]

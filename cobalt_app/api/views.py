@@ -26,6 +26,7 @@ from cobalt_app import calibration, label_datasets, labels, launcher
 from cobalt_app.api import jobs, serializers
 from cobalt_app.api import selectors as api_selectors
 from cobalt_app.api.filters import ItemFilter, RunFilter
+from cobalt_app.api.item_address import MOVED, PARAMETERS, located
 from cobalt_app.api.permissions import HOW_TO_AUTHENTICATE
 from cobalt_app.compare_strip import verdict_strip
 from cobalt_app.liveness import settle, settled
@@ -472,19 +473,22 @@ class ItemLabelsView(CobaltAPIView):
     @extend_schema(
         summary="People's labels of one item of a run",
         operation_id="runs_items_labels_list",
-        parameters=[serializers.LabelQuerySerializer],
-        responses={200: serializers.LabelListSerializer, **errors(400, 404)},
+        parameters=[serializers.LabelQuerySerializer, *PARAMETERS],
+        responses={200: serializers.LabelListSerializer, **MOVED, **errors(400, 404)},
     )
-    def get(self, request: Request, run_id: str, item_id: int) -> Response:
-        return _list_labels(request, run_id, item_id)
+    def get(self, request: Request, run_id: str, number: int) -> Response | HttpResponse:
+        item_id, moved = located(request, run_get(run_id), number)
+        return moved or _list_labels(request, run_id, item_id)
 
     @extend_schema(
         summary="Label this item of a finished run (the reviewer is you)",
         operation_id="runs_items_labels_create",
+        parameters=PARAMETERS,
         request=serializers.ItemLabelInputSerializer,
         responses={**SAVED, **errors(400, 404)},
     )
-    def post(self, request: Request, run_id: str, item_id: int) -> Response:
+    def post(self, request: Request, run_id: str, number: int) -> Response:
+        item_id, _ = located(request, run_get(run_id), number)
         return _save_label(request, run_id, item_id)
 
 
@@ -494,6 +498,7 @@ class AddToDatasetView(CobaltAPIView):
         description="The line is the item keyed by its item key, with your label's corrected "
         "expected output (else the item's own) and the review in `metadata`. The file must be "
         "a .jsonl file inside the project; it is created when missing and only appended to.",
+        parameters=PARAMETERS,
         request=serializers.AddToDatasetSerializer,
         responses={
             201: serializers.AddedToDatasetSerializer,
@@ -504,8 +509,9 @@ class AddToDatasetView(CobaltAPIView):
             **errors(400, 404),
         },
     )
-    def post(self, request: Request, run_id: str, item_id: int) -> Response:
+    def post(self, request: Request, run_id: str, number: int) -> Response:
         run = run_get(run_id)
+        item_id, _ = located(request, run, number)
         form = serializers.AddToDatasetSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         added = label_datasets.add_to_dataset(

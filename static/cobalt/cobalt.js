@@ -1,5 +1,6 @@
-/* Cobalt dashboard: draws Chart.js charts from json_script data, opens the item panel (its own
- * URL; j/k step through the items), carries sorts in the filter form, remembers the theme.
+/* Cobalt dashboard: draws Chart.js charts from json_script data, opens the item panel and the
+ * compare page's side by side (each its own URL; j/k step through the rows), carries sorts in
+ * the filter form, remembers the theme.
  * A <canvas data-chart="KIND" data-source="ID"> is drawn from the JSON in <script id="ID">;
  * canvases swapped in by htmx are drawn after they settle. No inline scripts anywhere. */
 (function () {
@@ -170,13 +171,6 @@
     draw(document);
     enableCopy(document);
     restorePicks(document);
-    var panel = document.querySelector("#panel dialog.floating[open]");
-    if (panel && !panel.hasAttribute("data-modal")) {
-      // Reopen as a modal: a backdrop, Escape closes it, focus moves into it.
-      panel.close();
-      panel.setAttribute("data-modal", "true");
-      panel.showModal();
-    }
   });
   document.addEventListener("htmx:historyRestore", function () {
     document.querySelectorAll("canvas[data-drawn]").forEach(function (canvas) {
@@ -238,37 +232,54 @@
     });
   });
 
-  // The item panel has its own URL (pushed when it opens, and on each step with j/k): closing
-  // it goes back past those steps to the page it opened over; j and k open the next and the
-  // previous item.
-  var ITEM_PATH = /\/items\/\d+\/(\?|$)/;  // an item's address, with its list's query
-  var itemSteps = 0;
-  document.addEventListener("htmx:pushedIntoHistory", function (event) {
-    itemSteps = ITEM_PATH.test(event.detail.path) ? itemSteps + 1 : 0;
-  });
-  document.addEventListener("htmx:historyRestore", function () {
-    if (!ITEM_PATH.test(location.pathname)) itemSteps = 0;
-  });
-  document.addEventListener("close", function (event) {
-    var dialog = event.target;
-    if (dialog.id === "item-panel" && dialog.isConnected && !dialog.open && itemSteps > 0 &&
-        ITEM_PATH.test(location.pathname)) {
-      var steps = itemSteps;
-      itemSteps = 0;
-      history.go(-steps);
-    }
-  }, true);
-  document.addEventListener("keydown", function (event) {
-    if (event.altKey || event.ctrlKey || event.metaKey) return;
-    var target = event.target;
-    if (target.closest && target.closest("input, select, textarea, [contenteditable]")) return;
-    var rel = event.key === "j" ? "next" : event.key === "k" ? "prev" : null;
-    var link = rel && document.querySelector("#item-panel a[data-step=" + rel + "]");
-    if (link) {
-      event.preventDefault();
-      link.click();
-    }
-  });
+  // A slide-over panel (the run page's item panel, the compare page's side by side) has its
+  // own URL, pushed when it opens and on each step with j/k; it opens as a modal; closing it
+  // goes back past those steps to the page it opened over; j and k click its next and
+  // previous links (`first`: j with no panel open clicks the first row's). Without script
+  // each of those links is a page of its own.
+  function slideOver(id, path, first) {
+    var steps = 0;
+    document.addEventListener("htmx:afterSettle", function () {
+      var panel = document.querySelector("dialog#" + id + ".floating[open]");
+      if (panel && !panel.hasAttribute("data-modal")) {
+        // Reopen as a modal: a backdrop, Escape closes it, focus moves into it.
+        panel.close();
+        panel.setAttribute("data-modal", "true");
+        panel.showModal();
+      }
+    });
+    document.addEventListener("htmx:pushedIntoHistory", function (event) {
+      steps = path.test(event.detail.path) ? steps + 1 : 0;
+    });
+    document.addEventListener("htmx:historyRestore", function () {
+      if (!path.test(location.pathname)) steps = 0;
+    });
+    document.addEventListener("close", function (event) {
+      var dialog = event.target;
+      if (dialog.id === id && dialog.isConnected && !dialog.open && steps > 0 &&
+          path.test(location.pathname)) {
+        var back = steps;
+        steps = 0;
+        history.go(-back);
+      }
+    }, true);
+    document.addEventListener("keydown", function (event) {
+      if (event.altKey || event.ctrlKey || event.metaKey) return;
+      var target = event.target;
+      if (target.closest && target.closest("input, select, textarea, [contenteditable]")) return;
+      var rel = event.key === "j" ? "next" : event.key === "k" ? "prev" : null;
+      var link = rel && document.querySelector("#" + id + " a[data-step=" + rel + "]");
+      if (!link && rel === "next" && first && !document.querySelector("dialog#" + id)) {
+        link = document.querySelector(first);
+      }
+      if (link) {
+        event.preventDefault();
+        link.click();
+      }
+    });
+  }
+  slideOver("item-panel", /\/items\/\d+\/(\?|$)/);  // an item's address, with its list's query
+  slideOver("side", /\/compare\/item\/(\?.*)?$/, "#pairs tr.pair-row a.side-link");
 
   // Dark mode follows the system unless the toggle chose one; the choice is remembered.
   var THEME_KEY = "cobalt-theme";
