@@ -1,25 +1,26 @@
-"""An item's sync function evaluators, scored by the thread that ran its sync runner.
+"""An item's sync function evaluator, scored by the thread that ran its sync runner.
 
 A sync runner runs on a runner thread (`aio.Threads`), and a sync function evaluator on an
 evaluator thread: two hand-overs to a thread and back per item, each a queue, a wake-up of
 the thread, a future and a wake-up of the loop — at thousands of quick items a second, a
 large part of a run's CPU (issue 41). Here the runner's thread scores the item right after
-its runner returned (`aio.Then`): one hand-over per item. It applies (`plan`) when nothing
+its runner returned (`aio.Then`): one hand-over per item. It applies (`applies`) when nothing
 happens between the agent and its scoring that an evaluator could see:
 
 - the runner is sync and plays no conversation; the run neither records nor replays;
-- every evaluator is of the built-in `function` type, with a sync `fn`, no `context=`, no
-  `per_turn`, no `timeout=` of its own;
+- it has one evaluator (several run beside each other, each on a thread of its own), of
+  the built-in `function` type, with a sync `fn`, no `context=`, no `per_turn`, no
+  `timeout=` of its own;
 - the item has no stub, state or budget (`intercepts.item_scope` has nothing to do: the
   engine then passes no `Scoring` to the runner's call).
 
-The evaluators see what they see otherwise (the item, the output, the metadata and the
-item's latency, measured when the runner returned), in the item's context as it was before
-its agent ran, with instrumentation suppressed (`traces.untraced`). They run one after
-another, in their order, their deadline the item's timeout from the runner's return: one
-still running when it passes is timed out, those not begun are scored as usual. The engine
-then decides, as for any item, whether the outcome can be stored (`storable.prepare` drops
-the evaluations of one that cannot).
+The evaluator sees what it sees otherwise (the item, the output, the metadata and the item's
+latency, measured when the runner returned), in the item's context as it was before its
+agent ran, with instrumentation suppressed (`traces.untraced`), within the item's timeout
+from the runner's return: still running when it passes, it is timed out (its thread goes on
+with it, as an evaluator thread would). The engine then decides, as for any item, whether
+the outcome can be stored (`storable.prepare` drops the evaluations of one that cannot):
+the one difference is that the evaluator was called for an output that then could not be.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def applies(experiment: Any, env: Any) -> bool:
     if known is not None and known[0] is experiment and known[1] is evaluators:
         answer = known[2]
     else:
-        answer = bool(evaluators) and all(_here(e) for e in evaluators)
+        answer = len(evaluators) == 1 and _here(evaluators[0])
         answer = answer and experiment.conversation is None and not experiment.is_async
         if len(_plans) > 256:
             _plans.clear()
@@ -95,8 +96,8 @@ def _here(evaluator: Evaluator) -> bool:
 
 
 class Scoring:
-    """One item's evaluators scored by its runner's thread: `then` goes with the runner's
-    call; `outcomes` (on the loop) waits for their verdicts."""
+    """An item's evaluator scored by its runner's thread: `then` goes with the runner's
+    call; `outcomes` (on the loop) waits for the verdict."""
 
     def __init__(
         self,
@@ -105,80 +106,64 @@ class Scoring:
         started: float,
         split: Callable[[Any], tuple[Any, dict[str, Any]]],
     ) -> None:
-        self.evaluators = evaluators
+        (self.evaluator,) = evaluators
         self.item = item
         self.started = started  # `time.perf_counter()` when the item started
         self.split = split  # the runner's value → (output, metadata)
         self.context = contextvars.copy_context()  # the item's, before its agent's scopes
         self.then = Then(asyncio.get_running_loop().create_future(), self._follow)
         self.latency_ms: float | None = None  # when the runner returned
-        self.results: list[EvalOutcome | Awaitable[Any]] = []
         self.lock = threading.Lock()
-        self.begun = 0
+        self.begun = False
         self.given_up = False
 
-    def _follow(self, value: Any) -> bool:
-        """On the runner's thread: score the runner's value; False when it is not scored
+    def _follow(self, value: Any) -> EvalOutcome | Awaitable[Any] | None:
+        """On the runner's thread: score the runner's value; None when it is not scored
         here (no output, or an awaitable the loop awaits first)."""
         if inspect.isawaitable(value):
-            return False  # awaited on the loop: the item's latency is measured there
+            return None  # awaited on the loop: the item's latency is measured there
         self.latency_ms = (time.perf_counter() - self.started) * 1000
         output, metadata = self.split(value)
         if output is None:
-            return False
+            return None
+        with self.lock:
+            if self.given_up:
+                return None
+            self.begun = True
         target = EvalTarget(
             item=self.item, output=output, metadata=metadata, latency_ms=self.latency_ms
         )
-        return self.context.run(self._score_all, target)
-
-    def _score_all(self, target: EvalTarget) -> bool:
-        with traces.untraced():
-            for evaluator in self.evaluators:
-                with self.lock:
-                    if self.given_up:
-                        break
-                    self.begun += 1
-                self.results.append(_score_here(evaluator, target))
-        return True
+        return self.context.run(_untraced, self.evaluator, target)
 
     def abandon(self) -> None:
-        """No more evaluator begins (the item ended otherwise)."""
+        """The evaluator is not to begin (the item ended otherwise, or time is up)."""
         with self.lock:
             self.given_up = True
 
     async def outcomes(self, timeout: float | None, rest: Rest) -> list[EvalOutcome] | None:
-        """The evaluators' outcomes, in their order, within `timeout` from now; None when the
-        runner's value was not scored here (the caller scores it as usual)."""
+        """The evaluator's outcome within `timeout` from now; None when the runner's value
+        was not scored here (the caller scores it as usual)."""
         try:
             scored = await within(self.then.future, timeout)
         except DeadlineExceeded:
             self.abandon()
-            begun, done = self.begun, list(self.results)
-            late = [timed_out(e, timeout) for e in self.evaluators[len(done) : begun]]
-            others = self.evaluators[begun:]
-            later = await rest(others) if others else []
-            return [*await self._settled(done, timeout), *late, *later]
+            if self.begun:
+                return [timed_out(self.evaluator, timeout)]
+            return await rest([self.evaluator])  # it never began: scored as usual
         except asyncio.CancelledError:
             self.abandon()
             raise
-        if not scored:
+        if scored is None:
             return None
-        return await self._settled(self.results, timeout)
+        if isinstance(scored, EvalOutcome):
+            return [scored]
+        # A sync `fn` that returned an awaitable: awaited here.
+        return [await settle(self.evaluator, _awaited(self.evaluator, scored), timeout)]
 
-    async def _settled(
-        self, results: list[EvalOutcome | Awaitable[Any]], timeout: float | None
-    ) -> list[EvalOutcome]:
-        """What the thread gave, an awaitable (a sync `fn` that returned one) awaited here."""
-        if all(isinstance(r, EvalOutcome) for r in results):
-            return results  # type: ignore[return-value]
-        return list(
-            await asyncio.gather(
-                *(
-                    _ready(r) if isinstance(r, EvalOutcome) else settle(e, _awaited(e, r), timeout)
-                    for e, r in zip(self.evaluators, results, strict=False)
-                )
-            )
-        )
+
+def _untraced(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
+    with traces.untraced():
+        return _score_here(evaluator, target)
 
 
 def _score_here(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
@@ -197,10 +182,6 @@ def _score_here(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Await
     except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt of user code too
         return failure(evaluator, exc)
     return checked(evaluator, outcome)
-
-
-async def _ready(outcome: EvalOutcome) -> EvalOutcome:
-    return outcome
 
 
 async def _awaited(evaluator: Evaluator, awaitable: Awaitable[Any]) -> EvalOutcome:
