@@ -49,6 +49,9 @@ class Conversation:
     # covers the whole conversation
 
 
+_async_runners: dict[int, tuple[Any, bool]] = {}  # id(runner) → (runner, is it async)
+
+
 @dataclass
 class Experiment:
     name: str
@@ -76,12 +79,20 @@ class Experiment:
 
     @property
     def is_async(self) -> bool:
+        """Whether the runner is async (asked for every item: the answer is kept per runner)."""
         runner = self.runner
-        if inspect.iscoroutinefunction(runner):
-            return True
-        # A callable object whose `__call__` is async (an HTTP target, `cobalt.targets`).
-        call = inspect.getattr_static(type(runner), "__call__", None)
-        return not inspect.isfunction(runner) and inspect.iscoroutinefunction(call)
+        known = _async_runners.get(id(runner))
+        if known is not None and known[0] is runner:
+            return known[1]
+        answer = inspect.iscoroutinefunction(runner)
+        if not answer:
+            # A callable object whose `__call__` is async (an HTTP target, `cobalt.targets`).
+            call = inspect.getattr_static(type(runner), "__call__", None)
+            answer = not inspect.isfunction(runner) and inspect.iscoroutinefunction(call)
+        if len(_async_runners) > 1024:
+            _async_runners.clear()
+        _async_runners[id(runner)] = (runner, answer)  # the runner kept: its id stays its own
+        return answer
 
     def settings(self, *, default_concurrency: int, default_timeout: float) -> dict[str, Any]:
         settings: dict[str, Any] = {

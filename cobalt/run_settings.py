@@ -122,7 +122,13 @@ class BudgetSettings:
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in asdict(self).values())
+        # Asked for every item: the fields themselves, not `asdict`'s deep copy.
+        return not (
+            self.max_llm_calls is None
+            and self.max_tool_calls is None
+            and self.max_tokens is None
+            and self.max_cost is None
+        )
 
 
 BUDGETS = tuple(f.name for f in fields(BudgetSettings))

@@ -139,16 +139,26 @@ class Threads:
         self._closed = False
         self._landings: dict[asyncio.AbstractEventLoop, _Landing] = {}
 
-    async def call(self, fn: Callable[..., T], *args: Any, running: RunningCall | None = None) -> T:
+    async def call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        running: RunningCall | None = None,
+        then: Then | None = None,
+    ) -> T:
         """`fn(*args)` on one of the threads, in a copy of the caller's context (the item's
         trace collector and OpenTelemetry context go with it); `running` lets the caller
-        stop the call (`interrupt`, `abandon`)."""
+        stop the call (`interrupt`, `abandon`). `then`: what the same thread does next with
+        the value `fn` returned, once the caller has it (not if `fn` raised or the caller
+        gave up): `then.follow(value)`, its result or exception settling `then.future` —
+        work that would otherwise cost a second hand-over to a thread and back."""
         loop = asyncio.get_running_loop()
         landing = self._landings.get(loop)
         if landing is None:
             landing = self._landings.setdefault(loop, _Landing(loop))
         future = loop.create_future()
-        self._jobs.put((future, landing, contextvars.copy_context(), fn, args, running))
+        job = (future, landing, contextvars.copy_context(), fn, args, running, then)
+        self._jobs.put(job)
         if not self._idle.acquire(blocking=False):  # no thread is free for it: one more
             self._start_thread()
         return await future
@@ -211,18 +221,25 @@ class Threads:
             job = self._jobs.get()
             if job is None:
                 return
-            future, landing, context, fn, args, running = job
+            future, landing, context, fn, args, running, then = job
             if future.cancelled():  # a timed-out or cancelled caller: skip the call
                 pass
             elif running is not None:
-                if not self._run_stoppable(slot, running, future, landing, context, fn, args):
+                call = (fn, args, then)
+                if not self._run_stoppable(slot, running, future, landing, context, call):
                     return  # abandoned: another thread took this one's place
             else:
                 try:
-                    landing.land(future, True, context.run(fn, *args))
+                    value = context.run(fn, *args)
                 except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
                     landing.land(future, False, exc)
-            job = future = context = args = running = None  # nothing of the call outlives it
+                else:
+                    landing.land(future, True, value)
+                    if then is not None:
+                        then.value = value
+            if then is not None and then.value is not _NOTHING:
+                _follow(then, landing)
+            job = future = context = args = running = then = call = None  # nothing outlives it
             with self._lock:
                 if self._closed:
                     self._threads.remove(threading.current_thread())
@@ -236,10 +253,10 @@ class Threads:
         future: asyncio.Future,
         landing: _Landing,
         context: contextvars.Context,
-        fn: Callable[..., Any],
-        args: tuple,
+        call: tuple[Callable[..., Any], tuple, Then | None],
     ) -> bool:
         """Run a call that `interrupt` may stop; False if it was abandoned meanwhile."""
+        fn, args, then = call
         running.thread_name = slot.thread.name
         running.slot = slot
         slot.call = running  # before looking at `given_up`: see `interrupt`
@@ -259,7 +276,32 @@ class Threads:
         if slot.abandoned:
             return False
         landing.land(future, ok, value)
+        if ok and then is not None and not running.given_up:
+            then.value = value
         return True
+
+
+class Then:
+    """What a runner thread does right after a call (`Threads.call(then=...)`): `follow`
+    gets the call's value on the same thread; `future` (on the caller's loop) gets what
+    `follow` returns."""
+
+    def __init__(self, future: asyncio.Future, follow: Callable[[Any], Any]) -> None:
+        self.future = future
+        self.follow = follow
+        self.value: Any = _NOTHING  # the call's value, once it returned and its caller has it
+
+
+_NOTHING = object()
+
+
+def _follow(then: Then, landing: _Landing) -> None:
+    """`then.follow` in the thread's own context: it chooses the context it runs in."""
+    value, then.value = then.value, _NOTHING
+    try:
+        landing.land(then.future, True, then.follow(value))
+    except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
+        landing.land(then.future, False, exc)
 
 
 class _Slot:

@@ -28,9 +28,12 @@ async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
     if timeout is None:
         return await awaitable
     loop = asyncio.get_running_loop()
-    clock = _clocks.get(loop)
-    if clock is None:
-        clock = _clocks[loop] = _Clock(loop)
+    clock = _last[0]
+    if clock is None or clock.loop is not loop:  # another loop than the last one's
+        clock = _clocks.get(loop)
+        if clock is None:
+            clock = _clocks[loop] = _Clock(loop)
+        _last[0] = clock
     task = asyncio.current_task()
     deadline = _Deadline(task, loop.time() + timeout)
     clock.arm(deadline)
@@ -82,3 +85,6 @@ class _Clock:
 
 
 _clocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Clock] = weakref.WeakKeyDictionary()
+# The clock used last: a process's deadlines are nearly all on its one long-lived loop, and
+# a weak dictionary's look-up costs more than the rest of arming a deadline.
+_last: list[_Clock | None] = [None]

@@ -28,12 +28,13 @@ from cobalt_app import (
     runaway,
     socket_guard,
     storable,
+    thread_scoring,
     trace_spans,
     trace_store,
     traces,
     transports,
 )
-from cobalt_app.aio import DatabaseThread, Threads
+from cobalt_app.aio import DatabaseThread, Then, Threads
 from cobalt_app.conversation import (
     Conversation,
     ConversationError,
@@ -148,12 +149,14 @@ async def call_runner(
     timeout: float,
     threads: Threads,
     grace: float = RUN_DEFAULTS.timeout_grace,
+    then: Then | None = None,
 ) -> Any:
-    """The runner's value within `timeout`; past it, its code is stopped (`runaway`)."""
+    """The runner's value within `timeout`; past it, its code is stopped (`runaway`).
+    `then`: what a sync runner's thread does next with its value (`thread_scoring`)."""
     if experiment.is_async:
         return await runaway.async_call(experiment.runner(context), timeout=timeout, grace=grace)
     value = await runaway.sync_call(
-        threads, experiment.runner, context, timeout=timeout, grace=grace
+        threads, experiment.runner, context, timeout=timeout, grace=grace, then=then
     )
     if inspect.isawaitable(value):
         value = await runaway.async_call(value, timeout=timeout, grace=grace)
@@ -181,18 +184,37 @@ async def execute_item(
         dataset=experiment.dataset,
     )
     started = time.perf_counter()
+    scoring = None  # the evaluators scored by the runner's thread (`thread_scoring`)
+    if thread_scoring.applies(experiment, env):
+        scoring = thread_scoring.Scoring(
+            experiment.evaluators, snapshot.item, started, split_result
+        )
+    handed = False  # `scoring` went with the runner's call
     if env.replay is not None and env.replay.mode == recordings.REPLAY:
         socket_guard.install()  # no other connection goes out either
     async with recordings.item_scope(env, experiment.name, snapshot, outcome):
         with (
             traces.capture_item(env.trace) as collector,
-            intercepts.item_scope(env, experiment, snapshot.item, outcome, budget),
+            intercepts.item_scope(env, experiment, snapshot.item, outcome, budget) as scope,
         ):
             if outcome.status == ItemResult.Status.OK:  # its fixtures and state could be made
+                handed = scoring is not None and scope is None
                 await agent_step(
-                    experiment, context, env, outcome, timeout=timeout, threads=threads, grace=grace
+                    experiment,
+                    context,
+                    env,
+                    outcome,
+                    timeout=timeout,
+                    threads=threads,
+                    grace=grace,
+                    then=scoring.then if handed else None,
                 )
     outcome.latency_ms = (time.perf_counter() - started) * 1000
+    evaluations = None
+    if scoring is not None:
+        evaluations = await _thread_scored(
+            scoring, handed, experiment, snapshot, outcome, env, timeout=timeout
+        )
     outcome.finished_at = timezone.now()
     captured = traces.captured(collector, env.trace)
     outcome.trace, outcome.trace_missing = captured.steps, captured.missing
@@ -206,16 +228,45 @@ async def execute_item(
         outcome.tokens = input_tokens + output_tokens
     storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        with traces.untraced():
-            outcome.evaluations = await evaluate_item(
-                experiment, snapshot, outcome, env, timeout=timeout
-            )
+        if evaluations is None:
+            with traces.untraced():
+                evaluations = await evaluate_item(
+                    experiment, snapshot, outcome, env, timeout=timeout
+                )
+        outcome.evaluations = evaluations
         for evaluation in outcome.evaluations:
             storable.clean_evaluation(evaluation)
         if experiment.conversation is not None:  # per-turn scores were added to its metadata
             outcome.stored = None
             storable.prepare(outcome)
     return outcome
+
+
+async def _thread_scored(
+    scoring: thread_scoring.Scoring,
+    handed: bool,
+    experiment: Experiment,
+    snapshot: ItemSnapshot,
+    outcome: ItemOutcome,
+    env: EvalEnv,
+    *,
+    timeout: float,
+) -> list[EvalOutcome] | None:
+    """The verdicts the runner's thread gave (None: score the item as usual); the item's
+    latency is the one measured when its runner returned, which its evaluators saw."""
+    if not handed or outcome.status != ItemResult.Status.OK:
+        scoring.abandon()  # the runner did not return: nothing is scored there
+        return None
+
+    async def rest(evaluators: list[Any]) -> list[EvalOutcome]:
+        scoped = dataclasses.replace(experiment, evaluators=evaluators)
+        with traces.untraced():
+            return await evaluate_item(scoped, snapshot, outcome, env, timeout=timeout)
+
+    evaluations = await scoring.outcomes(timeout, rest)
+    if scoring.latency_ms is not None:
+        outcome.latency_ms = scoring.latency_ms
+    return evaluations
 
 
 async def agent_step(
@@ -227,6 +278,7 @@ async def agent_step(
     timeout: float,
     threads: Threads,
     grace: float,
+    then: Then | None = None,
 ) -> None:
     """The agent's part of an item: one runner call, or a conversation."""
     if experiment.conversation is not None:
@@ -234,7 +286,9 @@ async def agent_step(
             experiment, context, env, outcome, timeout=timeout, threads=threads, grace=grace
         )
     else:
-        await run_item(experiment, context, outcome, timeout=timeout, threads=threads, grace=grace)
+        await run_item(
+            experiment, context, outcome, timeout=timeout, threads=threads, grace=grace, then=then
+        )
 
 
 async def rescore_item(
@@ -288,11 +342,12 @@ async def run_item(
     timeout: float,
     threads: Threads,
     grace: float = RUN_DEFAULTS.timeout_grace,
+    then: Then | None = None,
 ) -> None:
     """Call the runner once; its output, or how it failed, goes on the outcome."""
     try:
         value = await call_runner(
-            experiment, context, timeout=timeout, threads=threads, grace=grace
+            experiment, context, timeout=timeout, threads=threads, grace=grace, then=then
         )
     except DeadlineExceeded:
         outcome.status = ItemResult.Status.TIMEOUT

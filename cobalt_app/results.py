@@ -332,10 +332,15 @@ def evaluation_entry(
 
 
 def row_entry(
-    row: tuple, evaluations: dict[str, Any], trace: trace_store.Trace | None = None
+    row: tuple,
+    evaluations: dict[str, Any],
+    trace: trace_store.Trace | None = None,
+    *,
+    decode: Any = storable.from_json,
 ) -> dict[str, Any]:
     """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
-    `verdict` from its evaluations' (`verdict.item_verdict`)."""
+    `verdict` from its evaluations' (`verdict.item_verdict`); `decode` reads the JSON columns
+    (`Stored`: kept as their text, for `dumped`)."""
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
     judged = verdict.item_verdict(
         (verdict.Verdict(e["verdict"]) for e in evaluations.values()),
@@ -348,8 +353,8 @@ def row_entry(
         "status": status,
         "verdict": judged,
         "error": error or None,
-        "input": storable.from_json(item),
-        "output": {"output": storable.from_json(output), "metadata": storable.from_json(metadata)},
+        "input": decode(item),
+        "output": {"output": decode(output), "metadata": decode(metadata)},
         "latencyMs": latency,
         "tokens": tokens,
         "cost": cost,
@@ -367,11 +372,13 @@ def iter_item_entries(
     first_repetition: bool = False,
     labelled: dict[int, list[dict[str, Any]]] | None = None,
     with_id: bool = False,
+    stored: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Result entries of a run's items (only those of `ids`, or of `keys`, or only the first
     repetitions, when given), in order, each with its `labels` (`labelled`: already read
     with `labels.labels_by_item`; else read once here, one query when the run has none),
-    and with the item result's database `id` if `with_id` (the API: labels name items by it).
+    and with the item result's database `id` if `with_id` (the API: labels name items by it);
+    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped`.
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
@@ -404,7 +411,7 @@ def iter_item_entries(
             chunk = cursor.fetchall()
         if not chunk:
             return
-        yield from _entries(chunk, marks, labelled, with_id)
+        yield from _entries(chunk, marks, labelled, with_id, Stored.of if stored else None)
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][1], chunk[-1][2])
@@ -415,7 +422,9 @@ def _entries(
     marks: dict[str, float],
     labelled: dict[int, list[dict[str, Any]]],
     with_id: bool = False,
+    decode: Any = None,
 ) -> Iterator[dict[str, Any]]:
+    decode = decode or storable.from_json
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
     ids = [row[0] for row in rows]
     slots = ", ".join(["%s"] * len(ids))
@@ -433,7 +442,7 @@ def _entries(
     _add_judge_calls(by_item, judged)
     traces = trace_store.read_traces(ids)
     for row in rows:
-        entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
+        entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]), decode=decode)
         entry["labels"] = labelled.get(row[0], [])
         yield {"id": row[0], **entry} if with_id else entry
 
@@ -551,7 +560,7 @@ def results_document(run: Run) -> Iterator[str]:
     header, labelled = labelled_header(run)
     head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
-    entries = iter_item_entries(run, labelled=labelled)
+    entries = iter_item_entries(run, labelled=labelled, stored=True)
     for position, batch in enumerate(_batches(entries)):
         yield ("\n    " if position == 0 else ",\n    ") + ",\n    ".join(batch)
     yield "\n  ]\n}\n"
@@ -562,19 +571,66 @@ def results_lines(run: Run) -> Iterator[str]:
     line, then one item entry per line."""
     header, labelled = labelled_header(run)
     yield json.dumps(header, ensure_ascii=False, default=str) + "\n"
-    for batch in _batches(iter_item_entries(run, labelled=labelled)):
+    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True)):
         yield "\n".join(batch) + "\n"
 
 
 def _batches(entries: Iterable[dict[str, Any]]) -> Iterator[list[str]]:
     batch: list[str] = []
     for entry in entries:
-        batch.append(json.dumps(entry, ensure_ascii=False, default=str))
+        batch.append(dumped(entry))
         if len(batch) >= WRITE_BATCH:
             yield batch
             batch = []
     if batch:
         yield batch
+
+
+class Stored:
+    """A JSON column's text as the database holds it (what `storable` wrote): `dumped`
+    writes it into an entry's JSON as it is, where decoding it and encoding it again was
+    a third of writing a results file (issue 41)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        return cls(value) if isinstance(value, str) else value  # NULL, or decoded already
+
+
+SPLICE = "\x00"  # what `dumped` writes first in a `Stored` text's place: `"\u0000"` in JSON
+
+
+def dumped(entry: dict[str, Any]) -> str:
+    """An item entry as one line of JSON, its `Stored` texts written in as they are; decoded
+    first if any other string of the entry encodes as the place-holder (never stored so:
+    `storable` escapes NUL characters)."""
+    texts: list[str] = []
+
+    def splice(value: Any) -> Any:
+        if isinstance(value, Stored):
+            texts.append(value.text)
+            return SPLICE
+        return str(value)
+
+    line = json.dumps(entry, ensure_ascii=False, default=splice)
+    if not texts:
+        return line
+    pieces = line.split('"\\u0000"')
+    if len(pieces) != len(texts) + 1:
+        return json.dumps(_decoded(entry), ensure_ascii=False, default=str)
+    return "".join(piece + text for piece, text in zip(pieces, [*texts, ""], strict=True))
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, Stored):
+        return storable.from_json(value.text)
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    return value
 
 
 def iso(value: datetime | None = None) -> str:

@@ -96,16 +96,22 @@ class NotStopped(Exception):
 
 
 async def sync_call(
-    threads: Any, fn: Callable[..., T], *args: Any, timeout: float, grace: float
+    threads: Any,
+    fn: Callable[..., T],
+    *args: Any,
+    timeout: float,
+    grace: float,
+    then: Any = None,
 ) -> T:
     """`fn(*args)` on one of `threads` within `timeout`; past it, the call is stopped (see
-    the module), `DeadlineExceeded` raised, or `NotStopped` if it went on past `grace`."""
+    the module), `DeadlineExceeded` raised, or `NotStopped` if it went on past `grace`.
+    `then` (`aio.Then`): what its thread does next with the value, outside the timeout."""
 
     guard = ItemGuard()
     token = _guard.set(guard)
     call = RunningCall()
     try:
-        return await within(threads.call(fn, *args, running=call), timeout)
+        return await within(threads.call(fn, *args, running=call, then=then), timeout)
     except DeadlineExceeded:
         guard.stopped = f"the item timed out after {timeout:g}s"
         if not await _thread_stopped(threads, call, grace):

@@ -231,7 +231,8 @@ def prepare(outcome: Any) -> Any:
         return outcome
     problems: list[str] = []
     stored_output = _field(outcome.output, "output", problems)
-    stored_metadata = _field(outcome.metadata or {}, "metadata", problems)
+    metadata = outcome.metadata
+    stored_metadata = _field(metadata, "metadata", problems) if metadata else "{}"
     outcome.tokens, tokens_problem = count(outcome.tokens, "the token count", whole=True)
     outcome.cost, cost_problem = count(outcome.cost, "the cost (metadata.cost)", whole=False)
     problems += [p for p in (tokens_problem, cost_problem) if p]

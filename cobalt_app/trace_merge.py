@@ -71,8 +71,10 @@ def one_tool_call(
             other = steps[j]
             if j in into or other["kind"] != "tool" or other["name"] != step["name"]:
                 continue
+            if not _within(other, step):  # first: a time comparison, where inputs are parsed
+                continue
             beside = other["parent"] in (step["parent"], None) and _same_input(other, step)
-            if (other["parent"] == i or beside) and _within(other, step):
+            if other["parent"] == i or beside:
                 _absorb(steps, attributes, i, j)
                 into[j] = i
                 break

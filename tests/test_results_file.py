@@ -300,3 +300,36 @@ def test_results_settings_are_checked(tmp_path, table, message):
 def test_valid_results_settings_are_kept(tmp_path):
     config = configured(tmp_path, 'format = "auto"\ncompress = true\nlarge_run = 0')
     assert config.get("results") == {"format": "auto", "compress": True, "large_run": 0}
+
+
+def test_an_entry_is_written_with_its_stored_json_as_if_decoded_and_encoded_again():
+    Stored, dumped = results.Stored, results.dumped
+    values = [
+        {"answer": 'é "quoted" \\ back\nline\t', "n": [1, 2.5, None, True], "empty": {}},
+        "plain",
+        None,
+        12345678901234567890,
+        {"nested": {"deep": ["x", {"y": 1e-7}]}},
+    ]
+    for value in values:
+        text = json.dumps(value, ensure_ascii=False)
+        entry = {
+            "index": 0,
+            "error": None,
+            "input": Stored(text),
+            "output": {"output": Stored(text), "metadata": Stored("{}")},
+            "labels": [],
+        }
+        decoded = {
+            **entry,
+            "input": value,
+            "output": {"output": value, "metadata": {}},
+        }
+        assert dumped(entry) == json.dumps(decoded, ensure_ascii=False)
+    # A NUL of another string of the entry reads as the place-holder: decoded instead.
+    entry = {"error": "\x00", "input": Stored('"q"'), "output": {"output": None}}
+    assert json.loads(dumped(entry)) == {
+        "error": "\x00",
+        "input": "q",
+        "output": {"output": None},
+    }

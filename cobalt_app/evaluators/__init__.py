@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable
 from typing import Any
 
 from cobalt.evaluator import Evaluator
@@ -74,9 +75,36 @@ async def evaluate(
                 evaluator.name, f"`timeout=` must be a number of seconds above 0 (got {own!r})"
             )
         timeout = float(own)
+    return await settle(evaluator, registered.implementation(evaluator, target, env), timeout)
+
+
+async def settle(
+    evaluator: Evaluator, scoring: Awaitable[EvalOutcome], timeout: float | None
+) -> EvalOutcome:
+    """An evaluator's `scoring` awaited within `timeout`, and what it gave made a verdict:
+    every failure an evaluation error (`failure`), a score checked (`checked`)."""
     try:
-        outcome = await within(registered.implementation(evaluator, target, env), timeout)
-    except EvaluationError as exc:
+        outcome = await within(scoring, timeout)
+    except DeadlineExceeded:
+        return timed_out(evaluator, timeout)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt of user code too
+        return failure(evaluator, exc)
+    return checked(evaluator, outcome)
+
+
+def timed_out(evaluator: Evaluator, timeout: float | None) -> EvalOutcome:
+    return EvalOutcome.failed(
+        evaluator.name,
+        f"timed out after {timeout:g}s (the evaluator was stopped; give it more time "
+        f"with `timeout=` on the Evaluator)",
+    )
+
+
+def failure(evaluator: Evaluator, exc: BaseException) -> EvalOutcome:
+    """What an evaluator's exception is recorded as."""
+    if isinstance(exc, EvaluationError):
         return EvalOutcome.failed(
             evaluator.name,
             str(exc),
@@ -84,18 +112,14 @@ async def evaluate(
             cost=exc.cost,
             unpriced_model=exc.unpriced_model,
         )
-    except DeadlineExceeded:
-        return EvalOutcome.failed(
-            evaluator.name,
-            f"timed out after {timeout:g}s (the evaluator was stopped; give it more time "
-            f"with `timeout=` on the Evaluator)",
-        )
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
+    if isinstance(exc, Exception):
         return EvalOutcome.failed(evaluator.name, f"{type(exc).__name__}: {exc}")
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by user code
-        return EvalOutcome.failed(evaluator.name, stopped_by_user_code(exc, "the evaluator"))
+    # SystemExit, KeyboardInterrupt raised by user code
+    return EvalOutcome.failed(evaluator.name, stopped_by_user_code(exc, "the evaluator"))
+
+
+def checked(evaluator: Evaluator, outcome: EvalOutcome) -> EvalOutcome:
+    """An outcome whose score is no number from 0 to 1 is an evaluation error."""
     if outcome.status == "ok":
         problem = score_problem(outcome.score)
         if problem:

@@ -19,19 +19,32 @@ from cobalt_app.evaluators.base import (
 @register("function", options=("fn", "context"))
 async def function_evaluator(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     target, extra = await apply_context(evaluator, target)
-    context = EvalContext(
+    try:
+        value = await call_user_function(evaluator.fn, function_context(target, extra))
+    except EvaluationError:
+        raise
+    except Exception as exc:
+        raise function_raised(exc) from exc
+    return function_verdict(evaluator, value)
+
+
+def function_context(target: EvalTarget, extra: dict[str, Any]) -> EvalContext:
+    """What a function evaluator's `fn` receives."""
+    return EvalContext(
         item=target.item,
         output=target.output,
         metadata=target.metadata,
         latency_ms=target.latency_ms,
         context=extra,
     )
-    try:
-        value = await call_user_function(evaluator.fn, context)
-    except EvaluationError:
-        raise
-    except Exception as exc:
-        raise EvaluationError(f"the function raised {type(exc).__name__}: {exc}") from exc
+
+
+def function_raised(exc: Exception) -> EvaluationError:
+    return EvaluationError(f"the function raised {type(exc).__name__}: {exc}")
+
+
+def function_verdict(evaluator: Evaluator, value: Any) -> EvalOutcome:
+    """A function evaluator's outcome from what its `fn` returned."""
     score, reason = normalise_result(value)
     return EvalOutcome(evaluator.name, score, reason=reason)
 
