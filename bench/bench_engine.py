@@ -14,7 +14,8 @@
    sync function evaluator with a `pass_threshold`, scoring below it: every item fails its
    mark — what users write), `contains` (sync runner, the built-in `contains`), `traced`
    (sync runner making a 10-step trace per item: an agent, three model calls with their
-   messages and usage, three tool calls, a retrieval, two steps of its own).
+   messages and usage, three tool calls, a retrieval, two steps of its own), `file` (`sync`
+   over a JSON Lines dataset file: its peak RSS is the run's own, the dataset streamed).
    `--against DIR` runs each workload also with the Cobalt source tree in DIR (a worktree
    of the base commit), interleaved, and prints both; `--only big` skips workload 1.
 3. `--replay` (issue 16; `python bench/bench_engine.py --replay`, alone): workload 1 with
@@ -105,6 +106,13 @@ def contains_q(ctx):
 def run(ctx):
     return ctx.item["input"]
 """
+
+# The sync workload over a dataset file (`items.jsonl`, written beside the experiment): what a
+# big run reads, streamed from its file (issue 41: peak memory flat in the number of items).
+SYNC_FILE = SYNC_NOOP.replace(
+    'Dataset(items=[{"id": i, "input": f"q{i}"} for i in range(N)])',
+    'Dataset.from_file("items.jsonl")',
+).replace('"bench-sync"', '"bench-file"')
 
 
 # The same agent, traced: ten steps per item (what a tool-using agent leaves in its trace).
@@ -225,7 +233,13 @@ for i in range(int(sys.argv[1])):
 print(time.process_time() - started)
 """
 
-WORKLOADS = {"noop": NOOP, "sync": SYNC_NOOP, "contains": CONTAINS, "traced": TRACED}
+WORKLOADS = {
+    "noop": NOOP,
+    "sync": SYNC_NOOP,
+    "contains": CONTAINS,
+    "traced": TRACED,
+    "file": SYNC_FILE,
+}
 
 
 def start_fake_provider(latency: float) -> tuple[subprocess.Popen, str]:
@@ -358,6 +372,9 @@ def quick_items(
     """Workload `name` at `n` items with each tree (interleaved), the fastest of `repeat`
     (by CPU time: steadier than wall time on a shared machine) per tree."""
     folder = project(tmp_path / name, name, WORKLOADS[name], n)
+    if name == "file":
+        with (folder / "items.jsonl").open("w") as items:
+            items.writelines(f'{{"id": {i}, "input": "q{i}"}}\n' for i in range(n))
     best: dict[str, QuickRun] = {}
     for _ in range(repeat):
         for label, tree in trees.items():

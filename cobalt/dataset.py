@@ -37,7 +37,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +191,9 @@ class Dataset:
         """Build a new dataset with the same name and source from already-checked items."""
         derived = object.__new__(type(self))
         seed = sample_seed if sample_seed is not None else self._sample_seed
-        derived._init(tuple(items), self._name, self._source, seed)
+        # A file's items stay in their file (`dataset_stream`); the others become a tuple.
+        kept = items if getattr(items, "streamed", False) else tuple(items)
+        derived._init(kept, self._name, self._source, seed)  # type: ignore[arg-type]
         return derived
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -235,9 +237,12 @@ class Dataset:
 
     @classmethod
     def from_jsonl(cls, path: StrPath, *, name: str | None = None) -> Dataset:
-        """Load a JSON Lines file: one JSON object per line; blank lines are skipped."""
-        items, lines = _sibling("dataset_json").load_jsonl(path)
-        return cls._loaded(items, path, name, lines)
+        """Load a JSON Lines file: one JSON object per line; blank lines are skipped.
+
+        The file is checked whole now, then streamed: its items are read from it whenever
+        they are wanted (:mod:`cobalt.dataset_stream`), so a big file is never held in memory.
+        """
+        return cls._streamed(_sibling("dataset_stream").scan_jsonl(path), path, name)
 
     @classmethod
     def from_csv(cls, path: StrPath, *, delimiter: str = ",", name: str | None = None) -> Dataset:
@@ -246,9 +251,10 @@ class Dataset:
         Quoted fields may contain the delimiter, doubled quotes (``""``) and newlines. The file
         must be UTF-8 (a leading byte-order mark is ignored). Values are kept as strings and
         blank lines are skipped. Every row must have exactly as many fields as the header.
+        Like JSON Lines, the file is checked whole now, then streamed.
         """
-        items, lines = _sibling("dataset_csv").load_csv(path, delimiter=delimiter)
-        return cls._loaded(items, path, name, lines)
+        scanned = _sibling("dataset_stream").scan_csv(path, delimiter=delimiter)
+        return cls._streamed(scanned, path, name)
 
     # Remote loaders live in cobalt.remote (HTTP, pagination, credentials; standard library
     # only, like this module).
@@ -288,6 +294,14 @@ class Dataset:
         check_unique_ids(items, path=path, lines=lines)
         source = os.fspath(path)
         return cls(items, name=name if name is not None else Path(source).stem, source=source)
+
+    @classmethod
+    def _streamed(cls, items: Sequence[Item], path: StrPath, name: str | None) -> Dataset:
+        """A dataset over a checked file's items (`dataset_stream.FileItems`), not copied."""
+        dataset = object.__new__(cls)
+        source = os.fspath(path)
+        dataset._init(items, name if name is not None else Path(source).stem, source, None)  # type: ignore[arg-type]
+        return dataset
 
     # ------------------------------------------------------------------ accessors
 
@@ -430,13 +444,15 @@ def check_unique_ids(
     *,
     path: StrPath | None,
     lines: Lines | None,
+    indices: list[int] | None = None,
 ) -> None:
     """Refuse two items with the same `id`: a run, compare and `--resume` know an item by its
     `item_key`, `str(id)` (so `1` and `"1"` are the same id), and would take them for one.
 
     Items without an id are keyed by their content: two identical ones are the same test
     case, and stay allowed. `lines` (each item's line in its file, or a function finding
-    them, called only for the message) point the error at both items.
+    them, called only for the message) point the error at both items; `indices`, each
+    item's index in its dataset when `items` are some of its items.
     """
     first_of: dict[str, int] = {}
     for index, item in enumerate(items):
@@ -450,9 +466,10 @@ def check_unique_ids(
             lines = lines()
         earlier = items[first]["id"]
         alike = "" if repr(earlier) == repr(item_id) else f", as {earlier!r}: ids compare as text"
+        shown, shown_first = (indices[index], indices[first]) if indices else (index, first)
         raise DatasetError(
-            f"item at index {index} has the id {item_id!r}, already used by the item at index "
-            f"{first}{f' (line {lines[first]})' if lines else ''}{alike}. Ids must be unique "
+            f"item at index {shown} has the id {item_id!r}, already used by the item at index "
+            f"{shown_first}{f' (line {lines[first]})' if lines else ''}{alike}. Ids must be unique "
             "within a dataset: runs, compare and --resume match items by id. Give each item "
             "its own id, or remove the duplicate.",
             path=path,
@@ -460,10 +477,11 @@ def check_unique_ids(
         )
 
 
-def check_finite(items: list[Item], *, path: StrPath | None) -> None:
-    """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither."""
-    for index, item in enumerate(items):
-        found = find_value(item, _is_non_finite)
+def check_finite(items: list[Item], *, path: StrPath | None, first_index: int = 0) -> None:
+    """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither.
+    (`first_index`: the first item's index in its dataset, when `items` are some of them.)"""
+    for index, item in enumerate(items, start=first_index):
+        found = find_value(item, is_non_finite)
         if found is not None:
             field, value = found
             raise DatasetError(
@@ -474,7 +492,7 @@ def check_finite(items: list[Item], *, path: StrPath | None) -> None:
             )
 
 
-def _is_non_finite(value: Any) -> bool:
+def is_non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 

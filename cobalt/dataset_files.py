@@ -15,6 +15,7 @@ DATASET_MODULES = (
     "cobalt.dataset_files",
     "cobalt.dataset_json",
     "cobalt.dataset_csv",
+    "cobalt.dataset_stream",
 )
 
 
@@ -30,6 +31,13 @@ def caller_project() -> Path | None:
     from cobalt.config import find_project_dir  # only when a relative path is read
 
     return find_project_dir(Path(frame.f_code.co_filename).parent)
+
+
+def located(path: StrPath) -> Path:
+    """Where the file is: a relative path from the project of the code loading it."""
+    given = Path(path)
+    base = None if given.is_absolute() else caller_project()
+    return base / given if base else given
 
 
 def read_text(path: StrPath) -> str:

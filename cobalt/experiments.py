@@ -282,7 +282,7 @@ def _check_default(name: str, declared: list[Variant], default: Any) -> None:
 def _check_fixtures(name: str, dataset: Dataset) -> None:
     """Each item's `fixtures` (stubs of its own, `cobalt.intercept.parse_stub`) are checked
     when the experiment is declared: a mistake names the item, not a failure at run time."""
-    for position, item in enumerate(dataset.items, start=1):
+    for position, item in enumerate(dataset, start=1):
         if isinstance(item, dict) and item.get("fixtures") is not None:
             as_stubs(item["fixtures"], f"experiment {name!r}, item #{position}: fixtures")
 
@@ -298,7 +298,7 @@ def _check_conversation(name: str, dataset: Dataset, max_turns: Any, turn_timeou
         or turn_timeout <= 0
     ):
         raise ValueError(f"experiment {name!r}: `turn_timeout` must be above 0 seconds.")
-    for position, item in enumerate(dataset.items, start=1):
+    for position, item in enumerate(dataset, start=1):
         turns, user = item.get("turns"), item.get("user")
         if turns is not None:
             if (

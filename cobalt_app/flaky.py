@@ -21,7 +21,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,7 +323,14 @@ def repetitions(
     experiment: str, keys: Sequence[str], runs: int, repeat_flaky: int | None
 ) -> list[int]:
     """Repetitions per item for a new run: `runs`, or `repeat_flaky` for the flaky ones."""
+    of = repeats(experiment, runs, repeat_flaky)
+    return [of(key) for key in keys]
+
+
+def repeats(experiment: str, runs: int, repeat_flaky: int | None) -> Callable[[str], int]:
+    """Repetitions of an item, by its key, for a new run: `runs`, or `repeat_flaky` for the
+    flaky ones (the experiment's history is read once, here)."""
     if not repeat_flaky or repeat_flaky <= runs:
-        return [runs] * len(keys)
+        return lambda key: runs
     flaky = flaky_keys(experiment)
-    return [repeat_flaky if key in flaky else runs for key in keys]
+    return lambda key: repeat_flaky if key in flaky else runs

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -125,54 +125,118 @@ def build(run_id: str) -> ScoreTable:
 
     Keys are compared as UTF-8 bytes, whose order is Python's string order. (numpy drops
     trailing NUL bytes of fixed-width strings: a key ending in U+0000 would lose it.)
+    Flat in the run's size (issue 41): rows are read `CHUNK` at a time into arrays, each
+    score found by a binary search of the sorted keys, so a run holds its keys, a status and
+    a few floats per key and evaluator, never a Python object per item or score.
     """
     item = ItemResult._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(ITEMS_SQL.format(item=item), [run_id])
-        statuses = {key: status for key, status in cursor.fetchall()}
-    ordered = sorted(statuses)
-    position = {key: i for i, key in enumerate(ordered)}
-    status = np.fromiter(
-        (STATUSES.index(statuses[key]) for key in ordered), dtype=np.int8, count=len(ordered)
-    )
-    evaluators: dict[str, int] = {}
-    rows: list[int] = []
-    columns: list[int] = []
-    values: list[float] = []
+    keys, status = _keys_and_statuses(ITEMS_SQL.format(item=item), run_id)
+    sums = _Sums(len(keys))
     sql = SCORES_SQL.format(evaluation=Evaluation._meta.db_table, item=item)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id, Evaluation.Status.OK])
-        while chunk := cursor.fetchmany(20000):
-            for evaluator, key, score in chunk:
-                at = position.get(key)
-                if at is None:  # a key with no first repetition: nothing to pair it by
-                    continue
-                rows.append(evaluators.setdefault(evaluator, len(evaluators)))
-                columns.append(at)
-                values.append(score)
-    shape = (len(evaluators), len(ordered))
-    totals, counts = np.zeros(shape), np.zeros(shape)
-    np.add.at(totals, (rows, columns), values)
-    np.add.at(counts, (rows, columns), 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        scores = np.where(counts > 0, totals / counts, np.nan)
-    keys = np.array([key.encode() for key in ordered], dtype=bytes)
-    if not len(keys):
-        keys = np.array([], dtype="S1")
-    spread = _spread(shape, rows, columns, values) if (counts > 1).any() else np.zeros((0,))
+    for names, at, values in _score_chunks(sql, run_id, keys):
+        sums.add(names, at, values)
+    repeated = bool(sums.counts.size) and bool((sums.counts > 1).any())
+    if repeated:  # a second read, only for runs with repetitions: each key's lowest and highest
+        for names, at, values in _score_chunks(sql, run_id, keys):
+            sums.add_extremes(names, at, values)
     return ScoreTable(
-        keys=keys, evaluators=tuple(evaluators), scores=scores, status=status, spread=spread
+        keys=keys,
+        evaluators=tuple(sums.names),
+        scores=sums.means(),
+        status=status,
+        spread=sums.spread() if repeated else np.zeros((0,)),
     )
 
 
-def _spread(
-    shape: tuple[int, int], rows: list[int], columns: list[int], values: list[float]
-) -> np.ndarray:
-    """Per evaluator and key, the highest repetition's score less the lowest."""
-    lowest, highest = np.full(shape, np.inf), np.full(shape, -np.inf)
-    np.minimum.at(lowest, (rows, columns), values)
-    np.maximum.at(highest, (rows, columns), values)
-    return np.where(np.isfinite(lowest), highest - lowest, 0.0)
+# Rows read at a time, through `chunked_cursor` (on PostgreSQL a server-side cursor: the
+# client never holds the whole result either).
+CHUNK = 2000
+
+
+def _keys_and_statuses(sql: str, run_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The run's item keys (UTF-8, sorted, unique) and the status of each: of its last row
+    read, when two items share a key (identical items without an id)."""
+    keys_read: list[np.ndarray] = []
+    statuses_read: list[np.ndarray] = []
+    codes = {name: code for code, name in enumerate(STATUSES)}
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [run_id])
+        while chunk := cursor.fetchmany(CHUNK):
+            keys_read.append(np.array([key.encode() for key, _ in chunk], dtype=bytes))
+            statuses_read.append(np.fromiter((codes[s] for _, s in chunk), np.int8, len(chunk)))
+    if not keys_read:
+        return np.array([], dtype="S1"), np.array([], dtype=np.int8)
+    keys = np.concatenate(keys_read)
+    del keys_read
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    status = np.concatenate(statuses_read)[order]
+    last = np.append(keys[1:] != keys[:-1], True)  # the last of each run of equal keys
+    return keys[last], status[last]
+
+
+def _score_chunks(
+    sql: str, run_id: str, keys: np.ndarray
+) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
+    """The run's scores, a chunk at a time: each row's evaluator, its key's position in `keys`
+    and its value; rows of a key with no first repetition (nothing to pair it by) left out."""
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [run_id, Evaluation.Status.OK])
+        while chunk := cursor.fetchmany(CHUNK):
+            read = np.array([key.encode() for _, key, _ in chunk], dtype=bytes)
+            at = np.searchsorted(keys, read)
+            found = at < len(keys)
+            found[found] = keys[at[found]] == read[found]
+            values = np.fromiter((score for _, _, score in chunk), np.float64, len(chunk))
+            names = [name for name, _, _ in chunk]
+            if not found.all():
+                names = [name for name, kept in zip(names, found, strict=True) if kept]
+                at, values = at[found], values[found]
+            yield names, at, values
+
+
+class _Sums:
+    """Per evaluator (in the order first read) and key: the sum and count of its scores, and
+    on a second read its lowest and highest."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.names: dict[str, int] = {}
+        self.totals = np.zeros((0, size))
+        self.counts = np.zeros((0, size), dtype=np.int32)
+        self.lowest = self.highest = np.zeros((0, size))
+
+    def rows(self, names: list[str]) -> np.ndarray:
+        for name in dict.fromkeys(names):  # in the order first read
+            if name not in self.names:
+                self.names[name] = len(self.names)
+                self.totals = np.vstack([self.totals, np.zeros((1, self.size))])
+                self.counts = np.vstack([self.counts, np.zeros((1, self.size), np.int32)])
+        return np.fromiter((self.names[n] for n in names), np.intp, len(names))
+
+    def add(self, names: list[str], at: np.ndarray, values: np.ndarray) -> None:
+        rows = self.rows(names)
+        np.add.at(self.totals, (rows, at), values)
+        np.add.at(self.counts, (rows, at), 1)
+
+    def add_extremes(self, names: list[str], at: np.ndarray, values: np.ndarray) -> None:
+        if not self.lowest.size:
+            self.lowest = np.full(self.totals.shape, np.inf)
+            self.highest = np.full(self.totals.shape, -np.inf)
+        rows = self.rows(names)
+        np.minimum.at(self.lowest, (rows, at), values)
+        np.maximum.at(self.highest, (rows, at), values)
+
+    def means(self) -> np.ndarray:
+        """The mean score per evaluator and key (NaN where it has none), in the sums' place."""
+        means, scored = self.totals, self.counts > 0
+        np.divide(means, self.counts, out=means, where=scored)
+        means[~scored] = np.nan
+        return means
+
+    def spread(self) -> np.ndarray:
+        """Per evaluator and key, the highest repetition's score less the lowest."""
+        return np.where(np.isfinite(self.lowest), self.highest - self.lowest, 0.0)
 
 
 def store(run_id: str) -> None:
@@ -185,14 +249,14 @@ def store(run_id: str) -> None:
 
 
 def _save(run: Run, table: ScoreTable) -> None:
-    order = judged_failures(run).values_list("item_id", flat=True)
+    order = judged_failures(run).values_list("item_id", flat=True).iterator(chunk_size=CHUNK)
     RunScoreTable.objects.update_or_create(
         run_id=run.id,
         defaults={
             "format": FORMAT,
             "data": table.to_bytes(),
             "failing": failing_counts(run),
-            "failing_order": np.array(list(order), dtype="<i8").tobytes(),
+            "failing_order": np.fromiter(order, dtype="<i8").tobytes(),
         },
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -60,11 +60,10 @@ def run_create(
         },
         "thresholds": experiment.thresholds,
     }
-    items = experiment.dataset.items
-    runs = settings["runs"]
-    keys = [item_key(item)[:200] for item in items]
+    # The items are read once, as they are inserted: a dataset read from a file is streamed
+    # from it (`cobalt.dataset_stream`), never held whole (issue 41).
     # `--repeat-flaky N`: the items that flipped in the experiment's history run N times.
-    repeats = flaky.repetitions(experiment.name, keys, runs, settings.get("repeat_flaky"))
+    repeats = flaky.repeats(experiment.name, settings["runs"], settings.get("repeat_flaky"))
     with transaction.atomic():
         run = Run.objects.create(
             name=experiment.name,
@@ -72,7 +71,7 @@ def run_create(
             mode=mode,
             tags=all_tags,
             config=storable.redacted(_json_safe(config)),
-            total_items=sum(repeats),
+            total_items=0,
             git_commit=git_commit(project_dir),
             sweep_id=experiment.sweep_id,
             variant=None
@@ -80,13 +79,20 @@ def run_create(
             else variant_stored(experiment.variant.label, experiment.variant.values),
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=t) for t in all_tags])
-        rows = (
-            (run.id, index, repetition, keys[index], _dumps(item))
-            for index, item in enumerate(items)
-            for repetition in range(repeats[index])
-        )
-        _insert_snapshots(rows)
+        run.total_items = _insert_snapshots(_snapshot_rows(run.id, experiment.dataset, repeats))
+        Run.objects.filter(id=run.id).update(total_items=run.total_items)
     return run
+
+
+def _snapshot_rows(
+    run_id: str, items: Iterable[dict[str, Any]], repeats: Callable[[str], int]
+) -> Iterator[tuple]:
+    """An item row per item and repetition, in the dataset's order."""
+    for index, item in enumerate(items):
+        key = item_key(item)[:200]
+        stored = _dumps(item)
+        for repetition in range(repeats(key)):
+            yield (run_id, index, repetition, key, stored)
 
 
 def variant_stored(label: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -103,16 +109,21 @@ SNAPSHOT_INSERT_SQL = (
 )
 
 
-def _insert_snapshots(rows: Iterable[tuple]) -> None:
+def _insert_snapshots(rows: Iterable[tuple]) -> int:
+    """Insert the rows, CREATE_BATCH at a time; how many there were."""
     batch: list[tuple] = []
+    count = 0
     with connection.cursor() as cursor:
         for row in rows:
             batch.append(row)
             if len(batch) >= CREATE_BATCH:
                 cursor.executemany(SNAPSHOT_INSERT_SQL, batch)
+                count += len(batch)
                 batch = []
         if batch:
             cursor.executemany(SNAPSHOT_INSERT_SQL, batch)
+            count += len(batch)
+    return count
 
 
 def run_start(run_id: str) -> bool:

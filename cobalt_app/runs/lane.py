@@ -170,6 +170,7 @@ async def run_lane(
                 # the one database thread, a claim waits ~0.1 s, a lane of quick items idle.
                 ahead = asyncio.ensure_future(_claim_next(run_id, host, count))
             await _execute_claims(run_id, claims, step, host, end, handed, on_outcome)
+            end.recorded += _settled(handed)
             if host.records_before_claims:
                 await _committed(host, handed)
             if await host.statuses.stopped(run_id):
@@ -188,7 +189,7 @@ async def run_lane(
             ahead.cancel()
         # What was handed over is committed before the lane ends, cancelled or not.
         await asyncio.shield(_committed(host, handed))
-    end.recorded = _recorded(handed)
+    end.recorded += _recorded(handed)
     return end
 
 
@@ -201,6 +202,20 @@ async def _first_claim(
     if first:
         return await host.db(items_claim, first, host.name)
     return await _claim_next(run_id, host, size())
+
+
+def _settled(handed: dict[int, tuple[Batch, list[int]]]) -> int:
+    """How many of the lane's items the batches already committed recorded; those batches are
+    let go (issue 41: a lane kept every batch of a run, each with its items' ids, to its end).
+    A batch that failed stays, for `_recorded` to raise when the lane ends."""
+    recorded = 0
+    for key, (batch, item_ids) in list(handed.items()):
+        if batch.done.done() and batch.done.exception() is None:
+            done = batch.done.result()
+            if not any(i in done.failed for i in item_ids):
+                recorded += len(done.ids.intersection(item_ids))
+                del handed[key]
+    return recorded
 
 
 def _recorded(handed: dict[int, tuple[Batch, list[int]]]) -> int:
