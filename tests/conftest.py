@@ -6,6 +6,7 @@ engine's database thread and the test see the same data; engine tests use `trans
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -214,6 +215,34 @@ def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:
             return server, match.group(1)
     server.wait(timeout=10)
     raise AssertionError(f"cobalt serve exited with {server.returncode}")
+
+
+def cobalt_run(project: Project, *args: str, env: dict[str, str], timeout: float = 120) -> str:
+    """`cobalt run *args` in the project (the zygote's fork), which must succeed; its run id."""
+    done = cli_zygote.run(["run", *args], project.path, cli_env(env), timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return re.search(r"Run ID: (\w+)", done.stdout).group(1)
+
+
+@contextlib.contextmanager
+def served(project: Project, *args: str) -> Iterator[str]:
+    """`cobalt serve` (`start_server`) for the block: its URL; stopped when the block ends."""
+    server, url = start_server(project, *args)
+    try:
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def new_project(tmp_path_factory, name: str, files: dict[str, str]) -> Project:
+    """A project folder of its own (cobalt.toml: experiments/) with these files written."""
+    project = Project(tmp_path_factory.mktemp(name) / "proj")
+    project.path.mkdir()
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    for relative, content in files.items():
+        project.write(relative, content)
+    return project
 
 
 @pytest.fixture
