@@ -108,3 +108,15 @@ def axe_violations(
     finally:
         context.close()
     return found
+
+
+def add_attributes(span: Any, attributes: dict[str, int | str]) -> None:
+    """OTLP key-values on a protobuf span of an export request: ints as int_value, the rest as
+    string_value."""
+    for key, value in attributes.items():
+        kv = span.attributes.add()
+        kv.key = key
+        if isinstance(value, int):
+            kv.value.int_value = value
+        else:
+            kv.value.string_value = value

@@ -70,7 +70,8 @@ class Site:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
     project = new_project(tmp_path_factory, "big", {"experiments/big.cobalt.py": EXPERIMENT})
-    runs = [cobalt_run(project, "experiments/big.cobalt.py", env={}) for _ in range(2)]
+    # 5,000 steps and 5 MB each: minutes on a loaded machine
+    runs = [cobalt_run(project, "experiments/big.cobalt.py", env={}, timeout=900) for _ in range(2)]
     created = cli_zygote.run(
         ["createuser", "ana", "--password-stdin"], project.path, cli_env(), input=f"{PASSWORD}\n"
     )

@@ -219,8 +219,10 @@ def test_cancel_stops_a_running_run_and_its_workers_drop_the_items(team: Team):
     assert "already cancelled" in again.stdout
 
 
-def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
-    team.write_experiment(items=10, delay=0.4)
+def interrupted_run(team: Team, items: int, delay: float) -> str:
+    """A team run left by its client (Ctrl-C after the first item) that tells how to re-attach;
+    its id."""
+    team.write_experiment(items=items, delay=delay)
     team.start_worker()
     run = team.cli_background("run")
     wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
@@ -228,6 +230,11 @@ def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
     assert run.wait(30) == 130
     run_id = team.latest_run()
     assert f"re-attach with cobalt watch {run_id}" in run.err()
+    return run_id
+
+
+def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
+    run_id = interrupted_run(team, items=10, delay=0.4)
     assert team.run_row(run_id)["status"] in ("running", "completed")
 
     watched = team.cli("watch", run_id)
@@ -240,14 +247,7 @@ def test_ctrl_c_leaves_the_run_going_and_watch_reattaches(team: Team):
 
 def test_a_detached_runs_results_file_is_written_when_the_workers_finish_it(team: Team):
     # Nobody follows the run after Ctrl-C: its finalisation on the worker writes the file.
-    team.write_experiment(items=8, delay=0.3)
-    team.start_worker()
-    run = team.cli_background("run")
-    wait_for(lambda: "✓ Item" in run.out(), timeout=60, what="a first item line")
-    run.popen.send_signal(signal.SIGINT)
-    assert run.wait(30) == 130
-    run_id = team.latest_run()
-    assert f"re-attach with cobalt watch {run_id}" in run.err()
+    run_id = interrupted_run(team, items=8, delay=0.3)
     row = wait_for(
         lambda: (row := team.run_row(run_id))["status"] == "completed" and row,
         timeout=60,

@@ -18,8 +18,8 @@ from tests.helpers import axe_violations
 from tests.test_browser import (  # noqa: F401 (browser: a fixture)
     CHROMIUM,
     browser,
+    page,
     shot,
-    watched_tab,
 )
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
@@ -69,17 +69,7 @@ def site(tmp_path_factory) -> Iterator[Site]:
         yield Site(url=url, run=run)
 
 
-@pytest.fixture
-def page(browser):  # noqa: F811
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    problems: list[str] = []
-    tab = watched_tab(context, problems)
-    yield tab
-    context.close()
-    assert problems == []
-
-
-def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(site, page):
+def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(site, page):  # noqa: F811
     from playwright.sync_api import expect
 
     page.goto(f"{site.url}/runs/{site.run}/")
@@ -129,7 +119,7 @@ def test_a_repeated_item_fits_a_phone(site, browser):  # noqa: F811
         context.close()
 
 
-def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site, page):
+def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site, page):  # noqa: F811
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     listing = httpx.get(f"{site.url}/runs/{site.run}/").text
