@@ -8,6 +8,7 @@ the trace a hundred steps a page, runs of like steps grouped and collapsed; it s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -156,7 +157,7 @@ def test_compare_review_and_items_list_cap_what_they_show(site):
     assert compare.text.count("Download the whole output") == 2
     assert "The traces are long: the whole of each on its item's page" in compare.text
     item_id = site.item_url(a).rstrip("/").rsplit("/", 1)[1]
-    with logged_in(site.url, "ana", PASSWORD) as reviewer:
+    with contextlib.closing(logged_in(site.url, "ana", PASSWORD)) as reviewer:
         review = reviewer.get(f"/runs/{a}/review/?evaluator=exact&item={item_id}")
     assert review.status_code == 200 and len(review.content) < MEGABYTE
     assert "Download the whole output" in review.text

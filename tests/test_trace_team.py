@@ -3,6 +3,8 @@ items (PostgreSQL) and shown on the run page served by `cobalt serve`."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from tests.conftest import logged_in
@@ -42,7 +44,7 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
         assert tokens == sum(s["inputTokens"] + s["outputTokens"] for s in steps[::2])
 
     team.create_user("ops", "team-pass-123")
-    with logged_in(team.serve(), "ops", "team-pass-123") as browser:
+    with contextlib.closing(logged_in(team.serve(), "ops", "team-pass-123")) as browser:
         paris = traces["paris"][0]  # the item's number
         page = browser.get(f"/runs/{run_id}/items/{paris}/")
         assert page.status_code == 200
