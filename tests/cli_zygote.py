@@ -15,6 +15,7 @@ real thing. The zygote answers on a pipe, one JSON line per command.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import select
@@ -57,7 +58,9 @@ def serve(control_in: int, control_out: int) -> None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            answer = _fork(json.loads(line), (control_in, control_out))
+            request = json.loads(line)
+            answer = _fork(request, (control_in, control_out))
+            answer["id"] = request["id"]
             os.write(control_out, json.dumps(answer).encode() + b"\n")
 
 
@@ -126,6 +129,7 @@ class Zygote:
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
+        self.ids = itertools.count(1)
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self.process is None or self.process.poll() is not None:
@@ -151,6 +155,7 @@ class Zygote:
             for name in ("stdout", "stderr"):
                 streams[name].touch()
             request = {
+                "id": next(self.ids),
                 "args": args,
                 "cwd": str(cwd),
                 "env": env,
@@ -161,7 +166,11 @@ class Zygote:
                 process = self._start()
                 process.stdin.write(json.dumps(request).encode() + b"\n")
                 process.stdin.flush()
-                answer = json.loads(process.stdout.readline())
+                # An earlier request's answer is skipped: its caller was interrupted while it
+                # waited (pytest-timeout), and the zygote answered after it had gone.
+                answer = {}
+                while answer.get("id") != request["id"]:
+                    answer = json.loads(process.stdout.readline())
             out = streams["stdout"].read_text(errors="replace")
             err = streams["stderr"].read_text(errors="replace")
         command = [sys.executable, "-m", "cobalt_cli", *args]

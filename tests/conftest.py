@@ -6,6 +6,7 @@ engine's database thread and the test see the same data; engine tests use `trans
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -77,16 +78,22 @@ def pytest_configure(config: pytest.Config) -> None:
 # --no-loadscope-reorder`): each module runs whole on one worker (its module fixtures, e.g. the
 # team services or a browser, start once), and xdist hands a worker the next module when it
 # runs out. The longest modules go first, longest first, so that the workers finish together
-# rather than one of them starting a long module near the end. (Seconds: a parallel run on a
-# loaded 2-core machine, setup and teardown included; the whole suite is ~1150 s of tests.)
+# rather than one of them starting a long module near the end; a module much longer than the
+# rest is split (test_team and test_team_failures, test_team_concurrency and
+# test_team_concurrency_loaded). Seconds: the clean-clone CI run of 2026-11 (3 workers on the
+# 2-core machine), setup and teardown included, before the splits.
 LONG_MODULES = (
     "test_trace_crewai.py",  # 259 s building its CrewAI virtualenv (70 s); 65 s once cached
-    "test_team.py",  # 198 s
-    "test_api_schema.py",  # 62 s
+    "test_big_items.py",  # 82 s building its two 5,000-step runs, then ~20 s
+    "test_install.py",  # 79 s: a fresh virtualenv, pip install ., cobalt init/run/serve
+    "test_team.py",  # test_team and test_team_failures: 198 s together
+    "test_team_failures.py",
+    "test_api_schema.py",  # 40-62 s
     "test_browser.py",  # 61 s
     "test_nothing_lost.py",  # 59 s
     "test_replay.py",  # 58 s
-    "test_install.py",  # 41 s
+    "test_team_concurrency.py",  # 41 s + 37 s together
+    "test_team_concurrency_loaded.py",
     "test_cli.py",  # 40 s
     "test_fail_fast.py",  # 40 s
     "test_contract.py",  # 38 s
@@ -214,6 +221,51 @@ def start_server(project: Project, *args: str) -> tuple[subprocess.Popen, str]:
             return server, match.group(1)
     server.wait(timeout=10)
     raise AssertionError(f"cobalt serve exited with {server.returncode}")
+
+
+def cobalt_run(project: Project, *args: str, env: dict[str, str], timeout: float = 120) -> str:
+    """`cobalt run *args` in the project (the zygote's fork), which must succeed; its run id."""
+    done = cli_zygote.run(["run", *args], project.path, cli_env(env), timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return re.search(r"Run ID: (\w+)", done.stdout).group(1)
+
+
+@contextlib.contextmanager
+def served(project: Project, *args: str) -> Iterator[str]:
+    """`cobalt serve` (`start_server`) for the block: its URL; stopped when the block ends."""
+    server, url = start_server(project, *args)
+    try:
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def new_project(tmp_path_factory, name: str, files: dict[str, str]) -> Project:
+    """A project folder of its own (cobalt.toml: experiments/) with these files written."""
+    project = Project(tmp_path_factory.mktemp(name) / "proj")
+    project.path.mkdir()
+    project.write("cobalt.toml", 'test_dir = "experiments"\n')
+    for relative, content in files.items():
+        project.write(relative, content)
+    return project
+
+
+def logged_in(base_url: str, username: str, password: str):
+    """An httpx client of `base_url` logged in through its login form (the session cookie
+    kept); the caller closes it."""
+    import httpx
+
+    client = httpx.Client(base_url=base_url, timeout=60)
+    form = client.get("/login/").text
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    answer = client.post(
+        "/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": csrf},
+        headers={"Referer": f"{base_url}/login/"},
+    )
+    assert answer.status_code == 302, answer.text
+    return client
 
 
 @pytest.fixture

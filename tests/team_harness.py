@@ -118,6 +118,13 @@ def experiment_source(
     return source
 
 
+def results_document(team: Team, run_id: str) -> dict:
+    """The results file (.cobalt/results/*_<run id>.json) of a run of the team's project."""
+    files = sorted((team.folder / ".cobalt" / "results").glob(f"*_{run_id}.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
 def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05):
     deadline = time.monotonic() + timeout
     while True:
@@ -404,8 +411,34 @@ class Team:
         found = [json.loads(client.get(k) or "{}") for k in client.scan_iter("cobalt:worker:*")]
         return [w for w in found if w.get("queues") == [self.queue]]
 
-    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return cli_zygote.run(list(args), self.folder, self.env, timeout=timeout)
+    def cli(
+        self, *args: str, timeout: float = 120, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return cli_zygote.run(list(args), self.folder, self.env, input=input, timeout=timeout)
+
+    def create_user(self, name: str, password: str) -> None:
+        """`cobalt createuser NAME --password-stdin` on the team's database."""
+        done = self.cli("createuser", name, "--password-stdin", input=f"{password}\n", timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def serve(self, probe: str = "/login/", answer: int = 200) -> str:
+        """`cobalt serve` on a free port of 127.0.0.1 (stopped with the team's processes); its
+        base URL once `probe` answers with the status `answer`."""
+        import httpx
+
+        port = free_port()
+        server = self.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
+        base = f"http://127.0.0.1:{port}"
+
+        def answering() -> bool:
+            assert server.popen.poll() is None, server.err()
+            try:
+                return httpx.get(f"{base}{probe}", timeout=2).status_code == answer
+            except httpx.TransportError:
+                return False
+
+        wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
+        return base
 
     def cli_background(self, *args: str) -> Process:
         return self.spawn([sys.executable, "-m", "cobalt_cli", *args])

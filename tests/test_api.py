@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -577,19 +575,7 @@ def team_server(team_services, fake_provider_server, tmp_path):
         migrated = team.cli("migrate")
         assert migrated.returncode == 0, migrated.stderr
         team.start_worker()
-        port = harness.free_port()
-        server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
-        base = f"http://127.0.0.1:{port}"
-
-        def answering() -> bool:
-            assert server.popen.poll() is None, server.err()
-            try:
-                return httpx.get(f"{base}/api/runs/", timeout=2).status_code == 401
-            except httpx.TransportError:
-                return False
-
-        harness.wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
-        yield team, base
+        yield team, team.serve("/api/runs/", 401)
     finally:
         team.stop_all()
 
@@ -599,16 +585,7 @@ def test_in_team_mode_the_api_needs_a_token_and_runs_go_to_the_workers(team_serv
     team, base = team_server
     team.write_experiment(items=6)
     team.write_experiment("slow", items=40, delay=0.5, call_agent=False)
-    created = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
-        cwd=team.folder,
-        env=team.env,
-        input="team-pass-123\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert created.returncode == 0, created.stderr
+    team.create_user("ops", "team-pass-123")
     key = team.cli("token", "create", "ops").stdout.strip()
 
     assert httpx.get(f"{base}/api/experiments/").status_code == 401

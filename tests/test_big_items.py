@@ -8,10 +8,9 @@ the trace a hundred steps a page, runs of like steps grouped and collapsed; it s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,9 @@ import httpx
 import pytest
 
 from cobalt_app.page_values import SHOWN_CHARS
-from tests.conftest import Project, cli_env, start_server
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, cobalt_run
+from tests import cli_zygote
+from tests.conftest import cli_env, cobalt_run, logged_in, new_project, served
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 BIG_OUTPUT = "".join(f"{i:07d}," for i in range(625_000))  # 5,000,000 characters, one line
 MEGABYTE = 1_000_000
@@ -70,27 +70,15 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
-    project = Project(tmp_path_factory.mktemp("big") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/big.cobalt.py", EXPERIMENT)
-    runs = [cobalt_run(project, "experiments/big.cobalt.py", env={}) for _ in range(2)]
-    subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "createuser", "ana", "--password-stdin"],
-        cwd=project.path,
-        env=cli_env(),
-        input=f"{PASSWORD}\n",
-        check=True,
-        capture_output=True,
-        text=True,
+    project = new_project(tmp_path_factory, "big", {"experiments/big.cobalt.py": EXPERIMENT})
+    # 5,000 steps and 5 MB each: minutes on a loaded machine
+    runs = [cobalt_run(project, "experiments/big.cobalt.py", env={}, timeout=900) for _ in range(2)]
+    created = cli_zygote.run(
+        ["createuser", "ana", "--password-stdin"], project.path, cli_env(), input=f"{PASSWORD}\n"
     )
-    server, url = start_server(project)
-    try:
-        with httpx.Client(base_url=url, timeout=60) as client:
-            yield Site(url=url, runs=runs, client=client)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    assert created.returncode == 0, created.stdout + created.stderr
+    with served(project) as url, httpx.Client(base_url=url, timeout=60) as client:
+        yield Site(url=url, runs=runs, client=client)
 
 
 def test_the_item_page_shows_the_first_20_kb_of_a_5_mb_output_and_downloads_the_whole(site):
@@ -169,14 +157,7 @@ def test_compare_review_and_items_list_cap_what_they_show(site):
     assert compare.text.count("Download the whole output") == 2
     assert "The traces are long: the whole of each on its item's page" in compare.text
     item_id = site.item_url(a).rstrip("/").rsplit("/", 1)[1]
-    with httpx.Client(base_url=site.url, timeout=60) as reviewer:
-        form = reviewer.get("/login/").text
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        reviewer.post(
-            "/login/",
-            data={"username": "ana", "password": PASSWORD, "csrfmiddlewaretoken": csrf},
-            headers={"Referer": f"{site.url}/login/"},
-        )
+    with contextlib.closing(logged_in(site.url, "ana", PASSWORD)) as reviewer:
         review = reviewer.get(f"/runs/{a}/review/?evaluator=exact&item={item_id}")
     assert review.status_code == 200 and len(review.content) < MEGABYTE
     assert "Download the whole output" in review.text

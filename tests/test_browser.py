@@ -20,14 +20,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import cli_zygote
 from tests.conftest import (
     REPO,
     Project,
     assert_static_files_are_hashed_compressed_and_cached,
     cli_env,
-    start_server,
+    cobalt_run,
+    new_project,
+    served,
 )
+from tests.helpers import axe_violations
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -110,7 +112,6 @@ class Site:
     project: Project
     url: str
     runs: list[str]
-    server: subprocess.Popen
     env: dict[str, str] = field(default_factory=dict)
 
     def cobalt(self, *args: str, **kwargs) -> subprocess.Popen:
@@ -125,30 +126,20 @@ class Site:
         )
 
 
-def cobalt_run(project: Project, *args: str, env: dict[str, str]) -> str:
-    done = cli_zygote.run(["run", *args], project.path, cli_env(env))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return re.search(r"Run ID: (\w+)", done.stdout).group(1)
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
-    project = Project(tmp_path_factory.mktemp("dashboard") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/qa.cobalt.py", QA_EXPERIMENT)
-    project.write("experiments/slow.cobalt.py", SLOW_EXPERIMENT)
+    project = new_project(
+        tmp_path_factory,
+        "dashboard",
+        {"experiments/qa.cobalt.py": QA_EXPERIMENT, "experiments/slow.cobalt.py": SLOW_EXPERIMENT},
+    )
     gates = project.path / "gates"
     gates.mkdir()
     env = {"GATE_DIR": str(gates)}
     first = cobalt_run(project, "experiments/qa.cobalt.py", env={**env, "AGENT_VERSION": "1"})
     second = cobalt_run(project, "experiments/qa.cobalt.py", env={**env, "AGENT_VERSION": "2"})
-    server, url = start_server(project)
-    try:
-        yield Site(project=project, url=url, runs=[first, second], server=server, env=env)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with served(project) as url:
+        yield Site(project=project, url=url, runs=[first, second], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -694,42 +685,23 @@ def test_an_unknown_page_is_a_styled_404_with_navigation(site, browser):
         context.close()
 
 
-AXE = REPO / "tests" / "vendor" / "axe-core" / "axe.min.js"  # axe-core 4.10.2, MPL-2.0
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_wcag_aa_violation_on_any_page(site, browser, scheme):
     first, second = site.runs
     item = re.search(
         r'href="(/runs/\w+/items/\d+/[^"]*)"', httpx.get(f"{site.url}/runs/{second}/").text
     ).group(1)
-    # bypass_csp: axe is injected as an inline script, which the pages' policy forbids.
-    context = browser.new_context(
-        bypass_csp=True, color_scheme=scheme, viewport={"width": 1360, "height": 900}
+    paths = (
+        "/",
+        f"/runs/{second}/",
+        f"/runs/{second}/?view=all",
+        item,
+        f"/compare/?a={first}&b={second}&key=q05",
+        "/trends/?experiment=qa",
+        "/runs/nope/",
     )
-    tab = context.new_page()
-    found = {}
-    try:
-        for path in (
-            "/",
-            f"/runs/{second}/",
-            f"/runs/{second}/?view=all",
-            item,
-            f"/compare/?a={first}&b={second}&key=q05",
-            "/trends/?experiment=qa",
-            "/runs/nope/",
-        ):
-            tab.goto(site.url + path)
-            tab.add_script_tag(path=str(AXE))
-            violations = tab.evaluate(
-                """async () => (await axe.run(document, {runOnly: ["wcag2a", "wcag2aa"]}))
-                     .violations.map(v => `${v.id}: ${v.nodes.map(n => n.html).join(" | ")}`)"""
-            )
-            if violations:
-                found[path] = violations
-    finally:
-        context.close()
-    assert found == {}
+    viewport = {"width": 1360, "height": 900}
+    assert axe_violations(browser, site.url, paths, scheme=scheme, viewport=viewport) == {}
 
 
 def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_path):

@@ -15,13 +15,12 @@ from django.test import Client
 
 from cobalt_app import results
 from cobalt_app.models import Evaluation, Run
-from tests.conftest import Project, start_server
+from tests.conftest import cobalt_run, new_project, served
+from tests.helpers import axe_violations
 from tests.test_browser import (  # noqa: F401 (browser: a fixture)
     ARTIFACTS,
-    AXE,
     CHROMIUM,
     browser,
-    cobalt_run,
     watched_tab,
 )
 from tests.test_pages import XSS, keys, make_run, pair_rows, step, target
@@ -320,20 +319,15 @@ def run(ctx):
 def support(tmp_path_factory) -> Iterator[tuple[str, list[str]]]:
     """Three versions of a tool-using support agent: v2 fixes most refund errors but is curt
     on half the orders (its tone fails); v3 fixes both."""
-    project = Project(tmp_path_factory.mktemp("compare") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/support.cobalt.py", SUPPORT_AGENT)
+    project = new_project(
+        tmp_path_factory, "compare", {"experiments/support.cobalt.py": SUPPORT_AGENT}
+    )
     runs = [
         cobalt_run(project, "experiments/support.cobalt.py", env={"AGENT_VERSION": version})
         for version in ("1", "2", "3")
     ]
-    server, url = start_server(project)
-    try:
+    with served(project) as url:
         yield url, runs
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @needs_chromium
@@ -445,30 +439,14 @@ def test_compare_and_its_side_by_side_work_without_javascript(support, browser):
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_violation_on_the_compare_pages(support, browser, scheme):  # noqa: F811
     url, (v1, v2, v3) = support
-    context = browser.new_context(
-        bypass_csp=True, color_scheme=scheme, viewport={"width": 1280, "height": 800}
+    paths = (
+        f"/compare/?a={v1}&b={v2}",
+        f"/compare/?a={v1}&b={v2}&b={v3}",
+        f"/compare/item/?a={v1}&b={v2}&key=o01",
+        f"/compare/?a={v1}&b={v2}&change=score-down",
     )
-    tab = context.new_page()
-    tab.set_default_timeout(60_000)
-    found = {}
-    try:
-        for path in (
-            f"/compare/?a={v1}&b={v2}",
-            f"/compare/?a={v1}&b={v2}&b={v3}",
-            f"/compare/item/?a={v1}&b={v2}&key=o01",
-            f"/compare/?a={v1}&b={v2}&change=score-down",
-        ):
-            tab.goto(url + path)
-            tab.add_script_tag(path=str(AXE))
-            violations = tab.evaluate(
-                """async () => (await axe.run(document, {runOnly: ["wcag2a", "wcag2aa"]}))
-                     .violations.map(v => `${v.id}: ${v.nodes.map(n => n.html).join(" | ")}`)"""
-            )
-            if violations:
-                found[path] = violations
-    finally:
-        context.close()
-    assert found == {}
+    viewport = {"width": 1280, "height": 800}
+    assert axe_violations(browser, url, paths, scheme=scheme, viewport=viewport) == {}
 
 
 def test_latency_tokens_and_cost_count_only_past_their_thresholds():

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
+from tests import cli_zygote
 from tests.conftest import Project, cli_env
 from tests.fake_provider import FakeProvider
 from tests.test_blob_store import stored_value
@@ -154,14 +154,7 @@ def cobalt(
     env = dict(provider_urls)
     if keys:
         env.update({"OPENAI_API_KEY": SECRET_OPENAI, "ANTHROPIC_API_KEY": SECRET_ANTHROPIC})
-    return subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", *args],
-        cwd=project.path,
-        env=cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return cli_zygote.run(list(args), project.path, cli_env(env), timeout=180)
 
 
 def urls(fake: FakeProvider) -> dict[str, str]:

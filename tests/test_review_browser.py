@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests import cli_zygote
 from tests.conftest import Project, cli_env
 from tests.test_browser import ARTIFACTS, CHROMIUM, browser, watched_tab
 
@@ -73,15 +74,7 @@ class ReviewSite:
 
 
 def cobalt(project: Project, env: dict[str, str], *args: str, stdin: str = "") -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", *args],
-        cwd=project.path,
-        env=cli_env(env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = cli_zygote.run(list(args), project.path, cli_env(env), input=stdin)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -6,13 +6,10 @@ calls' tokens counted in the items'."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-import httpx
 import pytest
 
-from tests.team_harness import Team, free_port, wait_for
+from tests.team_harness import Team, wait_for
 from tests.test_services import start_agent_service
 
 EXPERIMENT = """
@@ -38,28 +35,9 @@ cobalt.experiment(
 def test_a_team_worker_runs_an_http_target_and_the_services_spans_join_its_items(
     team: Team, fake_provider_server
 ):
-    created = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
-        cwd=team.folder,
-        env=team.env,
-        input="team-pass-123\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert created.returncode == 0, created.stderr
+    team.create_user("ops", "team-pass-123")
     token = team.cli("token", "create", "ops").stdout.strip()
-    port = free_port()
-    server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
-
-    def answering() -> bool:
-        assert server.popen.poll() is None, server.err()
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/login/", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
+    port = int(team.serve().rsplit(":", 1)[1])
     service, service_port = start_agent_service(fake_provider_server, port, api_token=token)
     try:
         (team.folder / "experiments" / "svc.cobalt.py").write_text(

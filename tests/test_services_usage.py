@@ -9,6 +9,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from cobalt_app import otlp, received
 from cobalt_app.models import ItemResult, ReceivedTrace, Run
+from tests.helpers import add_attributes
 from tests.test_pages import keys, make_run
 
 
@@ -31,13 +32,7 @@ def export(trace_id: str, calls: list[tuple[int, int]], first: int = 1) -> bytes
         span.end_time_unix_nano = span.start_time_unix_nano + 1000
         model = span.attributes.add()
         model.key, model.value.string_value = "gen_ai.request.model", "gpt-4o-mini"
-        for key, value in attributes.items():
-            kv = span.attributes.add()
-            kv.key = key
-            if isinstance(value, int):
-                kv.value.int_value = value
-            else:
-                kv.value.string_value = value
+        add_attributes(span, attributes)
     return request.SerializeToString()
 
 

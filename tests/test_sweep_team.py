@@ -6,16 +6,14 @@ results file; an interrupted variant resumes with `cobalt run --resume SWEEP`.""
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
-from tests.team_harness import Team, free_port, wait_for
+from tests.conftest import logged_in
+from tests.team_harness import Team, wait_for
 
 PASSWORD = "a long enough password"
 
@@ -84,33 +82,8 @@ def executions(team: Team) -> list[tuple[str, str, int]]:
 def dashboard(team: Team) -> httpx.Client:
     """`cobalt serve` on the team's database, and a client logged in to it (team mode asks
     for a login)."""
-    created = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "createuser", "ana", "--password-stdin"],
-        cwd=team.folder, env=team.env, input=f"{PASSWORD}\n", capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    port = free_port()
-    server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        assert server.popen.poll() is None, server.err()
-        try:
-            return httpx.get(f"{base}/login/", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
-    client = httpx.Client(base_url=base, timeout=30)
-    form = client.get("/login/").text
-    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-    client.post(
-        "/login/",
-        data={"username": "ana", "password": PASSWORD, "csrfmiddlewaretoken": csrf},
-        headers={"Referer": f"{base}/login/"},
-    )
-    return client
+    team.create_user("ana", PASSWORD)
+    return logged_in(team.serve(), "ana", PASSWORD)
 
 
 def sweep_page(client: httpx.Client, sweep_id: str) -> str:

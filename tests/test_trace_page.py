@@ -4,47 +4,22 @@ JavaScript. Screenshots go to `test-artifacts/trace-*.png`."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Project, cli_env, start_server
 from tests.fake_provider import FakeProvider
 from tests.test_browser import ARTIFACTS, CHROMIUM, browser, page  # noqa: F401 - fixtures
-from tests.trace_agents import WEATHER_EXPERIMENT
+from tests.trace_agents import WEATHER_EXPERIMENT, weather_site
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, fake_provider_server: FakeProvider) -> Iterator[tuple[str, str]]:
-    project = Project(tmp_path_factory.mktemp("traces") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/weather.cobalt.py", WEATHER_EXPERIMENT)
-    env = {
-        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
-        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "run", "experiments/weather.cobalt.py"],
-        cwd=project.path,
-        env=cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    run_id = re.search(r"Run ID: (\w+)", done.stdout).group(1)
-    server, url = start_server(project)
-    try:
-        yield url, run_id
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with weather_site(tmp_path_factory, fake_provider_server, WEATHER_EXPERIMENT) as served:
+        yield served
 
 
 def test_the_item_panel_shows_the_agents_steps_as_a_timeline(site, page):  # noqa: F811

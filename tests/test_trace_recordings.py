@@ -14,6 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from cobalt.config import active_config, load_config, set_active_config
 from cobalt_app import otlp, recording_store, recordings
 from cobalt_app.models import Recording
+from tests.helpers import add_attributes
 
 TRACE = "cd" * 16
 ASKED = [
@@ -58,13 +59,7 @@ def export() -> bytes:
         span.name = "agent" if n == 1 else "chat gpt-4o-mini"
         span.start_time_unix_nano = 1_700_000_000_000_000_000 + n
         span.end_time_unix_nano = span.start_time_unix_nano + 1_000_000
-        for key, value in attributes.items():
-            kv = span.attributes.add()
-            kv.key = key
-            if isinstance(value, int):
-                kv.value.int_value = value
-            else:
-                kv.value.string_value = value
+        add_attributes(span, attributes)
     return request.SerializeToString()
 
 

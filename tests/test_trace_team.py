@@ -3,14 +3,12 @@ items (PostgreSQL) and shown on the run page served by `cobalt serve`."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
+import contextlib
 
-import httpx
 import pytest
 
-from tests.team_harness import Team, free_port, wait_for
+from tests.conftest import logged_in
+from tests.team_harness import Team
 from tests.test_blob_store import stored_value
 from tests.trace_agents import WEATHER_EXPERIMENT
 
@@ -45,37 +43,8 @@ def test_spans_recorded_by_a_worker_appear_on_the_run_page(team: Team):
         assert steps[1]["output"] == f"sunny in {city.title()}"
         assert tokens == sum(s["inputTokens"] + s["outputTokens"] for s in steps[::2])
 
-    created = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "createuser", "ops", "--password-stdin"],
-        cwd=team.folder,
-        env=team.env,
-        input="team-pass-123\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert created.returncode == 0, created.stderr
-    port = free_port()
-    server = team.cli_background("serve", "--host", "127.0.0.1", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        assert server.popen.poll() is None, server.err()
-        try:
-            return httpx.get(f"{base}/login/", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(answering, timeout=60, what="cobalt serve", every=0.1)
-    with httpx.Client(base_url=base, timeout=30) as browser:
-        form = browser.get("/login/").text
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-        logged_in = browser.post(
-            "/login/",
-            data={"username": "ops", "password": "team-pass-123", "csrfmiddlewaretoken": token},
-            headers={"Referer": f"{base}/login/"},
-        )
-        assert logged_in.status_code == 302, logged_in.text
+    team.create_user("ops", "team-pass-123")
+    with contextlib.closing(logged_in(team.serve(), "ops", "team-pass-123")) as browser:
         paris = traces["paris"][0]  # the item's number
         page = browser.get(f"/runs/{run_id}/items/{paris}/")
         assert page.status_code == 200

@@ -5,18 +5,14 @@ open, the judge's call opens under its score. Screenshots go to `test-artifacts/
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Project, cli_env, start_server
 from tests.fake_provider import FakeProvider
 from tests.test_browser import ARTIFACTS, CHROMIUM, browser  # noqa: F401 - fixture
-from tests.trace_agents import WEATHER_EXPERIMENT
+from tests.trace_agents import WEATHER_EXPERIMENT, weather_site
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
 
@@ -35,29 +31,8 @@ PHONE = {"width": 390, "height": 844}
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, fake_provider_server: FakeProvider) -> Iterator[tuple[str, str]]:
-    project = Project(tmp_path_factory.mktemp("trace-view") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/weather.cobalt.py", EXPERIMENT)
-    env = {
-        "OPENAI_BASE_URL": fake_provider_server.openai_base_url,
-        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cobalt_cli", "run", "experiments/weather.cobalt.py"],
-        cwd=project.path,
-        env=cli_env(env),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    run_id = re.search(r"Run ID: (\w+)", done.stdout).group(1)
-    server, url = start_server(project)
-    try:
-        yield url, run_id
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with weather_site(tmp_path_factory, fake_provider_server, EXPERIMENT) as served:
+        yield served
 
 
 def overflow(tab) -> int:

@@ -13,14 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Project, start_server
-from tests.test_browser import (
-    AXE,
+from tests.conftest import cobalt_run, new_project, served
+from tests.helpers import axe_violations
+from tests.test_browser import (  # noqa: F401 (browser: a fixture)
     CHROMIUM,
-    CHROMIUM_ARGS,
-    cobalt_run,
+    browser,
+    page,
     shot,
-    watched_tab,
 )
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs /usr/bin/chromium")
@@ -62,40 +61,15 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
-    project = Project(tmp_path_factory.mktemp("weight") / "proj")
-    project.path.mkdir()
-    project.write("cobalt.toml", 'test_dir = "experiments"\n')
-    project.write("experiments/router.cobalt.py", ROUTER_EXPERIMENT)
+    project = new_project(
+        tmp_path_factory, "weight", {"experiments/router.cobalt.py": ROUTER_EXPERIMENT}
+    )
     run = cobalt_run(project, "experiments/router.cobalt.py", env={})
-    server, url = start_server(project)
-    try:
+    with served(project) as url:
         yield Site(url=url, run=run)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    problems: list[str] = []
-    tab = watched_tab(context, problems)
-    yield tab
-    context.close()
-    assert problems == []
-
-
-def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(site, page):
+def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(site, page):  # noqa: F811
     from playwright.sync_api import expect
 
     page.goto(f"{site.url}/runs/{site.run}/")
@@ -129,7 +103,7 @@ def test_the_item_panel_opens_on_the_worst_repeat_with_a_tab_per_repeat(site, pa
     expect(page.locator("#item-panel")).to_have_count(0)
 
 
-def test_a_repeated_item_fits_a_phone(site, browser):
+def test_a_repeated_item_fits_a_phone(site, browser):  # noqa: F811
     context = browser.new_context(
         viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True
     )
@@ -145,7 +119,7 @@ def test_a_repeated_item_fits_a_phone(site, browser):
         context.close()
 
 
-def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site, page):
+def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site, page):  # noqa: F811
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     listing = httpx.get(f"{site.url}/runs/{site.run}/").text
@@ -164,35 +138,28 @@ def test_chart_js_loads_only_where_a_chart_is_drawn_and_pages_come_gzipped(site,
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_axe_finds_no_wcag_aa_violation_on_the_api_docs_and_repetition_views(site, browser, scheme):
+def test_axe_finds_no_wcag_aa_violation_on_the_api_docs_and_repetition_views(
+    site,
+    browser,  # noqa: F811
+    scheme,
+):
     listing = httpx.get(f"{site.url}/runs/{site.run}/").text
     item = html.unescape(re.search(r'href="(/runs/\w+/items/\d+/[^"#]*)"', listing)[1])
-    # bypass_csp: axe is injected as an inline script, which the pages' policy forbids.
-    context = browser.new_context(
-        bypass_csp=True, color_scheme=scheme, viewport={"width": 1360, "height": 900}
+    paths = (
+        "/api/docs/",
+        f"/runs/{site.run}/",
+        f"/runs/{site.run}/?view=all",
+        f"/runs/{site.run}/?view=all&evaluator=exact&max=0.5",
+        item,
+        item + "?repeat=1",
+        "/trends/?experiment=router",
     )
-    tab = context.new_page()
-    found = {}
-    try:
-        for path in (
-            "/api/docs/",
-            f"/runs/{site.run}/",
-            f"/runs/{site.run}/?view=all",
-            f"/runs/{site.run}/?view=all&evaluator=exact&max=0.5",
-            item,
-            item + "?repeat=1",
-            "/trends/?experiment=router",
-        ):
-            tab.goto(site.url + path)
-            if path == "/api/docs/":  # drawn by Swagger UI from the schema
-                tab.wait_for_selector(".opblock-summary")
-            tab.add_script_tag(path=str(AXE))
-            violations = tab.evaluate(
-                """async () => (await axe.run(document, {runOnly: ["wcag2a", "wcag2aa"]}))
-                     .violations.map(v => `${v.id}: ${v.nodes.map(n => n.html).join(" | ")}`)"""
-            )
-            if violations:
-                found[path] = violations
-    finally:
-        context.close()
+    found = axe_violations(
+        browser,
+        site.url,
+        paths,
+        scheme=scheme,
+        viewport={"width": 1360, "height": 900},
+        ready={"/api/docs/": ".opblock-summary"},  # drawn by Swagger UI from the schema
+    )
     assert found == {}

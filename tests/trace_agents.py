@@ -3,6 +3,9 @@ the real `cobalt` command (and team workers), against the fake provider."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 # A plain OpenAI SDK tool-calling loop. "Atlantis" fails after its first model call.
 WEATHER_EXPERIMENT = """
 import json
@@ -357,3 +360,21 @@ def run(ctx):
     question = f'Weather in {city}? [[tool:{{"city": "{city}"}}]]'
     return crew().kickoff(inputs={"question": question}).raw
 """
+
+
+@contextlib.contextmanager
+def weather_site(
+    tmp_path_factory, provider, experiment: str = WEATHER_EXPERIMENT
+) -> Iterator[tuple[str, str]]:
+    """A project that ran the weather agent once with the real `cobalt run` against the fake
+    `provider`, served by `cobalt serve` for the block: (its URL, the run id)."""
+    from tests.conftest import cobalt_run, new_project, served
+
+    project = new_project(tmp_path_factory, "traces", {"experiments/weather.cobalt.py": experiment})
+    env = {
+        "OPENAI_BASE_URL": provider.openai_base_url,
+        "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
+    }
+    run_id = cobalt_run(project, "experiments/weather.cobalt.py", env=env, timeout=300)
+    with served(project) as url:
+        yield url, run_id
