@@ -200,10 +200,12 @@ def _parse(raw: bytes, format: str, *, source: str, name: str) -> Dataset:
         path = Path(folder) / f"download.{format}"
         path.write_bytes(raw)
         try:
-            loaded = loader[format](path)
+            # Read into memory while the download exists: JSON Lines and CSV are streamed
+            # from their file, which goes with the temporary folder.
+            items = list(loader[format](path))
         except DatasetError as exc:
             raise DatasetError(exc.reason, path=source, line=exc.line, column=exc.column) from None
-    return Dataset(loaded.items, name=name, source=source)
+    return Dataset(items, name=name, source=source)
 
 
 # ---------------------------------------------------------------------- Langfuse
