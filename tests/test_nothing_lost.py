@@ -397,7 +397,9 @@ def test_team_mode_records_the_same_mistakes_as_item_errors_and_the_worker_stays
 def test_team_resume_refuses_a_run_its_workers_are_executing(team: Team):
     from tests.team_harness import wait_for
 
-    team.write_experiment(items=24, delay=0.5, call_agent=False)
+    # 18 s of work on 2 lanes: still running when the first item's line shows, however late
+    # a loaded machine prints it (at 0.5 s an item the run once ended before `--resume`).
+    team.write_experiment(items=24, delay=1.5, call_agent=False)
     team.start_worker("--concurrency", "2")
     first = team.cli_background("run")
     wait_for(lambda: "✓ Item" in first.out(), timeout=60, what="a first item")
