@@ -185,13 +185,7 @@ def test_a_model_call_traced_by_openinference_becomes_a_recording():
     span = request.resource_spans.add().scope_spans.add().spans.add()
     span.trace_id, span.span_id, span.name = bytes.fromhex(TRACE), (2).to_bytes(8, "big"), "Chat"
     span.start_time_unix_nano, span.end_time_unix_nano = 1, 2
-    for key, value in attributes.items():
-        kv = span.attributes.add()
-        kv.key = key
-        if isinstance(value, int):
-            kv.value.int_value = value
-        else:
-            kv.value.string_value = value
+    add_attributes(span, attributes)
     (received,), _ = otlp.spans_of(request)
     (exchange,) = trace_recordings.exchanges_of([received.step])
     assert exchange["fromTrace"]["conversation"] == [["user", "Refund order 7?"]]
