@@ -721,7 +721,9 @@ def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_pat
             time.sleep(0.05)
         url = opened.read_text().strip()
         run_id = re.search(r"/runs/(\w+)/$", url).group(1)
-        reply = httpx.get(url)
+        # The dashboard was just started beside a run on a loaded machine: its first page can
+        # take more than httpx's 5 s default.
+        reply = httpx.get(url, timeout=60)
         assert reply.status_code == 200 and f'<code class="id">{run_id}</code>' in reply.text
         ui.terminate()  # passed on to the dashboard it started
         assert ui.wait(timeout=30) == 0

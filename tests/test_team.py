@@ -195,7 +195,9 @@ def test_the_rate_budget_holds_across_two_workers(team: Team, fake_provider_serv
     assert len(times) == 24
     busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
     assert busiest <= 10, busiest  # 8 per second, plus slack for network jitter
-    assert times[-1] - times[0] >= 23 / 8 * 0.95
+    # 24 requests one budget apart take 23/8 s; one budget per worker would take 23/16 s. The
+    # half second allows for when each request reached the provider on a loaded machine.
+    assert times[-1] - times[0] >= 23 / 8 - 0.5
 
 
 def test_the_compose_web_command_serves_and_passes_its_health_check(team: Team):
