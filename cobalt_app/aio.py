@@ -134,7 +134,9 @@ class Threads:
         self.max_threads = max(1, max_threads)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = threading.Semaphore(0)  # threads waiting for a call, not yet promised one
+        # A token per thread waiting for a call, not yet promised one: a C queue, where a
+        # `threading.Semaphore` (a Python condition and lock) cost microseconds per call.
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
         self._landings: dict[asyncio.AbstractEventLoop, _Landing] = {}
@@ -159,7 +161,9 @@ class Threads:
         future = loop.create_future()
         job = (future, landing, contextvars.copy_context(), fn, args, running, then)
         self._jobs.put(job)
-        if not self._idle.acquire(blocking=False):  # no thread is free for it: one more
+        try:
+            self._idle.get_nowait()
+        except queue.Empty:  # no thread is free for it: one more
             self._start_thread()
         return await future
 
@@ -244,7 +248,7 @@ class Threads:
                 if self._closed:
                     self._threads.remove(threading.current_thread())
                     return
-            self._idle.release()
+            self._idle.put(None)
 
     @staticmethod
     def _run_stoppable(
