@@ -204,7 +204,20 @@ def _claimed_sqlite(pick: str, params: list[Any], worker: str, now: Any) -> list
             return []
         cursor.execute(SQLITE_CLAIM, [*_claim_set_params(worker, now), ids])
         cursor.execute(SQLITE_CLAIMED, [ids])
-        return _claims(json.loads(cursor.fetchone()[0]), parsed=True)
+        return _claims(_rows(cursor), parsed=True)
+
+
+# SQLite: the claims' items as they are now, as one JSON value (one step of the statement:
+# a row per step would hand the GIL over a thousand times a batch, see `bulk_sql`).
+SQLITE_CURRENT = (
+    "SELECT json_group_array(json_array(id, status, attempts)) FROM cobalt_app_itemresult "
+    f"{SQLITE_CHOSEN}"
+)
+
+
+def _rows(cursor: Any) -> list[list[Any]]:
+    """The rows a `json_group_array` query sent, as lists."""
+    return json.loads(cursor.fetchone()[0])
 
 
 def _claims(rows: list[Any], *, parsed: bool = False) -> list[Claim]:
@@ -235,24 +248,10 @@ def items_record(pairs: list[tuple[Claim, Any]]) -> tuple[set[int], set[str]]:
     if not bulk_sql.is_sqlite():
         return _record_postgres(pairs)
     ids = [claim.item_id for claim, _ in pairs]
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with transaction.atomic():
+    with transaction.atomic():  # SQLite: IMMEDIATE, the one writer (no row locks to take)
         with connection.cursor() as cursor:
-            if lock:
-                # Runs before items, as `lifecycle.cancel` takes them: the other order
-                # deadlocks against a cancel (the counters below lock the run anyway).
-                runs = sorted({claim.run_id for claim, _ in pairs})
-                cursor.execute(
-                    f"SELECT id FROM cobalt_app_run WHERE id IN ({', '.join(['%s'] * len(runs))})"
-                    f" ORDER BY id{lock}",
-                    runs,
-                )
-            cursor.execute(
-                f"SELECT id, status, attempts FROM cobalt_app_itemresult "
-                f"WHERE id IN ({', '.join(['%s'] * len(ids))}){lock}",
-                ids,
-            )
-            current = {item_id: (status, attempts) for item_id, status, attempts in cursor}
+            cursor.execute(SQLITE_CURRENT, [json.dumps(ids)])
+            current = {item_id: (status, tries) for item_id, status, tries in _rows(cursor)}
         by_run: dict[str, list[Any]] = {}
         recorded: set[int] = set()
         for claim, outcome in pairs:
