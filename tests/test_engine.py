@@ -332,6 +332,7 @@ def test_a_claim_on_sqlite_finds_its_items_by_id_not_by_scanning_every_pending_i
         "pick next": (claims.SQLITE_PICK_NEXT, 3, "item_run_status"),
         "claim": (claims.SQLITE_CLAIM, 5, "INTEGER PRIMARY KEY"),
         "read back": (claims.SQLITE_CLAIMED, 1, "INTEGER PRIMARY KEY"),
+        "record's check": (claims.SQLITE_CURRENT, 1, "INTEGER PRIMARY KEY"),
     }
     for name, (sql, params, index) in statements.items():
         with connection.cursor() as cursor:
