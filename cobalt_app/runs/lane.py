@@ -132,6 +132,8 @@ class LaneHost:
     make_way: Callable[[], None] = lambda: None  # between items: for the database threads
     # (run, worker, limit) → the run's next claims, on a database thread (team: its cursor)
     claim_next: Callable[[str, str, int], list[Claim]] = items_claim_next
+    # Embedded: up to n of the run's claimed items, from the lanes' shared pool (None: claim)
+    take: Callable[[int], Awaitable[list[Claim]]] | None = None
 
 
 @dataclass
@@ -244,6 +246,8 @@ async def _committed(host: LaneHost, handed: dict[int, tuple[Batch, list[int]]])
 async def _claim_next(run_id: str, host: LaneHost, count: int) -> list[Claim]:
     if count < 1 or host.stopping():
         return []
+    if host.take is not None:
+        return await host.take(count)
     return await host.db(host.claim_next, run_id, host.name, count)
 
 
