@@ -70,17 +70,18 @@ def wait_until_up(port: int, process: subprocess.Popen) -> None:
 
 
 def start_agent_service(
-    fake_provider, exporter_port: int, api_token: str = ""
+    fake_provider, exporter_port: int, api_token: str = "", export_delay_ms: int = 50
 ) -> tuple[subprocess.Popen, int]:
     """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`
-    (with `api_token`, as team mode's receiver needs); returns it (started: it accepts
-    connections) and its port."""
+    (with `api_token`, as team mode's receiver needs) every `export_delay_ms`; returns it
+    (started: it accepts connections) and its port."""
     port = free_port()
     env = cli_env(
         {
             "OPENAI_BASE_URL": fake_provider.openai_base_url,
             "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{exporter_port}",
+            "AGENT_EXPORT_DELAY_MS": str(export_delay_ms),
         }
     )
     if api_token:
@@ -147,6 +148,32 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     assert agent["startMs"] >= client["startMs"]
     database = project.db_path.read_bytes() + project.db_path.with_suffix(".db-wal").read_bytes()
     assert TOKEN.encode() not in database and b"sk-test-openai-SECRET" not in database
+
+
+def test_the_summary_of_cobalt_run_waits_for_the_services_spans(
+    project, cobalt_cli, fake_provider_server
+):
+    # The service exports 3 s after its requests (an SDK's default: 5 s), after the last item:
+    # the terminal's summary comes once its spans are in, with their model calls' tokens (it
+    # was printed as the items ended, with none of them).
+    receiver_port = free_port()
+    service, service_port = start_agent_service(
+        fake_provider_server, receiver_port, export_delay_ms=3000
+    )
+    try:
+        project.write(
+            "cobalt.toml",
+            f'test_dir = "experiments"\n[receiver]\nport = {receiver_port}\ngrace = 30\n',
+        )
+        project.write("experiments/svc.cobalt.py", EXPERIMENT.replace("PORT", str(service_port)))
+        done = cobalt_cli(project, "run", "experiments/svc.cobalt.py", env={"AGENT_TOKEN": TOKEN})
+        exported = cobalt_cli(project, "export", run_id_of(done), "--format", "json")
+    finally:
+        service.terminate()
+        service.wait(timeout=10)
+    tokens = json.loads(exported.stdout)["summary"]["totalTokens"]
+    assert tokens > 0
+    assert f"Total tokens:   {tokens:,} (" in done.stdout, done.stdout
 
 
 @pytest.mark.django_db(transaction=True)
