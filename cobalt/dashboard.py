@@ -48,12 +48,12 @@ def existing_dashboard(host: str, port: int, project_dir: str | Path) -> str | N
     return base if answers(base, project_dir) else None
 
 
-def answers(base: str, project_dir: str | Path) -> bool:
+def answers(base: str, project_dir: str | Path, timeout: float = 1.0) -> bool:
     """Whether the dashboard of the project at `project_dir` answers at `base`."""
     import httpx
 
     try:
-        reply = httpx.get(f"{base}/healthz/", timeout=1.0)
+        reply = httpx.get(f"{base}/healthz/", timeout=timeout)
         return reply.status_code == 200 and reply.json().get("project") == project_fingerprint(
             project_dir
         )
@@ -77,17 +77,21 @@ def forget_address(output_dir: Path) -> None:
 
 
 def recorded_address(output_dir: Path) -> str | None:
-    """The address a `cobalt serve` of the project said it listens on, if one did."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        url = json.loads((output_dir / ADDRESS_FILE).read_text(encoding="utf-8")).get("url")
+    """The address a `cobalt serve` of the project said it listens on, if its process is
+    still there (a killed one left its file)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        said = json.loads((output_dir / ADDRESS_FILE).read_text(encoding="utf-8"))
+        os.kill(int(said["pid"]), 0)
+        url = said["url"]
         return url if isinstance(url, str) and url.startswith("http") else None
     return None
 
 
 def running_dashboard(config: Config) -> str | None:
     """The base URL of this project's dashboard if one answers: where its `cobalt serve` said
-    it listens (any port), else on the configured address. None when none does."""
+    it listens (any port; given time to answer, a busy server being there), else on the
+    configured address. None when none does."""
     recorded = recorded_address(config.output_dir)
-    if recorded is not None and answers(recorded, config.project_dir):
+    if recorded is not None and answers(recorded, config.project_dir, timeout=5.0):
         return recorded
     return existing_dashboard(*configured_address(config), config.project_dir)

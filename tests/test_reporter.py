@@ -93,6 +93,7 @@ def test_the_closing_hint_gives_the_address_the_projects_dashboard_really_listen
     project.write("experiments/narrow.cobalt.py", EXPERIMENT)
     with served(project) as url:
         assert not url.endswith(":4000")
+        assert httpx.get(f"{url}/healthz/", timeout=60).status_code == 200  # its workers are up
         shown = cobalt_cli(project, "run").stdout
         run_id = shown.split("Run ID: ")[1].split()[0]
         assert f" Dashboard: {url}/runs/{run_id}/\n" in shown
