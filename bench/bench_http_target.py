@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import re
 import resource
 import socket
 import subprocess
@@ -140,10 +140,11 @@ def main() -> None:
         wall = time.perf_counter() - started
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         command_cpu = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
-        found = re.search(r"Total time:\s*([\d.]+)(ms|s)", done.stdout)
-        if done.returncode != 0 or not found:
+        saved = sorted((project / ".cobalt" / "results").glob("*.json"))
+        if done.returncode != 0 or not saved:
             sys.exit(f"cobalt run failed:\n{done.stdout}\n{done.stderr}")
-        run_seconds = float(found.group(1)) / (1000 if found.group(2) == "ms" else 1)
+        # The run's time to the millisecond (its summary prints tenths of a second).
+        run_seconds = json.loads(saved[-1].read_text())["summary"]["totalDurationMs"] / 1000
         ideal = args.items * args.latency / args.concurrency
         print(
             f"{args.items} calls, {args.latency * 1000:.0f} ms each, {args.concurrency} at a time "

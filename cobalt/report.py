@@ -195,10 +195,9 @@ def _interval(ci: Any) -> str:
 def _run_link(run_id: str) -> str:
     """` · <a>open the run</a>` when this project's dashboard answers on its port."""
     from cobalt.config import active_config
-    from cobalt.dashboard import configured_address, existing_dashboard
+    from cobalt.dashboard import running_dashboard
 
-    config = active_config()
-    base = existing_dashboard(*configured_address(config), config.project_dir)
+    base = running_dashboard(active_config())
     if base is None:
         return " · <code>cobalt serve</code> to see it in the dashboard"
     url = f"{base}/runs/{run_id}/"

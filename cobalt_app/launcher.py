@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 from cobalt import variants
 from cobalt.config import Config
@@ -169,6 +169,9 @@ async def launch(
         return runs
     runs: list[Run] = []
     receiver = otlp_server.open_for(experiments, config)  # HTTP targets' services' spans
+    summaries = None
+    if receiver is not None and options.get("reporter") is not None:
+        summaries = options["reporter"] = AfterSpans(options["reporter"])
     try:
         for experiment in experiments:
             run = await run_experiment(
@@ -184,12 +187,42 @@ async def launch(
     finally:
         try:
             if receiver is not None:
-                await db(receiver.finish)
-                # Spans that came after a run ended added their model calls' tokens and cost.
-                runs = [await db(lifecycle.results_written, r.id, config) for r in runs]
+                try:
+                    await db(receiver.finish)
+                    # Spans that came after a run ended added their model calls' tokens and cost.
+                    runs = [await db(lifecycle.results_written, r.id, config) for r in runs]
+                finally:
+                    if summaries is not None:
+                        await db(summaries.release, runs)
         finally:
             db.close()
     return runs
+
+
+class AfterSpans:
+    """A reporter whose runs' summaries wait for their services' spans: while an HTTP target's
+    run has a receiver, each run's summary is told once the receiver has waited for the last
+    spans (`otlp_server.wait_for_spans`), with the totals those spans changed."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.finished: list[Run] = []
+
+    def run_started(self, run: Run, experiment: Experiment) -> None:
+        self.reporter.run_started(run, experiment)
+
+    def item_finished(self, outcome: Any, done: int, total: int) -> None:
+        self.reporter.item_finished(outcome, done, total)
+
+    def run_finished(self, run: Run) -> None:
+        self.finished.append(run)
+
+    def release(self, runs: list[Run]) -> None:
+        """Each finished run's summary, as `runs` (read again) have it."""
+        latest = {run.id: run for run in runs}
+        for run in self.finished:
+            self.reporter.run_finished(latest.get(run.id, run))
+        self.finished = []
 
 
 def sweeps_of(experiments: list[Experiment]) -> list[str]:

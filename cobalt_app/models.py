@@ -388,12 +388,13 @@ class ReceivedTrace(models.Model):
     whichever order the spans and the item's result arrive), else a production trace."""
 
     trace_id = models.CharField(max_length=32, unique=True)
-    item = models.ForeignKey(
+    item = models.ForeignKey(  # indexed by `received_item` (item, received_at)
         ItemResult,
         null=True,
         blank=True,
         on_delete=models.CASCADE,
         related_name="received_traces",
+        db_index=False,
     )
     service = models.CharField(max_length=200, blank=True, db_index=True)
     name = models.CharField(max_length=500, blank=True)  # the root span's
@@ -438,7 +439,10 @@ class ReceivedSpan(models.Model):
     """One received span as a stored step (`trace_spans.step_of`), with its ids to rebuild
     the service's span tree across export batches."""
 
-    trace = models.ForeignKey(ReceivedTrace, on_delete=models.CASCADE, related_name="spans")
+    # Indexed by `received_span_once` (trace, span_id): one index less to write a span.
+    trace = models.ForeignKey(
+        ReceivedTrace, on_delete=models.CASCADE, related_name="spans", db_index=False
+    )
     span_id = models.CharField(max_length=16)
     parent_span_id = models.CharField(max_length=16, blank=True)
     start_ns = models.BigIntegerField()

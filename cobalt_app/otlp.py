@@ -233,6 +233,8 @@ def _hex_ids(span: dict[str, Any]) -> None:
 def value_of(value: Any) -> Any:
     """An OTLP `AnyValue` as a Python value."""
     kind = value.WhichOneof("value")
+    if kind == "string_value":  # most attributes: one test, not four
+        return value.string_value
     if kind is None:
         return None
     if kind == "array_value":
@@ -319,10 +321,13 @@ def _keep_messages(step: dict[str, Any], attributes: dict[str, Any], secrets: An
     """A model call's messages whole (redacted), not cut as its step's input and output are:
     a production trace's model calls become its dataset item's recording
     (`trace_recordings`). The GenAI conventions' attributes, else OpenInference's."""
+    given = attributes.get("gen_ai.input.messages"), attributes.get("gen_ai.output.messages")
+    if not all(given) and not any(key.startswith("llm.") for key in attributes):
+        return  # neither convention's messages (OpenInference's keys are all `llm.`)
     said = {
-        "input": attributes.get("gen_ai.input.messages")
+        "input": given[0]
         or trace_recordings.openinference_messages(attributes, "llm.input_messages"),
-        "output": attributes.get("gen_ai.output.messages")
+        "output": given[1]
         or trace_recordings.openinference_messages(attributes, "llm.output_messages"),
     }
     if said["input"] and said["output"]:

@@ -23,6 +23,7 @@ from django.utils import timezone
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
 from cobalt.targets import HttpTarget
+from cobalt.wording import plural
 from cobalt_app import otlp
 from cobalt_app.models import ReceivedTrace
 
@@ -145,24 +146,40 @@ class RunReceiver:
 
 def wait_for_spans(grace: float, since: Any, server: _Server) -> None:
     """Until every item trace linked since `since` has spans, or `grace` seconds passed
-    (NO_EXPORT_WAIT while no service has exported anything: one that never does)."""
+    (NO_EXPORT_WAIT while no service has exported anything: one that never does); says so
+    when some have none then."""
     started = time.monotonic()
     waiting = ReceivedTrace.objects.filter(item__isnull=False, span_count=0, received_at__gte=since)
     while waiting.exists():
         limit = grace if server.received else min(grace, NO_EXPORT_WAIT)
         if time.monotonic() - started >= limit:
-            if not server.received:
-                host, port = server.server_address[:2]
-                logger.warning(
-                    "no service exported spans to the OTLP receiver (http://%s:%s/v1/traces) "
-                    "within %.0f s of the last item: to see the services' own spans in the "
-                    "items' timelines, export them there (OTEL_EXPORTER_OTLP_ENDPOINT="
-                    "http://%s:%s) and continue the request's `traceparent`",
-                    host,
-                    port,
-                    limit,
-                    host,
-                    port,
-                )
+            _not_arrived(server, limit, waiting.count())
             return
         time.sleep(POLL)
+
+
+def _not_arrived(server: _Server, waited: float, missing: int) -> None:
+    host, port = server.server_address[:2]
+    if server.received:
+        logger.warning(
+            "%s had no span from their service %.0f s after the last item ([receiver] grace): "
+            "the summary counts none of their service's model calls; spans sent later go to "
+            "whoever listens on http://%s:%s/v1/traces (a `cobalt serve` there joins them to "
+            "the items)",
+            plural(missing, "item"),
+            waited,
+            host,
+            port,
+        )
+        return
+    logger.warning(
+        "no service exported spans to the OTLP receiver (http://%s:%s/v1/traces) "
+        "within %.0f s of the last item: to see the services' own spans in the "
+        "items' timelines, export them there (OTEL_EXPORTER_OTLP_ENDPOINT="
+        "http://%s:%s) and continue the request's `traceparent`",
+        host,
+        port,
+        waited,
+        host,
+        port,
+    )

@@ -197,8 +197,10 @@ def count_usage(trace_pks: Iterable[int]) -> set[str]:
     pks = list(trace_pks)
     if not pks:
         return set()
-    rows = ReceivedSpan.objects.filter(trace_id__in=pks).values_list(
-        "trace_id", "span_id", "parent_span_id", "start_ns", "step"
+    rows = (
+        ReceivedSpan.objects.filter(trace_id__in=pks)
+        .order_by("id")
+        .values_list("trace_id", "span_id", "parent_span_id", "start_ns", "step")
     )
     by_trace: dict[int, list[tuple]] = {}
     for pk, *row in rows:
@@ -233,8 +235,14 @@ def merge(traces: dict[int, Any]) -> None:
     wanted = {item_id for item_id, trace in traces.items() if linked_trace_ids(trace.steps)}
     if not wanted:
         return
-    received = ReceivedSpan.objects.filter(trace__item_id__in=wanted).values_list(
-        "trace__item_id", "trace__trace_id", "span_id", "parent_span_id", "start_ns", "step"
+    # Spans that started in the same millisecond (JavaScript's clock) keep the order they
+    # were received in: their ids, not whichever index the database reads them by.
+    received = (
+        ReceivedSpan.objects.filter(trace__item_id__in=wanted)
+        .order_by("id")
+        .values_list(
+            "trace__item_id", "trace__trace_id", "span_id", "parent_span_id", "start_ns", "step"
+        )
     )
     by_item: dict[int, list[tuple]] = {}
     for row in received:
@@ -293,7 +301,7 @@ def production_traces() -> Any:
 def steps_of_trace(trace: ReceivedTrace) -> list[dict[str, Any]]:
     """A received trace's spans as steps in start order (times from its first span)."""
     rows = list(
-        trace.spans.order_by("start_ns").values_list(
+        trace.spans.order_by("start_ns", "id").values_list(
             "span_id", "parent_span_id", "start_ns", "step"
         )
     )

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cobalt.dashboard import configured_address, existing_dashboard, url_host
+from cobalt.dashboard import (
+    configured_address,
+    forget_address,
+    record_address,
+    running_dashboard,
+    url_host,
+)
 
 if TYPE_CHECKING:
     from cobalt.config import Config
@@ -93,6 +99,7 @@ def serve(
         workers=workers or min(4, os.cpu_count() or 1),
         threads=threads,
         open_url_path=open_path if open_browser else None,
+        output_dir=config.output_dir,
     )
     server.run()
 
@@ -138,12 +145,14 @@ class DashboardServer:
         workers: int,
         threads: int,
         open_url_path: str | None = None,
+        output_dir: Path | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.workers = workers
         self.threads = threads
         self.open_url_path = open_url_path
+        self.output_dir = output_dir  # where it says its address (`cobalt.dashboard`)
 
     def options(self) -> dict[str, Any]:
         return {
@@ -160,11 +169,14 @@ class DashboardServer:
             "proc_name": "cobalt-serve",
             "control_socket_disable": True,
             "when_ready": self.when_ready,
+            "on_exit": self.on_exit,
         }
 
     def when_ready(self, arbiter: Any) -> None:
         port = arbiter.LISTENERS[0].getsockname()[1]
         base = f"http://{url_host(self.host)}:{port}"
+        if self.output_dir is not None:  # `cobalt run`'s "Dashboard:" line gives this address
+            record_address(self.output_dir, base)
         print(f"{READY_MESSAGE}{base}/  (Ctrl+C stops it)", flush=True)
         if self.open_url_path:
             import webbrowser
@@ -172,6 +184,10 @@ class DashboardServer:
             url = base + self.open_url_path
             # A BROWSER command may wait for its child; never block the arbiter on it.
             threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+
+    def on_exit(self, arbiter: Any) -> None:
+        if self.output_dir is not None:
+            forget_address(self.output_dir)
 
     def run(self) -> None:
         options = self.options()
@@ -224,7 +240,8 @@ def open_ui(config: Config, runs: list[Run]) -> None:
     """After `cobalt run --ui`: show the run's page in a browser, serving it if need be.
 
     Like `cypress open`, the dashboard stays up until Ctrl+C. A dashboard of this project
-    already answering on the configured port is reused (the command then returns at once).
+    already answering (where its `cobalt serve` said it listens, or on the configured port) is
+    reused (the command then returns at once).
     """
     import signal
     import subprocess
@@ -234,7 +251,7 @@ def open_ui(config: Config, runs: list[Run]) -> None:
 
     host, port = configured_address(config)
     path = f"/runs/{runs[0].id}/" if len(runs) == 1 else "/"
-    running = existing_dashboard(host, port, config.project_dir)
+    running = running_dashboard(config)
     if running:
         url = running + path
         out().print(f"\n Dashboard: {url}")

@@ -248,11 +248,16 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
 
 
 def dashboard_hint(run) -> str:
-    """Where the run is shown: `cobalt serve`, then its page on the configured address."""
-    from cobalt.dashboard import configured_address
+    """Where the run is shown: its page on this project's dashboard when one answers (on
+    whatever port it listens), else `cobalt serve` and its page on the configured address."""
+    from cobalt.dashboard import configured_address, running_dashboard, url_host
 
-    host, port = configured_address(active_config())
-    return f"`cobalt serve`, then http://{host}:{port}/runs/{run.id}/"
+    config = active_config()
+    base = running_dashboard(config)
+    if base is not None:
+        return f"{base}/runs/{run.id}/"
+    host, port = configured_address(config)
+    return f"`cobalt serve`, then http://{url_host(host)}:{port}/runs/{run.id}/"
 
 
 def calibration_lines(run) -> list[str]:

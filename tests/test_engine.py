@@ -320,6 +320,67 @@ def test_an_embedded_run_claims_and_records_its_items_as_team_workers_do(project
     assert Run.objects.get(id=run.id).status == "completed"
 
 
+def test_no_item_waits_in_a_lane_while_another_lane_is_free(project):
+    # The lanes share one queue of claimed items: towards the end a lane takes one item at a
+    # time, so an item never waits behind a slow one while another lane has nothing to do.
+    # Item 36 of 40 returns only once items 37-39 have finished: they must run beside it
+    # (with a lane claiming for itself, its last claim held them behind it: it timed out).
+    finished: set[int] = set()
+
+    async def runner(ctx):
+        if ctx.index == 36:
+            deadline = time.monotonic() + 20
+            while not {37, 38, 39} <= finished:
+                if time.monotonic() > deadline:
+                    return "37-39 waited behind 36"
+                await asyncio.sleep(0.01)
+        else:
+            await asyncio.sleep(0.005)
+        finished.add(ctx.index)
+        return "x"
+
+    (run,) = execute(project, define("pooled", items(40), runner, concurrency=2))
+    outputs = dict(ItemResult.objects.filter(run=run).values_list("item_index", "output"))
+    assert outputs[36] == "x"
+    assert set(outputs.values()) == {"x"} and len(outputs) == 40
+    assert Run.objects.get(id=run.id).status == "completed"
+
+
+def test_lanes_do_not_wait_for_the_runs_status_while_its_last_answer_is_fresh():
+    # A run's status is read again in the background once half a second old: a lane asking
+    # after a second gets that newer answer at once (it waited for a read behind a commit,
+    # every lane with it); a cancel is still seen within a second of a read.
+    from cobalt_app.runs.lane import STATUS_TTL, RunStatuses
+
+    status = {"r": "running"}
+
+    async def db(fn, run_id):  # a read that waits 0.6 s behind a commit
+        found = status[run_id]
+        await asyncio.sleep(0.6)
+        return found
+
+    async def scenario() -> tuple[float, float]:
+        statuses = RunStatuses(db)
+        began = time.monotonic()
+        assert await statuses.stopped("r") is False  # the first read is awaited
+        await asyncio.sleep(max(0.0, began + 0.65 - time.monotonic()))
+        assert await statuses.stopped("r") is False  # half a second old: read again, behind
+        await asyncio.sleep(max(0.0, began + 1.4 - time.monotonic()))
+        asked = time.monotonic()
+        assert await statuses.stopped("r") is False
+        waited = time.monotonic() - asked
+        status["r"] = "cancelled"
+        cancelled = time.monotonic()
+        while not await statuses.stopped("r"):
+            assert time.monotonic() - cancelled < 10, "the cancel was never seen"
+            await asyncio.sleep(0.01)
+        return waited, time.monotonic() - cancelled
+
+    waited, seen_after = asyncio.run(scenario())
+    assert waited < 0.3, waited
+    assert seen_after < STATUS_TTL + 2 * 0.6 + 0.5, seen_after
+
+
 def test_a_claim_on_sqlite_finds_its_items_by_id_not_by_scanning_every_pending_item(project):
     # SQLite planned the claim's "still pending" check from the (status, lease) index, which
     # visits every pending item of every run at each claim: a 50,000-item run claimed slowly.

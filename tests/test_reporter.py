@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from django.test import Client
 
@@ -13,6 +14,7 @@ from cobalt_app.models import Run
 from cobalt_app.pricing import agent_cost, agent_usage, estimate_cost, usage_problem
 from cobalt_app.selectors import RunNotFound, run_get
 from cobalt_cli.reporter import fmt_ms
+from tests.conftest import served
 from tests.test_pages import keys, make_run
 
 # Three evaluators with realistic names, two repetitions (so the 95% CI column shows), a
@@ -81,6 +83,25 @@ def test_an_unreadable_usage_shape_is_a_warning_not_a_silent_zero(narrow_run):
 def test_the_closing_hint_gives_the_run_page_on_the_dashboard(narrow_run):
     run_id = narrow_run.split("Run ID: ")[1].split()[0]
     assert f"Dashboard: `cobalt serve`, then http://127.0.0.1:4000/runs/{run_id}/" in narrow_run
+
+
+def test_the_closing_hint_gives_the_address_the_projects_dashboard_really_listens_on(
+    project, cobalt_cli
+):
+    # `cobalt serve --port 0` listens on a port of its own choosing: the run's line names it
+    # (it said 4000 whatever the dashboard's port); once it stops, the line says how to start one.
+    project.write("experiments/narrow.cobalt.py", EXPERIMENT)
+    with served(project) as url:
+        assert not url.endswith(":4000")
+        assert httpx.get(f"{url}/healthz/", timeout=60).status_code == 200  # its workers are up
+        shown = cobalt_cli(project, "run").stdout
+        run_id = shown.split("Run ID: ")[1].split()[0]
+        assert f" Dashboard: {url}/runs/{run_id}/\n" in shown
+        page = httpx.get(f"{url}/runs/{run_id}/", timeout=60)
+        assert page.status_code == 200 and run_id in page.text
+    shown = cobalt_cli(project, "run").stdout
+    run_id = shown.split("Run ID: ")[1].split()[0]
+    assert f"Dashboard: `cobalt serve`, then http://127.0.0.1:4000/runs/{run_id}/" in shown
 
 
 def test_durations_from_one_second_are_in_seconds_and_plurals_agree():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -70,17 +71,18 @@ def wait_until_up(port: int, process: subprocess.Popen) -> None:
 
 
 def start_agent_service(
-    fake_provider, exporter_port: int, api_token: str = ""
+    fake_provider, exporter_port: int, api_token: str = "", export_delay_ms: int = 50
 ) -> tuple[subprocess.Popen, int]:
     """The FastAPI agent service in its own process, exporting to 127.0.0.1:`exporter_port`
-    (with `api_token`, as team mode's receiver needs); returns it (started: it accepts
-    connections) and its port."""
+    (with `api_token`, as team mode's receiver needs) every `export_delay_ms`; returns it
+    (started: it accepts connections) and its port."""
     port = free_port()
     env = cli_env(
         {
             "OPENAI_BASE_URL": fake_provider.openai_base_url,
             "OPENAI_API_KEY": "sk-test-openai-SECRET-0001",
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{exporter_port}",
+            "AGENT_EXPORT_DELAY_MS": str(export_delay_ms),
         }
     )
     if api_token:
@@ -96,24 +98,33 @@ def start_agent_service(
     return service, port
 
 
-def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
-    project, cobalt_cli, fake_provider_server
-):
+def run_against_service(
+    project, cobalt_cli, fake_provider, *, grace: int = 10, export_delay_ms: int = 50
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """`cobalt run` of EXPERIMENT against the FastAPI agent service (exporting to the run's
+    receiver every `export_delay_ms`), then its run exported: what it printed, the export."""
     receiver_port = free_port()
-    service, service_port = start_agent_service(fake_provider_server, receiver_port)
+    service, service_port = start_agent_service(
+        fake_provider, receiver_port, export_delay_ms=export_delay_ms
+    )
     try:
         project.write(
             "cobalt.toml",
-            f'test_dir = "experiments"\n[receiver]\nport = {receiver_port}\ngrace = 10\n',
+            f'test_dir = "experiments"\n[receiver]\nport = {receiver_port}\ngrace = {grace}\n',
         )
         project.write("experiments/svc.cobalt.py", EXPERIMENT.replace("PORT", str(service_port)))
         done = cobalt_cli(project, "run", "experiments/svc.cobalt.py", env={"AGENT_TOKEN": TOKEN})
-        run_id = run_id_of(done)
-        exported = cobalt_cli(project, "export", run_id, "--format", "json")
+        exported = cobalt_cli(project, "export", run_id_of(done), "--format", "json")
     finally:
         service.terminate()
         service.wait(timeout=10)
-    exported = json.loads(exported.stdout)
+    return done, json.loads(exported.stdout)
+
+
+def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
+    project, cobalt_cli, fake_provider_server
+):
+    _, exported = run_against_service(project, cobalt_cli, fake_provider_server)
     items, summary = {i["key"]: i for i in exported["items"]}, exported["summary"]
     paris = items["paris"]
     assert (
@@ -122,10 +133,8 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     )
     steps = paris["trace"]
     client = steps[0]
-    assert (client["kind"], client["name"]) == (
-        "agent",
-        f"POST http://127.0.0.1:{service_port}/ask",
-    )
+    assert client["kind"] == "agent"
+    assert re.fullmatch(r"POST http://127\.0\.0\.1:\d+/ask", client["name"]), client["name"]
     assert len(client["traceId"]) == 32
     theirs = {s["name"]: (n, s) for n, s in enumerate(steps) if s.get("service")}
     assert {s["service"] for _, s in theirs.values()} == {"weather-agent"}
@@ -147,6 +156,20 @@ def test_cobalt_run_tests_a_fastapi_service_and_shows_its_spans(
     assert agent["startMs"] >= client["startMs"]
     database = project.db_path.read_bytes() + project.db_path.with_suffix(".db-wal").read_bytes()
     assert TOKEN.encode() not in database and b"sk-test-openai-SECRET" not in database
+
+
+def test_the_summary_of_cobalt_run_waits_for_the_services_spans(
+    project, cobalt_cli, fake_provider_server
+):
+    # The service exports 3 s after its requests (an SDK's default: 5 s), after the last item:
+    # the terminal's summary comes once its spans are in, with their model calls' tokens (it
+    # was printed as the items ended, with none of them).
+    done, exported = run_against_service(
+        project, cobalt_cli, fake_provider_server, grace=30, export_delay_ms=3000
+    )
+    tokens = exported["summary"]["totalTokens"]
+    assert tokens > 0
+    assert f"Total tokens:   {tokens:,} (" in done.stdout, done.stdout
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,12 +6,11 @@ the same claim and record functions as team workers, on its own database thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from itertools import accumulate
 from typing import Any
 
 from cobalt.config import Config
@@ -23,19 +22,17 @@ from cobalt_app.engine import EvalEnv, ItemOutcome, Reporter, make_env
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.progress import Progress
 from cobalt_app.runs import lifecycle
-from cobalt_app.runs.claims import items_claim_next
+from cobalt_app.runs.claims import Claim, items_claim_next
 from cobalt_app.runs.lane import LaneHost, RunStatuses, run_lane, step_for, worker_name
 from cobalt_app.runs.recorder import Recorder
 
 logger = logging.getLogger("cobalt.engine")
 
-MAX_CLAIM = 250  # items a lane claims at once, at most
+MAX_CLAIM = 250  # items a lane takes at once, at most; the pool claims this many per lane
 # Seconds outcomes wait to be committed together: the claims wait behind each commit on the
 # one SQLite writer (team workers commit sooner: `cobalt run` shows what they recorded).
 LINGER = 0.25
-CLAIMS_PER_LANE = 2  # a lane claims at least this many times: the lanes end together
-CLAIM_SECONDS = 0.5  # towards the end, a claim holds about this much of a lane's work
-AHEAD_WHILE = 2  # lanes claim ahead while claims hold at least this many items
+TAKES_PER_LANE = 2  # a lane takes at most 1/(lanes × this) of what is left: lanes end together
 
 
 async def run_experiment(
@@ -137,40 +134,31 @@ async def execute_lanes(
     )
     total = run.total_items
     lanes = min(concurrency, pending) or 1
-    pace = ClaimSizes(lanes, unclaimed=pending, done=total - pending)
+    done = total - pending
     progress = Progress(experiment.on_progress, experiment.name) if experiment.on_progress else None
 
     async def finished(outcome: ItemOutcome) -> None:
-        pace.done += 1
+        nonlocal done
+        done += 1
         if reporter is not None:
-            reporter.item_finished(outcome, pace.done, total)
+            reporter.item_finished(outcome, done, total)
         if progress is not None:
-            await progress.notify(pace.done, total)
+            await progress.notify(done, total)
 
     threads = Threads("cobalt-runner", concurrency)
     recorder = Recorder(config=config, commit_on=db.pool, linger=LINGER)
     # No `make_way` between items: each `time.sleep(0)` handing the GIL to the database
     # thread cost the loop a system call and a hand-over of the GIL there and back (issue 41:
-    # 0.6 to 0.8 s of CPU in a 20,000-item run, 12%); the claims made ahead while items run
-    # (`size_ahead`) wait for the GIL without a lane waiting for them.
-    host = LaneHost(name=worker_name(), db=db, recorder=recorder, statuses=RunStatuses(db))
+    # 0.6 to 0.8 s of CPU in a 20,000-item run, 12%); the pool's claims made ahead while items
+    # run wait for the GIL without a lane waiting for them.
+    pool = ClaimPool(run.id, worker_name(), db, lanes=lanes, unclaimed=pending)
+    host = LaneHost(
+        name=pool.worker, db=db, recorder=recorder, statuses=RunStatuses(db), take=pool.take
+    )
     step = step_for(experiment, run.config, env, threads)
-    # The lanes' first claims in one round trip: the last lane starts with the first.
-    sizes = [pace.size() for _ in range(lanes)]
-    claims = await db(items_claim_next, run.id, host.name, sum(sizes))
     tasks = [
-        asyncio.ensure_future(
-            run_lane(
-                run.id,
-                step,
-                host,
-                size=pace.size,
-                claimed=claims[start : start + count],
-                size_ahead=pace.size_ahead,
-                on_outcome=finished,
-            )
-        )
-        for start, count in zip(accumulate(sizes, initial=0), sizes, strict=False)
+        asyncio.ensure_future(run_lane(run.id, step, host, size=pool.share, on_outcome=finished))
+        for _ in range(lanes)
     ]
     try:
         with traces.enabled(env.trace):
@@ -186,34 +174,73 @@ async def execute_lanes(
             # marked cancelled: committed after, a finished item would be lost as cancelled.
             recorder.close()
             threads.shutdown()
+            pool.close()
 
 
-class ClaimSizes:
-    """How many items an embedded lane claims at a time, as the run goes (`done`: finished)."""
+class ClaimPool:
+    """The run's claimed items, one queue for all its embedded lanes (as a script's
+    semaphore over `asyncio.gather` would share them).
 
-    def __init__(self, lanes: int, *, unclaimed: int, done: int) -> None:
+    The pool claims from the database ahead, MAX_CLAIM items per lane at a time, while the
+    lanes run; a lane takes from it what it executes next: at most 1/(lanes × TAKES_PER_LANE)
+    of what is left, so one item at a time towards the end and no lane holds an item that
+    another, idle, could run. (Each lane claiming for itself, a lane's last claims held half a
+    second of its work: 400 items of 100 ms ran 0.2–0.4 s past their 4 s, lanes idle.)"""
+
+    def __init__(
+        self,
+        run_id: str,
+        worker: str,
+        db: DatabaseThread,
+        *,
+        lanes: int,
+        unclaimed: int,
+    ) -> None:
+        self.run_id = run_id
+        self.worker = worker
+        self.db = db
         self.lanes = lanes
-        self.unclaimed = unclaimed
-        self.done = self.done_before = done
-        self.started = time.monotonic()
+        self.unclaimed = unclaimed  # pending in the database, not claimed yet
+        self.claims: collections.deque[Claim] = collections.deque()
+        self.claiming: asyncio.Future | None = None
 
-    def size(self) -> int:
-        """Big claims while there is plenty left; towards the end, what a lane executes in
-        about CLAIM_SECONDS at the pace of the items so far (quick items: still big claims,
-        each a round trip to the one database thread; slow ones: one at a time)."""
-        share = self.unclaimed // (self.lanes * CLAIMS_PER_LANE)
-        if self.done > self.done_before:
-            elapsed = time.monotonic() - self.started
-            per_item = self.lanes * elapsed / (self.done - self.done_before)
-            share = max(share, int(CLAIM_SECONDS / per_item))
-        count = max(1, min(MAX_CLAIM, share))
-        self.unclaimed = max(0, self.unclaimed - count)
-        return count
+    def share(self) -> int:
+        """How many items a lane takes now."""
+        left = len(self.claims) + self.unclaimed
+        return max(1, min(MAX_CLAIM, left // (self.lanes * TAKES_PER_LANE)))
 
-    def size_ahead(self) -> int:
-        """Claims made while a lane's items run: only while plenty are left (towards the
-        end, a lane holding an item another lane could run makes the run one item longer)."""
-        return self.size() if self.unclaimed >= AHEAD_WHILE * self.lanes * CLAIMS_PER_LANE else 0
+    async def take(self, count: int) -> list[Claim]:
+        """Up to `count` claimed items, in order; [] once the run has none left."""
+        while not self.claims:
+            if self.claiming is None:
+                if self.unclaimed <= 0:
+                    return []
+                self._claim_ahead()
+            await asyncio.shield(self.claiming)
+        taken = [self.claims.popleft() for _ in range(min(count, len(self.claims)))]
+        if len(self.claims) < self.lanes * MAX_CLAIM // 2 and self.unclaimed > 0:
+            self._claim_ahead()
+        return taken
+
+    def _claim_ahead(self) -> None:
+        if self.claiming is None:
+            self.claiming = asyncio.ensure_future(self._claim())
+
+    async def _claim(self) -> None:
+        try:
+            count = min(self.unclaimed, self.lanes * MAX_CLAIM)
+            claims = await self.db(items_claim_next, self.run_id, self.worker, count)
+            # Fewer than asked: the others were taken (a cancel): none left to claim.
+            self.unclaimed = self.unclaimed - len(claims) if len(claims) == count else 0
+            self.claims.extend(claims)
+        finally:
+            self.claiming = None
+
+    def close(self) -> None:
+        """Stop a claim under way (the lanes are gone; a cancelled run's claimed items are
+        marked cancelled with its pending ones)."""
+        if self.claiming is not None:
+            self.claiming.cancel()
 
 
 @contextlib.contextmanager
