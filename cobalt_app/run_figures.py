@@ -108,8 +108,10 @@ def failing_order(run: Run, evaluator: str) -> list[int] | None:
     found = (
         RunFigures.objects.filter(run_id=run.id).values_list("failing_at", "failing_orders").first()
     )
-    if found is None or evaluator not in found[0].get("at", {}) or (
-        found[0].get("marks") != _marks(run)
+    if (
+        found is None
+        or evaluator not in found[0].get("at", {})
+        or (found[0].get("marks") != _marks(run))
     ):
         failing_at, orders = _rank_failures(run)
         if found is None:

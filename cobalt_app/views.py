@@ -274,7 +274,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
     state = form.list_state()
-    scope = page_triage.read_once(page_triage.item_scope(run, state))
+    scope = page_triage.read_once(run, state)
     page_number = filters.get("page") or 1
     # A run whose items ran several times shows one row per item in every view.
     repeated = is_repeated(RunSettings.from_run_config(run.config))
