@@ -158,6 +158,11 @@ def test_search_reads_input_output_expected_and_reasons_ignoring_case(
     with django_assert_num_queries(9):
         page = client.get(url + "t0", **HTMX | {"HTTP_HX_TARGET": "items"}).content.decode()
     assert len(row_keys(page)) == 10
+    # The finished run's found ids are kept: its next page (or the same again, or its
+    # failures) does not search the run again.
+    with django_assert_num_queries(8):
+        again = client.get(url + "t0", **HTMX | {"HTTP_HX_TARGET": "items"}).content.decode()
+    assert row_keys(again) == row_keys(page)
     failing = client.get(f"/runs/{run.id}/?q=t07").content.decode()  # the failures, searched
     assert row_keys(failing) == ["t07"]
     escaped = client.get(f"/runs/{run.id}/?q={XSS}").content.decode()
