@@ -11,7 +11,11 @@ finalisation (`run_finalise` stores each summary and score table). `--items 5000
 two big runs in-process (what `cobalt compare`, the API, MCP and the compare page call; target
 < 1 s) and `page_compare.compare` of the first against the other two (N=3: the verdict strip,
 both pairs' tests and the first page of items; target < 1 s), then starts `cobalt serve` as a subprocess and times each page with httpx: after a
-warm-up pass over all pages, the median, p95 and max of `--repeat` keep-alive requests.
+warm-up pass over all pages, the median, p95 and max of `--repeat` keep-alive requests, and
+the median CPU time the server (its workers included) spent on each: on a shared machine the
+wall times move with the load, the CPU column much less (Linux: clock ticks of 10 ms). A
+search and a field filter are also timed asking something new on each request (`{n}` in
+their URL): a finished run's found items are kept, so repeating one search times a lookup.
 Targets: list < 200 ms, detail < 300 ms, compare of two or three big runs < 1 s, trends < 300 ms,
 next items page (and the API's) < 200 ms. The run page opens on its failures (worst first);
 the items pages ask for `view=all`. A run of one item with a 5 MB single-line output and
