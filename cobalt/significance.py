@@ -408,9 +408,12 @@ def paired_values(
     only_a: tuple[int, list[str]],
     only_b: tuple[int, list[str]],
     alpha: float = ALPHA,
+    interval: bool = True,
 ) -> dict[str, Any]:
     """`paired_compare()` of scores already paired (`values_a[i]` and `values_b[i]` are one
-    item's); `only_*` are (how many items only that run scored, the first of their keys)."""
+    item's); `only_*` are (how many items only that run scored, the first of their keys).
+    `interval=False` leaves out the interval (`ci` None): its bootstrap is most of the cost
+    below 10,000 pairs, and a table of many small tests (a compare's groups) shows only p."""
     alpha = check_alpha(alpha)
     n = len(values_a)
     binary = n > 0 and _all_binary(values_a) and _all_binary(values_b)
@@ -434,7 +437,8 @@ def paired_values(
     if n < 2:
         return result
     differences = values_b - values_a
-    result["ci"] = mean_difference_ci(differences, level=1 - alpha)
+    if interval:
+        result["ci"] = mean_difference_ci(differences, level=1 - alpha)
     if binary:
         pass_to_fail = int(np.sum((values_a == 1) & (values_b == 0)))
         fail_to_pass = int(np.sum((values_a == 0) & (values_b == 1)))

@@ -18,6 +18,7 @@ from cobalt.verdict import score_verdict
 from cobalt_app import calibration, score_tables
 from cobalt_app.compare_strip import notable, verdict_strip
 from cobalt_app.models import Run
+from cobalt_app.page_compare_groups import CompareGroups, compare_groups
 from cobalt_app.page_compare_table import (  # noqa: F401 (the page's names)
     CHANGED,
     CHANGES,
@@ -59,6 +60,7 @@ class Comparison:
     judges: list[Any] = field(default_factory=list)  # calibration.JudgeComparison
     versus: list[Versus] = field(default_factory=list)
     strip: dict[str, Any] = field(default_factory=dict)  # compare_strip.verdict_strip
+    groups: CompareGroups | None = None  # by a field's value, when asked
 
     @property
     def same_experiment(self) -> bool:
@@ -87,14 +89,17 @@ def compare(
     change: str = "",
     sort: str = "delta",
     over: str = "",
+    group_by: str = "",
+    group: tuple[str, str] | None = None,
     page: int = 1,
     per_page: int = 50,
     alpha: float = ALPHA,
 ) -> Comparison:
     """The compare page of baseline `a` against `others` (the first is B): the strip, the
-    paired tests per other run, and a page of every item matched by key in A and B (filtered
-    by evaluator and by change or class, sorted by Δ or key, in B's column or the one `over`
-    names: `page_compare_table`), with the further runs' columns."""
+    paired tests per other run, the groups by a field (`group_by`: `page_compare_groups`),
+    and a page of every item matched by key in A and B (filtered by evaluator, by change or
+    class and to one `group` (key, value), sorted by Δ or key, in B's column or the one
+    `over` names: `page_compare_table`), with the further runs' columns."""
     base = score_tables.kept(a)
     pairings = [score_tables.join(base, score_tables.kept(run)) for run in others]
     diffs = [
@@ -119,6 +124,7 @@ def compare(
         change=change,
         sort=sort,
         over=over,
+        group=group,
         page=page,
         per_page=per_page,
     )
@@ -135,6 +141,7 @@ def compare(
         judges=calibration.compare_calibration(a, others[0]),
         versus=versus,
         strip=verdict_strip(a, list(zip(others, diffs, strict=True))),
+        groups=compare_groups(a, others, pairings, group_by, alpha=alpha) if group_by else None,
     )
 
 

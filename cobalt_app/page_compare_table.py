@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Min
 
 from cobalt.verdict import score_verdict
-from cobalt_app import score_tables
+from cobalt_app import page_compare_groups, score_tables
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_items import Paging
 from cobalt_app.score_tables import Pairing, ScoreTable
@@ -71,6 +71,7 @@ class PairTable(Paging):
     counts: dict[str, int] = field(default_factory=dict)
     more: list[Run] = field(default_factory=list)  # the runs after B, as further columns
     over: str = ""  # the column the filter and sort apply to: "" (B), "2"… or ANY
+    group: tuple[str, str] | None = None  # (key, value): only that group's keys
 
     @property
     def columns(self) -> int:
@@ -118,6 +119,7 @@ def pair_table(
     change: str = "",
     sort: str = "delta",
     over: str = "",
+    group: tuple[str, str] | None = None,
     page: int = 1,
     per_page: int = 50,
 ) -> PairTable:
@@ -127,10 +129,11 @@ def pair_table(
     An item that errored or timed out in one run only counts as regressed (in B) or improved
     (in A); otherwise it regressed when an evaluator's score fell, improved when one rose and
     none fell. Its class says more (`_PairArrays`). `pairings`: A's score table joined with
-    each other run's (`score_tables.join`)."""
+    each other run's (`score_tables.join`). `group`: (key, value), only the keys whose item
+    in A has that value (`page_compare_groups`)."""
     base = pairings[0].a
     column = column_of(over, len(others))
-    counts, order = _order(a, others, pairings, names, change, sort, column)
+    counts, order = _order(a, others, pairings, names, change, sort, column, group)
     total = len(order)
     number = min(max(1, page), max(1, math.ceil(total / per_page)))
     shown = order[(number - 1) * per_page : number * per_page].tolist()
@@ -146,6 +149,7 @@ def pair_table(
         counts=counts,
         more=others[1:],
         over=over,
+        group=group,
     )
 
 
@@ -157,29 +161,40 @@ def _order(
     change: str,
     sort: str,
     column: int | None,
+    group: tuple[str, str] | None = None,
 ) -> tuple[dict[str, int], Any]:
-    """How many keys each change and class has (in the chosen column, or in any), and the
-    baseline positions of the keys shown in their order: classifying and sorting every pair
-    takes ~90 ms per run at 200,000 items, so a finished comparison's is worked out once per
-    filter and sort."""
+    """How many keys each change and class has (in the chosen column, or in any; of the
+    `group` only, when given), and the baseline positions of the keys shown in their order:
+    classifying and sorting every pair takes ~90 ms per run at 200,000 items, so a finished
+    comparison's is worked out once per filter and sort."""
     chosen = pairings if column is None else [pairings[column]]
     runs = others if column is None else [others[column]]
 
     def order() -> tuple[dict[str, int], Any]:
-        return _ordered(len(pairings[0].a), chosen, names, change, sort)
+        within = None
+        if group:
+            within = page_compare_groups.within_group(a, *group, pairings[0].a)
+        return _ordered(len(pairings[0].a), chosen, names, change, sort, within)
 
-    what = ("pair order", tuple(names), change, sort, tuple((r.id, r.finished_at) for r in runs))
+    runs_seen = tuple((r.id, r.finished_at) for r in runs)
+    what = ("pair order", tuple(names), change, sort, runs_seen, group)
     if any(run.status in score_tables.UNFINISHED or run.finished_at is None for run in runs):
         return order()
     return score_tables.remembered(a, runs[0], what, order)
 
 
 def _ordered(
-    size: int, pairings: list[Pairing], names: list[str], change: str, sort: str
+    size: int,
+    pairings: list[Pairing],
+    names: list[str],
+    change: str,
+    sort: str,
+    within: Any = None,
 ) -> tuple[dict[str, int], Any]:
     """`_order` over `pairings` (one per run considered): with several, each pair's class is
     put at its baseline position (-1 where that run lacks the key); with one, its pairs are
-    used as they are (no baseline-sized copies: ~20% faster)."""
+    used as they are (no baseline-sized copies: ~20% faster). `within`: whether each baseline
+    position is kept (a group), or None for all."""
     import numpy as np
 
     if len(pairings) == 1:
@@ -200,6 +215,10 @@ def _ordered(
             found = pairing.at_a[pairs.keep]
             kinds[k, found], changes[k, found] = pairs.kinds, pairs.changes
             worst[k, found], best[k, found] = pairs.worst, pairs.best
+    if within is not None:
+        kept = within[at]
+        at, kinds, changes = at[kept], kinds[:, kept], changes[:, kept]
+        worst, best = worst[:, kept], best[:, kept]
     moved = (changes == 0) | (changes == 1)
     counts = {name: int((changes == i).any(axis=0).sum()) for i, name in enumerate(CHANGES)}
     counts[CHANGED] = int(moved.any(axis=0).sum())
@@ -477,9 +496,10 @@ def neighbours(
     change: str = "",
     sort: str = "delta",
     over: str = "",
+    group: tuple[str, str] | None = None,
 ) -> tuple[str | None, str | None]:
-    """The keys before and after `key` in the compare table's filter and sort (for j/k in
-    the side by side); (None, None) when the key is not in it."""
+    """The keys before and after `key` in the compare table's filter, group and sort (for
+    j/k in the side by side); (None, None) when the key is not in it."""
     import numpy as np
 
     base = score_tables.kept(a)
@@ -494,7 +514,7 @@ def neighbours(
     if position == len(base.keys) or base.keys[position] != wanted:
         return None, None
     column = column_of(over, len(others))
-    _, order = _order(a, others, pairings, names, change, sort, column)
+    _, order = _order(a, others, pairings, names, change, sort, column, group)
     found = np.flatnonzero(order == position)
     if not len(found):
         return None, None

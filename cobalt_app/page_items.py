@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +135,14 @@ class ItemFilters:
     max_score: float | None = None
     sort: str = "index"
     scope: QuerySet[ItemResult] | None = None
+    found: Sequence[int] | None = None  # the scope's ids in ascending order, when read
+
+    @property
+    def by_found_ids(self) -> bool:
+        """Whether the list is the scope's ids as read, in index order (or reversed):
+        nothing else narrows or sorts it."""
+        narrowed = self.status or self.ranged
+        return self.found is not None and not narrowed and self.sort.lstrip("-") == "index"
 
     @property
     def ranged(self) -> bool:
@@ -177,6 +185,14 @@ def item_order(
     )
     min_score, max_score = filters.min_score, filters.max_score
     descending = filters.sort.startswith("-")
+    if filters.by_found_ids and column == "id":
+        # Item ids follow (item_index, run_index). Counting and ordering 100k ids given as a
+        # parameter costs ~100 ms of database CPU at 500,000 items (SQLite), five times it on
+        # PostgreSQL; slicing the ids already read costs nothing.
+        found = filters.found
+        return (lambda: len(found)), lambda offset, limit: _in_order(
+            found, descending, offset, limit
+        )
     key = filters.sort.lstrip("-")
     sort_evaluator = key.removeprefix("score:") if key.startswith("score:") else ""
     if ranged and sort_evaluator in ("", evaluator):
@@ -226,6 +242,14 @@ def item_order(
 def _of_item(column: str) -> str:
     """An item's `column` read from its evaluations."""
     return "item_id" if column == "id" else f"item__{column}"
+
+
+def _in_order(ids: Sequence[int], descending: bool, offset: int, limit: int | None) -> list[int]:
+    """`limit` of `ids` (ascending) from `offset`, in ascending or descending order."""
+    end = len(ids) if limit is None else min(len(ids), offset + limit)
+    if not descending:
+        return list(ids[offset:end])
+    return [ids[len(ids) - 1 - i] for i in range(offset, end)]
 
 
 def _slice(ids: QuerySet, offset: int, limit: int | None) -> list[int]:

@@ -267,17 +267,29 @@ def failing_counts(run: Run) -> dict[str, int]:
     return {name: failing_verdicts(run, name).count() for name in ["", *run.evaluator_names]}
 
 
-def failing_verdicts(run: Run, evaluator: str = "") -> QuerySet:
+def failing_verdicts(
+    run: Run, evaluator: str = "", scope: QuerySet[ItemResult] | None = None
+) -> QuerySet:
     """Per item with a failing verdict (an evaluation error, or a score below its pass mark;
-    of `evaluator` only when given), its worst score (-1 for an error), worst first."""
+    of `evaluator` only when given), its worst score (-1 for an error), worst first; of the
+    run's items in `scope` only, when given.
+
+    With a scope (what a search or a field filter leaves) the verdicts are found by item, not
+    by run: SQLite otherwise reads every verdict of the run on its `run` index and keeps
+    those of the scope's items (~40 ms of CPU at 100,000 items for a search that found
+    1,000, five times that at 500,000; by item, ~2 ms)."""
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
     below = below_mark(marks, [evaluator] if evaluator else list(marks))
     unscored = ~Q(status=Evaluation.Status.OK) | Q(score__isnull=True)
     if evaluator:
         unscored &= Q(evaluator=evaluator)
-    return (
+    verdicts = (
         Evaluation.objects.filter(run=run)
-        .filter(unscored | below)
+        if scope is None
+        else Evaluation.objects.filter(item_id__in=scope.values("id"))
+    )
+    return (
+        verdicts.filter(unscored | below)
         .values("item_id")
         .annotate(worst=Min(Coalesce("score", Value(-1.0))))
         .order_by("worst", "item_id")
@@ -289,9 +301,7 @@ def judged_failures(
 ) -> QuerySet:
     """Items with a failing verdict (`failing_verdicts`), the most failing evaluators first,
     then the worst score, then the item."""
-    failing = failing_verdicts(run, evaluator)
-    if scope is not None:
-        failing = failing.filter(item_id__in=scope.values("id"))
+    failing = failing_verdicts(run, evaluator, scope)
     return failing.annotate(failed=Count("id")).order_by("-failed", "worst", "item_id")
 
 

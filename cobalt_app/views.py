@@ -274,7 +274,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
     state = form.list_state()
-    scope = page_triage.read_once(page_triage.item_scope(run, state))
+    found = page_triage.found_ids(run, state)
+    scope = page_triage.id_scope(found)
     page_number = filters.get("page") or 1
     # A run whose items ran several times shows one row per item in every view.
     repeated = is_repeated(RunSettings.from_run_config(run.config))
@@ -285,7 +286,8 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         )
     else:
         listing = page_repeats.repeated_item_page if repeated else page_items.item_page
-        items = listing(run, state.filters(scope), page=page_number, per_page=ITEMS_PER_PAGE)
+        listed = state.filters(scope, found)
+        items = listing(run, listed, page=page_number, per_page=ITEMS_PER_PAGE)
     group = filters.get("group") or ""
     context |= {
         "form": form,

@@ -20,7 +20,13 @@ from django.shortcuts import render
 
 from cobalt.config import active_config
 from cobalt.errors import CobaltError
-from cobalt_app import page_compare, page_compare_side, page_compare_table, selectors
+from cobalt_app import (
+    page_compare,
+    page_compare_side,
+    page_compare_table,
+    page_triage,
+    selectors,
+)
 from cobalt_app.models import Run
 from cobalt_app.pairwise_compare import REQUEST_PAIRS, pairwise_compare, pairwise_judges
 from cobalt_app.selectors import RunNotFound, run_get
@@ -39,6 +45,8 @@ class CompareForm(forms.Form):
     change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
     over = forms.ChoiceField(required=False, choices=[(o, o) for o in OVER])
+    group = forms.CharField(required=False, max_length=200, label="Group by")
+    value = forms.CharField(required=False, max_length=200)
     page = forms.IntegerField(required=False, min_value=1)
     pairwise = forms.CharField(required=False, max_length=100)
 
@@ -88,8 +96,9 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
                 context["side"] = page_compare_side.side_by_side(a, others[0], key)
                 return partial_or_page(request, "cobalt/compare.html", context, "side")
             context |= _comparison_context(a, others, data)
-            if request.htmx and request.htmx.target == "pairs":
-                return partial_or_page(request, "cobalt/compare.html", context, "pairs")
+            target = request.htmx.target if request.htmx else None
+            if target in ("pairs", "grouped"):
+                return partial_or_page(request, "cobalt/compare.html", context, target)
     return render(request, "cobalt/compare.html", context)
 
 
@@ -98,6 +107,7 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
     evaluator = data["evaluator"] if data["evaluator"] in names else ""
     change = data["change"] or ""
     sort = data["sort"] or "delta"
+    group_by, value = data["group"] or "", data["value"] or ""
     comparison = page_compare.compare(
         a,
         others,
@@ -105,11 +115,15 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
         change=change,
         sort=sort,
         over=data["over"] or "",
+        group_by=group_by,
+        group=(group_by, value) if group_by and value else None,
         page=data["page"] or 1,
         per_page=ITEMS_PER_PAGE,
     )
     table = comparison.table
     filters = {"evaluator": evaluator, "change": change, "sort": sort}
+    if table.group:  # j/k in the side by side walk the group's rows
+        filters |= {"group": group_by, "value": value}
     if table.more:  # j/k in the side by side walk the same rows: over the same runs
         filters |= {"over": table.over, "among": ",".join(run.id for run in others)}
     return {
@@ -123,6 +137,8 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
         "changes": (*page_compare.CHANGES, page_compare.CHANGED),
         "filters": urlencode(filters),
         "charts": comparison.chart_data,
+        "groups": comparison.groups,
+        "field_keys": page_triage.field_keys(a),
         "side": page_compare_side.side_by_side(a, others[0], data["key"]) if data["key"] else None,
         **_pairwise_context(a, others[0], data["pairwise"]),
     }
@@ -150,6 +166,8 @@ class SideForm(forms.Form):
     change = forms.ChoiceField(required=False, choices=[("", "any"), *((c, c) for c in FILTERS)])
     sort = forms.ChoiceField(required=False, choices=[(s, s) for s in page_compare.PAIR_SORTS])
     over = forms.ChoiceField(required=False, choices=[(o, o) for o in OVER])
+    group = forms.CharField(required=False, max_length=200)
+    value = forms.CharField(required=False, max_length=200)
     among = forms.CharField(required=False, max_length=33 * page_compare.MAX_OTHERS)
 
     def clean_among(self) -> list[str]:
@@ -184,9 +202,12 @@ def compare_item(request: HtmxHttpRequest) -> HttpResponse:
         "sort": data["sort"] or "delta",
     }
     over = (data["over"] or "") if len(among) > 1 else ""
+    group = (data["group"], data["value"]) if data["group"] and data["value"] else None
     previous_key, next_key = page_compare_table.neighbours(
-        a, among, data["key"], over=over, **filters
+        a, among, data["key"], over=over, group=group, **filters
     )
+    if group:
+        filters |= {"group": group[0], "value": group[1]}
     if len(among) > 1:
         filters |= {"over": over, "among": ",".join(run.id for run in among)}
     query = urlencode({"a": a.id, "b": b.id, **filters})

@@ -48,9 +48,10 @@ def test_the_filter_and_sort_follow_the_column_asked_for(client, django_assert_n
     assert '<option value="2" selected>B2</option>' in by_b2
     row = re.search(r"<bdi>k005</bdi>.*?</tr>", by_b2, re.S)[0]
     assert "no change" in row and "new error" in row  # in B, then in B2
-    # Three runs, recent runs, item numbers, two calibration label reads: the score tables
-    # are kept from the visits before, whichever column the filter applies to.
-    with django_assert_num_queries(7):
+    # Three runs, recent runs, item numbers, two calibration label reads, the fields to group
+    # by: the score tables are kept from the visits before, whichever column the filter
+    # applies to.
+    with django_assert_num_queries(8):
         anywhere = client.get(f"{url}&change=regressed&over=any").content.decode()
     assert row_keys(anywhere) == ["k005", "k004", "k001"]
     assert "filtered and sorted over every run" in anywhere

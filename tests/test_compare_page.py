@@ -69,8 +69,9 @@ def test_the_strip_says_b_fixes_errors_but_loses_on_tone_with_significance(
     client, django_assert_num_queries
 ):
     a, b = fixed_and_curt()
-    # runs A and B, recent runs, two score tables, item ids, two calibration label reads
-    with django_assert_num_queries(8):
+    # runs A and B, recent runs, two score tables, item ids, two calibration label reads, the
+    # fields offered to group by
+    with django_assert_num_queries(9):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     text = strip_text(page)
     assert (
@@ -151,8 +152,9 @@ def test_each_item_has_a_change_class_and_noise_is_greyed(client):
 def test_a_baseline_against_several_runs_shows_each_as_columns(client, django_assert_num_queries):
     a, b = fixed_and_curt()
     c = make_run(keys=keys(30), evaluators=("resolved", "tone"))
-    # three runs, recent runs, three score tables, item ids, two calibration label reads
-    with django_assert_num_queries(10):
+    # three runs, recent runs, three score tables, item ids, two calibration label reads, the
+    # fields offered to group by
+    with django_assert_num_queries(11):
         page = client.get(f"/compare/?a={a.id}&b={b.id}&b={c.id}").content.decode()
     same = client.get(f"/compare/?runs={a.id},{b.id},{c.id}").content.decode()
     assert pair_rows(page) == pair_rows(same) and len(pair_rows(page)) == 30
@@ -237,8 +239,9 @@ def test_a_second_visit_reuses_what_was_worked_out_and_a_run_judged_again_compar
     url = f"/compare/?a={a.id}&b={b.id}"
     first = client.get(url).content.decode()
     assert kinds(first)[0] == ("k002", "score down")
-    # Two runs, recent runs, item ids, two label reads: no score table read again.
-    with django_assert_num_queries(6):
+    # Two runs, recent runs, item ids, two label reads, the fields to group by: no score table
+    # read again.
+    with django_assert_num_queries(7):
         again = client.get(url).content.decode()
     assert kinds(again) == kinds(first)
     side = client.get(f"/compare/item/?a={a.id}&b={b.id}&sort=key&key=k002").content.decode()
@@ -268,7 +271,8 @@ from cobalt import Dataset, Evaluator, experiment
 
 VERSION = os.environ.get("AGENT_VERSION", "1")
 dataset = Dataset(
-    items=[{"id": f"o{i:02d}", "input": f"Where is order o{i:02d}? I want a refund."}
+    items=[{"id": f"o{i:02d}", "input": f"Where is order o{i:02d}? I want a refund.",
+            "category": "refund" if i % 2 else "shipping" if i % 4 == 0 else "billing"}
            for i in range(40)]
 )
 

@@ -494,8 +494,9 @@ def test_compare_lists_every_matched_item_worst_first_with_links_to_both_runs(
         errors={"k004": "RuntimeError: boom"},
     )
     # run A, run B, recent runs, the score table of each (stored at finalisation), item numbers,
-    # the labels each run's judges' calibration reads (none: nothing more)
-    with django_assert_num_queries(8):
+    # the labels each run's judges' calibration reads (none: nothing more), the fields to
+    # group by
+    with django_assert_num_queries(9):
         page = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert "Items matched by key: 6 (only in A: 0, only in B: 1)" in page
     assert pair_rows(page) == [
@@ -538,8 +539,9 @@ def test_compare_reads_score_tables_stored_at_finalisation_and_builds_missing_on
     before = pair_rows(client.get(f"/compare/?a={a.id}&b={b.id}").content.decode())
     assert before[0] == ("k002", "regressed") and before[-1] == ("k001", "improved")
     assert RunScoreTable.objects.filter(run_id=a.id).exists()
-    # No table to build or read any more: both are kept in this process (4, 2 label reads).
-    with django_assert_num_queries(6):
+    # No table to build or read any more: both are kept in this process (4, 2 label reads,
+    # the fields to group by).
+    with django_assert_num_queries(7):
         again = client.get(f"/compare/?a={a.id}&b={b.id}").content.decode()
     assert pair_rows(again) == before
     # A run still running is read fresh, never stored half-done.

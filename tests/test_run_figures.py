@@ -103,10 +103,21 @@ def test_each_evaluators_failures_are_stored_in_order_and_paged_from_it(
     # errors (grouped), the stored order, rows, scores — no ranking of the verdicts
     with django_assert_num_queries(4):
         stored = page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
-    RunFigures.objects.filter(run=run).delete()
-    # no figures: the count stored with the score table, then the ranking of the verdicts
-    with django_assert_num_queries(6):
-        ranked = page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
+    # Figures stored by an older Cobalt (a histogram, no orders): the first visit ranks every
+    # evaluator's failures and stores them; the next ones read them.
+    RunFigures.objects.filter(run=run).update(failing_at={}, failing_orders=b"")
+    ranked = page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
     assert [row.key for row in stored.rows] == [row.key for row in ranked.rows]
     assert stored.total == ranked.total
+    with django_assert_num_queries(4):
+        again = page_triage.failure_page(run, evaluator="exact", per_page=3, page=2)
+    assert again.total == len(judged_failures(run, "exact")) + 1  # and k007's error
+    # No figures at all: the same, with the histogram counted once too.
+    RunFigures.objects.filter(run=run).delete()
+    assert run_figures.failing_order(run, "judge") == list(
+        judged_failures(run, "judge").values_list("item_id", flat=True)
+    )
+    assert RunFigures.objects.get(run=run).histogram["judge"]
+    with django_assert_num_queries(4):
+        page_triage.failure_page(run, evaluator="judge", per_page=3, page=2)
     assert page_triage.failure_ids(run, "exact") == page_triage.failure_ids(run, "exact")

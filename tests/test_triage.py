@@ -153,11 +153,16 @@ def test_search_reads_input_output_expected_and_reasons_ignoring_case(
     assert found("où est") == ["t05"] and found('"mon"') == ["t05"]  # non-ASCII, quotes
     assert found("judge on t08") == ["t08"]  # an evaluation's reason
     assert found("nothing like this") == []
-    # run, the searched ids (read once: the queries after it do not search again), count,
-    # page ids, rows, scores, flaky marks (2), the fields to filter by
-    with django_assert_num_queries(9):
+    # run, the searched ids (read once: the queries after it do not search again, and they
+    # are the page's count and order), rows, scores, flaky marks (2), the fields to filter by
+    with django_assert_num_queries(7):
         page = client.get(url + "t0", **HTMX | {"HTTP_HX_TARGET": "items"}).content.decode()
     assert len(row_keys(page)) == 10
+    # The finished run's found ids are kept: its next page (or the same again, or its
+    # failures) does not search the run again.
+    with django_assert_num_queries(6):
+        again = client.get(url + "t0", **HTMX | {"HTTP_HX_TARGET": "items"}).content.decode()
+    assert row_keys(again) == row_keys(page)
     failing = client.get(f"/runs/{run.id}/?q=t07").content.decode()  # the failures, searched
     assert row_keys(failing) == ["t07"]
     escaped = client.get(f"/runs/{run.id}/?q={XSS}").content.decode()

@@ -71,6 +71,16 @@ def percent(value: float | None) -> str:
 
 
 @register.filter
+def points(value: float | None) -> str:
+    """A change of a share: 0.18 → "+18 pp", -0.5 → "−50 pp"; missing → "—"."""
+    value = _number(value)
+    if value is None:
+        return "—"
+    shown = f"{abs(value) * 100:.0f}"
+    return ("±" if shown == "0" else "+" if value > 0 else "−") + f"{shown} pp"
+
+
+@register.filter
 def duration(ms: float | None) -> str:
     """Milliseconds as 420ms, 4.2s, 3m 05s or 1h 02m."""
     ms = _number(ms)
