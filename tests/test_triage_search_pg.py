@@ -5,11 +5,17 @@ quotes) and PostgreSQL looks them up in the indexes instead of reading the run."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
 
 from tests.conftest import cli_env
-from tests.test_stored_limits import postgres_url  # noqa: F401 (a fixture: a new database)
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 SEARCH = r"""
 import json
@@ -82,9 +88,22 @@ print(json.dumps(out))
 """
 
 
-def test_search_on_postgresql_looks_up_its_trigram_indexes(postgres_url, tmp_path):  # noqa: F811
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    name = f"cobalt_test_search_{os.getpid()}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_search_on_postgresql_looks_up_its_trigram_indexes(postgres, tmp_path):
     env = cli_env(
-        {"DJANGO_SETTINGS_MODULE": "cobalt_project.settings", "COBALT_DATABASE_URL": postgres_url}
+        {"DJANGO_SETTINGS_MODULE": "cobalt_project.settings", "COBALT_DATABASE_URL": postgres}
     )
     done = subprocess.run(
         [sys.executable, "-c", SEARCH],
