@@ -1,7 +1,8 @@
 """Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
 
 A test session (each xdist worker is one) gets its own database `cobalt_test_team_<pid>`
-(dropped at the end) and Redis DB 5, or the one COBALT_TEST_REDIS_DB names, plus the xdist
+(for each module a new copy of `cobalt_test_template_<pid>`, which the compose migrate command
+migrated once; both dropped at the end) and Redis DB 5, or the one COBALT_TEST_REDIS_DB names, plus the xdist
 worker's number (flushed at the start; see tests/conftest.py); each test gets its
 own Celery queue, so work left over by one test never reaches another's workers. The worker, migrate and web commands come
 from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
