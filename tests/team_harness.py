@@ -1,7 +1,8 @@
 """Real services for the team-mode tests: PostgreSQL, Redis, `cobalt worker` processes.
 
 A test session (each xdist worker is one) gets its own database `cobalt_test_team_<pid>`
-(dropped at the end) and Redis DB 5, or the one COBALT_TEST_REDIS_DB names, plus the xdist
+(for each module a new copy of `cobalt_test_template_<pid>`, which the compose migrate command
+migrated once; both dropped at the end) and Redis DB 5, or the one COBALT_TEST_REDIS_DB names, plus the xdist
 worker's number (flushed at the start; see tests/conftest.py); each test gets its
 own Celery queue, so work left over by one test never reaches another's workers. The worker, migrate and web commands come
 from docker-compose.yml, resolved by `docker compose config` (or, where the compose CLI is
@@ -223,18 +224,29 @@ class Services:
         return redis.Redis.from_url(self.broker_url)
 
 
-def create_services() -> Services:
-    name = f"cobalt_test_team_{os.getpid()}"
+def create_database(name: str, template: str | None = None) -> str:
+    """A new database (an old one of that name dropped), a copy of `template` if given; its URL."""
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def create_services() -> Services:
+    name = f"cobalt_test_team_{os.getpid()}"
+    url = create_database(name)
     redis.Redis.from_url(REDIS_URL).flushdb()
-    return Services(name, f"postgresql://postgres@127.0.0.1:5432/{name}")
+    return Services(name, url)
 
 
 def drop_services(services: Services) -> None:
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{services.database}" WITH (FORCE)')
+    drop_database(services.database)
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 

@@ -214,6 +214,13 @@ def test_the_compose_web_command_serves_and_passes_its_health_check(team: Team):
     assert "GET /admin/login/" in server.out() + server.err()
 
 
+def test_the_django_system_checks_a_worker_skips_pass():
+    # `cobalt worker` starts without them (CELERY_SKIP_CHECKS): they check the shipped code.
+    from django.core.checks import run_checks
+
+    assert run_checks() == []
+
+
 def test_docker_compose_config_is_clean():
     cli = harness.compose_cli()
     if cli is None:
