@@ -23,7 +23,7 @@ from django.db import connection
 
 from cobalt import verdict
 from cobalt_app.models import Evaluation, Run, RunFigures
-from cobalt_app.score_tables import judged_failures
+from cobalt_app.score_tables import CHUNK, judged_failures
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +36,14 @@ def store(run_id: str) -> None:
     finalisation stands and `histogram` counts them when first needed."""
     try:
         run = Run.objects.get(id=run_id)
-        orders, at = [], {}
-        for name in run.evaluator_names:
-            ids = list(judged_failures(run, name).values_list("item_id", flat=True))
-            at[name] = [sum(len(order) for order in orders), len(ids)]
-            orders.append(ids)
-        flat = np.array([i for order in orders for i in order], dtype="<i8")
+        orders, at, start = [], {}, 0
+        for name in run.evaluator_names:  # 8 bytes an id, read in chunks (issue 41)
+            ids = judged_failures(run, name).values_list("item_id", flat=True)
+            order = np.fromiter(ids.iterator(chunk_size=CHUNK), dtype="<i8")
+            at[name] = [start, len(order)]
+            start += len(order)
+            orders.append(order)
+        flat = np.concatenate(orders) if orders else np.array([], dtype="<i8")
         failing_at = {"marks": _marks(run), "at": at}
         _save(run, count_histogram(run.id, run.evaluator_names), failing_at, flat.tobytes())
     except Exception:
