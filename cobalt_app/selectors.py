@@ -19,7 +19,6 @@ from cobalt_app import runaway, trace_store
 from cobalt_app.models import Evaluation, ItemResult, Run, RunTag
 
 
-
 class LowScores(NamedTuple):
     """How many items an evaluator scored low, and the indexes of the first few."""
 
