@@ -22,8 +22,9 @@ import numpy as np
 from django.db import connection
 
 from cobalt import verdict
+from cobalt_app import failing_ranks
+from cobalt_app.failing_ranks import FailingRanks
 from cobalt_app.models import Evaluation, Run, RunFigures
-from cobalt_app.score_tables import CHUNK, judged_failures
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +32,19 @@ HISTOGRAM_BINS = 10
 UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
 
 
-def store(run_id: str) -> None:
-    """Count and store the finished run's figures. A failure is logged, never raised: the
-    finalisation stands and `histogram` counts them when first needed."""
+def store(run_id: str, ranks: FailingRanks | None = None) -> None:
+    """Count and store the finished run's figures (`ranks`: its failing verdicts ranked
+    already, else ranked here). A failure is logged, never raised: the finalisation stands
+    and `histogram` counts them when first needed."""
     try:
         run = Run.objects.get(id=run_id)
-        orders, at, start = [], {}, 0
-        for name in run.evaluator_names:  # 8 bytes an id, read in chunks (issue 41)
-            ids = judged_failures(run, name).values_list("item_id", flat=True)
-            order = np.fromiter(ids.iterator(chunk_size=CHUNK), dtype="<i8")
-            at[name] = [start, len(order)]
-            start += len(order)
-            orders.append(order)
+        ranks = ranks or failing_ranks.rank(run)
+        orders = [ranks.by_evaluator[name] for name in run.evaluator_names]
+        starts = np.cumsum([0, *(len(order) for order in orders)])
+        at = {
+            name: [int(start), len(order)]
+            for name, start, order in zip(run.evaluator_names, starts[:-1], orders, strict=True)
+        }
         flat = np.concatenate(orders) if orders else np.array([], dtype="<i8")
         failing_at = {"marks": _marks(run), "at": at}
         _save(run, count_histogram(run.id, run.evaluator_names), failing_at, flat.tobytes())
