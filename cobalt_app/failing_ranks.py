@@ -61,8 +61,12 @@ def rank(run: Run) -> FailingRanks:
     for n, name in enumerate(names):
         if name in run.evaluator_names:
             its = which == n
-            by_evaluator[name] = _ranked(ids[its], worst[its])
-    return FailingRanks(order=_ranked(ids, worst), by_evaluator=by_evaluator)
+            # An item has one verdict of each evaluator (unique in the table): no grouping.
+            by_evaluator[name] = _by_score(*((ids, worst) if its.all() else (ids[its], worst[its])))
+    failed = np.unique(which).tolist()  # the evaluators with a failing verdict
+    alone = names[failed[0]] if len(failed) == 1 and failed[0] < len(names) else None
+    order = by_evaluator[alone] if alone in by_evaluator else _ranked(ids, worst)
+    return FailingRanks(order=order, by_evaluator=by_evaluator)
 
 
 def _failing_verdicts(
@@ -99,6 +103,11 @@ def _failing_verdicts(
     return joined[0], joined[1], joined[2]
 
 
+def _by_score(ids: np.ndarray, worst: np.ndarray) -> np.ndarray:
+    """`_ranked` of verdicts of distinct items: the lowest score first, then the id."""
+    return ids[np.lexsort((ids, worst))].astype("<i8", copy=False)
+
+
 def _ranked(ids: np.ndarray, worst: np.ndarray) -> np.ndarray:
     """The distinct item ids of these verdicts: the most verdicts first, then the lowest
     score, then the id (as `judged_failures` orders them)."""
@@ -112,4 +121,4 @@ def _ranked(ids: np.ndarray, worst: np.ndarray) -> np.ndarray:
     lowest = np.minimum.reduceat(worst[by_item], starts)
     del by_item
     most_first = -np.diff(np.append(starts, len(worst)))
-    return items[np.lexsort((items, lowest, most_first))].astype("<i8")
+    return items[np.lexsort((items, lowest, most_first))].astype("<i8", copy=False)

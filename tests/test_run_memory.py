@@ -13,7 +13,7 @@ import pytest
 
 from cobalt import Dataset
 from cobalt.dataset import DatasetError
-from cobalt_app import score_tables, services
+from cobalt_app import failing_ranks, score_tables, services
 from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
 from cobalt_app.score_tables import STATUSES, ScoreTable
 from tests.test_run_summary import record_run
@@ -94,6 +94,22 @@ def test_the_stored_failing_order_is_the_judged_failures_order():
     assert ScoreTable.from_bytes(bytes(stored.data)).keys.tolist() == (
         table_by_item_key(run.id).keys.tolist()
     )
+
+
+@pytest.mark.parametrize("failing", ["mixed", "one evaluator", "none"])
+def test_the_failing_ranks_are_the_sql_rankings(failing):
+    run = record_run(5, 120, runs=2)
+    if failing != "mixed":  # only `strict` fails (its mark is 0.8), or nothing does
+        Evaluation.objects.filter(run=run).update(status="ok", score=0.9, error="")
+        low = Evaluation.objects.filter(run=run, evaluator="strict", item__item_index__lt=50)
+        low.update(score=0.5 if failing == "one evaluator" else 0.85)
+    ranks = failing_ranks.rank(run)
+    for name in ["", *run.evaluator_names]:
+        expected = list(score_tables.judged_failures(run, name).values_list("item_id", flat=True))
+        found = ranks.order if name == "" else ranks.by_evaluator[name]
+        assert found.tolist() == expected
+        assert ranks.counts()[name] == score_tables.failing_verdicts(run, name).count()
+    assert bool(len(ranks.order)) == (failing != "none")
 
 
 def test_building_and_storing_the_score_table_holds_bytes_an_item_not_objects():
