@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from cobalt import results_file, stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import calibration, labels, recordings, storable, trace_store
+from cobalt_app import big_blocks, calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
 from cobalt_app.selectors import FAILED, scored_items
@@ -47,6 +47,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
 
     Flat in the run's size but for 8 bytes a score and a latency: rows are read in chunks
     and the scores kept as arrays of floats (issue 41)."""
+    big_blocks.given_back()  # the arrays of a big run's end given back once freed
     status_counts, latencies, agent_tokens, agent_cost = _item_totals(run)
     scored: set[str] = set()
     eval_errors: dict[str, int] = defaultdict(int)
