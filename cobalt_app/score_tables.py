@@ -341,7 +341,7 @@ def load(run: Run, *, keep: bool = True) -> ScoreTable:
         return ScoreTable.from_bytes(bytes(stored))
     table = build(run.id)
     if keep:
-        _save(run, table)
+        _save(run, table, failing_ranks.rank(run))
     return table
 
 
