@@ -45,9 +45,10 @@ def store(run_id: str, ranks: FailingRanks | None = None) -> None:
             name: [int(start), len(order)]
             for name, start, order in zip(run.evaluator_names, starts[:-1], orders, strict=True)
         }
-        flat = np.concatenate(orders) if orders else np.array([], dtype="<i8")
+        flat = orders[0] if len(orders) == 1 else np.concatenate([np.array([], "<i8"), *orders])
         failing_at = {"marks": _marks(run), "at": at}
-        _save(run, count_histogram(run.id, run.evaluator_names), failing_at, flat.tobytes())
+        figures = count_histogram(run.id, run.evaluator_names)
+        _save(run, figures, failing_at, memoryview(flat).cast("B"))  # its bytes, not a copy
     except Exception:
         logger.exception("could not store the page figures of run %s", run_id)
 
@@ -56,7 +57,7 @@ def _save(
     run: Run,
     histogram: dict[str, list[int]],
     failing_at: dict[str, list[int]] | None = None,
-    failing_orders: bytes = b"",
+    failing_orders: bytes | memoryview = b"",
 ) -> None:
     """Store the run's figures; without the failures' orders (a page filling in a missing
     histogram), leave a row another request stored meanwhile, in one INSERT."""

@@ -98,7 +98,9 @@ class ScoreTable:
     def key_list(self, positions: np.ndarray) -> list[str]:
         return [key.decode() for key in self.keys[positions].tolist()]
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> memoryview:
+        """The table as an `.npz` archive: a view of the buffer it was written to (a copy of
+        15 MB at a million items less, where the RSS of a run's end is highest)."""
         buffer = io.BytesIO()
         np.savez(
             buffer,
@@ -108,7 +110,7 @@ class ScoreTable:
             status=self.status,
             spread=self.spread,
         )
-        return buffer.getvalue()
+        return buffer.getbuffer()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ScoreTable:
@@ -259,7 +261,7 @@ def _save(run: Run, table: ScoreTable, ranks: FailingRanks) -> None:
             "format": FORMAT,
             "data": table.to_bytes(),
             "failing": ranks.counts(),
-            "failing_order": ranks.order.tobytes(),
+            "failing_order": memoryview(ranks.order).cast("B"),  # its bytes, not a copy
         },
     )
 
