@@ -165,13 +165,18 @@ def team(args: argparse.Namespace, tmp_path: Path) -> list[Row]:
     rows = []
     for row in found:
         n, cpu = row["items"], row["cpu"]
-        parts = "workers {workers:.2f} + run {cobalt run:.2f} + PG {postgres:.2f} ms/item"
+        kinds = ("workers", "cobalt run", "postgres", "redis")
+        total = sum(cpu.get(k, 0.0) for k in kinds)
+        # What the item's CPU over every process would take at the target: cores, not 2.
+        parts = "workers {workers:.2f} + run {cobalt run:.2f} + PG {postgres:.2f}"
+        parts += f" + Redis {{redis:.3f}} = {total:.2f} ms/item"
+        parts += f" = {total * bench_team.TARGET / 1000:.1f} cores at {bench_team.TARGET:,}/s"
         four = row["label"] == "4"
         rows.append(
             Row(
                 f"team, {row['label']} worker process(es), {n:,} items: whole process",
                 f"{rate(n, row['process'])}; run {n / row['run']:,.0f} items/s",
-                parts.format(**{k: cpu.get(k, 0.0) for k in ("workers", "cobalt run", "postgres")}),
+                parts.format(**{k: cpu.get(k, 0.0) for k in kinds}),
                 ">= 5,000 items/s" if four else "",
                 n / row["process"] >= 5_000 if four else None,
             )

@@ -23,7 +23,9 @@ and Redis on 127.0.0.1:6379 (DB 6, or `BENCH_REDIS_DB`; flushed).
    PostgreSQL transactions committed in the bench database, the Redis commands the server
    processed (`INFO commandstats`, server-wide; per lane: per message of the run), and where
    the CPU went (sampled from /proc: worker processes, `cobalt run`, PostgreSQL backends,
-   Redis, and the rest of the machine; busy: the share of all cores).
+   Redis, and the rest of the machine; busy: the share of all cores), and how many cores
+   that CPU would take at the target's 5,000 items/s (the sum times 5,000: this machine has
+   two).
    Beside them, PostgreSQL's floor for the same rows with bare psycopg (tables `LIKE`
    Cobalt's, `synchronous_commit = off` as the team database): COPY; `executemany` in
    transactions of 1,000 items (`bench_engine.py`'s SQLite floor); a worker's SQL alone, 40
@@ -218,6 +220,7 @@ def publish_cost(folder: Path, env: dict[str, str], n: int) -> float:
 
 WORKERS = (1, 2, 4)
 LANES = 40  # the experiment's concurrency: lanes (messages) per run
+TARGET = 5_000  # items/s, four worker processes (issue 41)
 CHUNK = 8  # items a lane claims at once on a big run (`team.MAX_CHUNK`)
 STATS_FLUSH = 11.0  # s: an idle PostgreSQL backend reports its counters within 10 s
 ASYNC_COMMIT = "-c synchronous_commit=off"  # as Cobalt's team database connections
@@ -629,17 +632,20 @@ def print_throughput(
             f"  {row['run']:8.2f} s {n / row['run']:6,.0f}/s  {row['xacts']:8.3f}"
             f"  {row['redis']:9.3f}  {row['redis_lane']:9.0f}"
         )
-    print("  target, 4 worker processes: >= 5,000 items/s")
+    print(f"  target, 4 worker processes: >= {TARGET:,} items/s")
     kinds = ("workers", "cobalt run", "postgres", "redis", "others")
-    print("  CPU ms per item (2 cores: 5,000 items/s leaves 0.4 ms per item for everything)")
+    print("  CPU ms per item (2 cores: 5,000 items/s leaves 0.4 ms per item for everything);")
+    print(f"  cores at {TARGET:,}/s: the sum (without others) times {TARGET:,} items/s")
     print(
-        f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}  machine busy  load"
+        f"  {'K':<{width}}  {' '.join(f'{k:>10}' for k in kinds)}  {'sum':>6}"
+        f"  {'cores':>5}  machine busy  load"
     )
     for row in rows:
         cpu = [row["cpu"].get(k, 0.0) for k in kinds]
+        cores = sum(cpu[:4]) * TARGET / 1000
         print(
             f"  {row['label']:<{width}}  {' '.join(f'{v:10.3f}' for v in cpu)}"
-            f"  {sum(cpu[:4]):6.3f}  {row['busy']:12.0%}  {row['load']:4.1f}"
+            f"  {sum(cpu[:4]):6.3f}  {cores:5.1f}  {row['busy']:12.0%}  {row['load']:4.1f}"
         )
     if not floor:
         return

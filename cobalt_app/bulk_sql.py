@@ -221,7 +221,19 @@ def items_record_claimed(
     # the planner reads every unfinished item of the table (or of the run) and hashes them.
     params = [run_id, *arrays, arrays[len(ITEM_COLUMNS) - 1], *finished]
     params += _arrays(scores, EVALUATION_TYPES) if scores else [[] for _ in EVALUATION_TYPES]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        stored, done = cursor.fetchone()
+    stored, done = _bound_row(sql, params)
     return set(stored), bool(done)
+
+
+def _bound_row(sql: str, params: list[Any]) -> tuple[Any, ...]:
+    """One statement's first row, its parameters bound by the server (sent apart from the SQL
+    as `$1`, `$2`, ...). Django's psycopg cursors bind on the client: each array's values
+    quoted into the SQL text, which was about a tenth of a team worker's CPU for a recorded
+    batch's arrays (issue 41, `py-spy --gil`). Not prepared: PgBouncer's transaction pooling
+    keeps working."""
+    import psycopg  # team mode: PostgreSQL only
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=False)
+        return cursor.fetchone()

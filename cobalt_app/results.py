@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from cobalt import results_file, stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import calibration, labels, recordings, storable, trace_store
+from cobalt_app import big_blocks, calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
 from cobalt_app.selectors import FAILED, scored_items
@@ -46,6 +47,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
 
     Flat in the run's size but for 8 bytes a score and a latency: rows are read in chunks
     and the scores kept as arrays of floats (issue 41)."""
+    big_blocks.given_back()  # the arrays of a big run's end given back once freed
     status_counts, latencies, agent_tokens, agent_cost = _item_totals(run)
     scored: set[str] = set()
     eval_errors: dict[str, int] = defaultdict(int)
@@ -225,10 +227,11 @@ def run_finalise(run_id: str, *, status: str | None = None) -> Run:
         run.total_tokens = summary["totalTokens"]
         run.estimated_cost = summary["estimatedCost"]
         run.save()
-    from cobalt_app import run_figures, score_tables  # numpy: loaded when a run ends
+    from cobalt_app import failing_ranks, run_figures, score_tables  # numpy: when a run ends
 
-    score_tables.store(run_id)
-    run_figures.store(run_id)
+    ranks = failing_ranks.of_finished(run_id)  # ranked once for both
+    score_tables.store(run_id, ranks)
+    run_figures.store(run_id, ranks)
     return run
 
 
@@ -399,19 +402,24 @@ def iter_item_entries(
         labelled = labels.labels_by_item(run, item_ids=ids)
     # A row comparison: PostgreSQL seeks the (run, item_index, run_index) unique index with
     # it, where `item_index > %s OR (...)` filtered every earlier row of the run per chunk.
-    sql = (
-        f"SELECT {', '.join(ITEM_FIELDS)} FROM {ItemResult._meta.db_table} "
+    chunk_of = (
+        f"FROM {ItemResult._meta.db_table} "
         f"WHERE {' AND '.join(where)} AND (item_index, run_index) > (%s, %s) "
         "ORDER BY item_index, run_index LIMIT %s"
     )
     after = (-1, -1)
     while True:  # keyset chunks
+        chunk_params = [*params, *after, EXPORT_CHUNK]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, *after, EXPORT_CHUNK])
+            cursor.execute(f"SELECT {', '.join(ITEM_FIELDS)} {chunk_of}", chunk_params)
             chunk = cursor.fetchall()
         if not chunk:
             return
-        yield from _entries(chunk, marks, labelled, with_id, Stored.of if stored else None)
+        # The chunk's evaluations and traces read by the same keyset as a subquery: binding
+        # its 2,000 ids as parameters (and the ORM's `IN` of them) was half of a results
+        # file's database reads (issue 41).
+        scope = RawSQL(f"SELECT id {chunk_of}", chunk_params)
+        yield from _entries(chunk, marks, labelled, with_id, Stored.of if stored else None, scope)
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][1], chunk[-1][2])
@@ -421,26 +429,26 @@ def _entries(
     rows: list[tuple],
     marks: dict[str, float],
     labelled: dict[int, list[dict[str, Any]]],
-    with_id: bool = False,
-    decode: Any = None,
+    with_id: bool,
+    decode: Any,
+    scope: RawSQL,
 ) -> Iterator[dict[str, Any]]:
+    """The entries of `rows`, `scope` a subquery of their ids."""
     decode = decode or storable.from_json
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
-    ids = [row[0] for row in rows]
-    slots = ", ".join(["%s"] * len(ids))
     judged: set[int] = set()  # items with an evaluation that called a model (or its cache)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(EVALUATION_FIELDS)}, tokens FROM {Evaluation._meta.db_table} "
-            f"WHERE item_id IN ({slots}) ORDER BY id",
-            ids,
+            f"WHERE item_id IN ({scope.sql}) ORDER BY id",
+            scope.params,
         )
         for item_id, evaluator, *rest, tokens in cursor.fetchall():
             by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
             if tokens or rest[4]:  # rest[4]: cached
                 judged.add(item_id)
     _add_judge_calls(by_item, judged)
-    traces = trace_store.read_traces(ids)
+    traces = trace_store.read_traces(scope)
     for row in rows:
         entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]), decode=decode)
         entry["labels"] = labelled.get(row[0], [])

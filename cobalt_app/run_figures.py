@@ -22,8 +22,9 @@ import numpy as np
 from django.db import connection
 
 from cobalt import verdict
+from cobalt_app import failing_ranks
+from cobalt_app.failing_ranks import FailingRanks
 from cobalt_app.models import Evaluation, Run, RunFigures
-from cobalt_app.score_tables import judged_failures
 
 logger = logging.getLogger(__name__)
 
@@ -31,37 +32,38 @@ HISTOGRAM_BINS = 10
 UNFINISHED = (Run.Status.QUEUED, Run.Status.RUNNING)
 
 
-def store(run_id: str) -> None:
-    """Count and store the finished run's figures. A failure is logged, never raised: the
-    finalisation stands and `histogram` counts them when first needed."""
+def store(run_id: str, ranks: FailingRanks | None = None) -> None:
+    """Count and store the finished run's figures (`ranks`: its failing verdicts ranked
+    already, else ranked here). A failure is logged, never raised: the finalisation stands
+    and `histogram` counts them when first needed."""
     try:
         run = Run.objects.get(id=run_id)
-        failing_at, orders = _rank_failures(run)
+        failing_at, orders = _rank_failures(run, ranks)
         _save(run, count_histogram(run.id, run.evaluator_names), failing_at, orders)
     except Exception:
         logger.exception("could not store the page figures of run %s", run_id)
 
 
-def _rank_failures(run: Run) -> tuple[dict, bytes]:
-    """Each evaluator's failures view in its order (`judged_failures`), one after another as
-    int64 ids, and where each one's ids are (with the pass marks they were ranked with)."""
-    orders, at = [], {}
-    for name in run.evaluator_names:
-        ids = np.fromiter(
-            judged_failures(run, name).values_list("item_id", flat=True).iterator(chunk_size=2000),
-            dtype="<i8",
-        )
-        at[name] = [sum(len(order) for order in orders), len(ids)]
-        orders.append(ids)
-    flat = np.concatenate(orders) if orders else np.array([], dtype="<i8")
-    return {"marks": _marks(run), "at": at}, flat.astype("<i8").tobytes()
+def _rank_failures(run: Run, ranks: FailingRanks | None = None) -> tuple[dict, memoryview]:
+    """Each evaluator's failures view in its order (`ranks`, else ranked here), one after
+    another as int64 ids (their bytes, not a copy), and where each one's ids are (with the
+    pass marks they were ranked with)."""
+    ranks = ranks or failing_ranks.rank(run)
+    orders = [ranks.by_evaluator[name] for name in run.evaluator_names]
+    starts = np.cumsum([0, *(len(order) for order in orders)])
+    at = {
+        name: [int(start), len(order)]
+        for name, start, order in zip(run.evaluator_names, starts[:-1], orders, strict=True)
+    }
+    flat = orders[0] if len(orders) == 1 else np.concatenate([np.array([], "<i8"), *orders])
+    return {"marks": _marks(run), "at": at}, memoryview(flat).cast("B")
 
 
 def _save(
     run: Run,
     histogram: dict[str, list[int]],
     failing_at: dict[str, list[int]] | None = None,
-    failing_orders: bytes = b"",
+    failing_orders: bytes | memoryview = b"",
 ) -> None:
     """Store the run's figures; without the failures' orders (a page filling in a missing
     histogram), leave a row another request stored meanwhile, in one INSERT."""

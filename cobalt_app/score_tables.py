@@ -30,6 +30,8 @@ from django.db.models import Count, Min, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from cobalt import verdict
+from cobalt_app import failing_ranks
+from cobalt_app.failing_ranks import FailingRanks
 from cobalt_app.models import Evaluation, ItemResult, Run, RunScoreTable
 from cobalt_app.run_memo import RunMemo
 
@@ -96,7 +98,9 @@ class ScoreTable:
     def key_list(self, positions: np.ndarray) -> list[str]:
         return [key.decode() for key in self.keys[positions].tolist()]
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> memoryview:
+        """The table as an `.npz` archive: a view of the buffer it was written to (a copy of
+        15 MB at a million items less, where the RSS of a run's end is highest)."""
         buffer = io.BytesIO()
         np.savez(
             buffer,
@@ -106,7 +110,7 @@ class ScoreTable:
             status=self.status,
             spread=self.spread,
         )
-        return buffer.getvalue()
+        return buffer.getbuffer()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ScoreTable:
@@ -239,32 +243,27 @@ class _Sums:
         return np.where(np.isfinite(self.lowest), self.highest - self.lowest, 0.0)
 
 
-def store(run_id: str) -> None:
-    """Build and store the run's table; called once a run is finalised. A failure is logged,
-    never raised: the finalisation stands and `load` builds the table when first needed."""
+def store(run_id: str, ranks: FailingRanks | None = None) -> None:
+    """Build and store the run's table; called once a run is finalised (`ranks`: its failing
+    verdicts ranked already, else ranked here). A failure is logged, never raised: the
+    finalisation stands and `load` builds the table when first needed."""
     try:
-        _save(Run.objects.get(id=run_id), build(run_id))
+        run = Run.objects.get(id=run_id)
+        _save(run, build(run_id), ranks or failing_ranks.rank(run))
     except Exception:
         logger.exception("could not store the score table of run %s", run_id)
 
 
-def _save(run: Run, table: ScoreTable) -> None:
-    order = judged_failures(run).values_list("item_id", flat=True).iterator(chunk_size=CHUNK)
+def _save(run: Run, table: ScoreTable, ranks: FailingRanks) -> None:
     RunScoreTable.objects.update_or_create(
         run_id=run.id,
         defaults={
             "format": FORMAT,
             "data": table.to_bytes(),
-            "failing": failing_counts(run),
-            "failing_order": np.fromiter(order, dtype="<i8").tobytes(),
+            "failing": ranks.counts(),
+            "failing_order": memoryview(ranks.order).cast("B"),  # its bytes, not a copy
         },
     )
-
-
-def failing_counts(run: Run) -> dict[str, int]:
-    """How many items have a failing verdict (`failing_verdicts`), of any evaluator ("") and
-    of each: the run page's failures view counts them on every visit."""
-    return {name: failing_verdicts(run, name).count() for name in ["", *run.evaluator_names]}
 
 
 def failing_verdicts(
@@ -332,7 +331,8 @@ def below_mark(marks: dict[str, float], names: list[str]) -> Q:
 
 
 def failing_count(run: Run, evaluator: str = "") -> int | None:
-    """The stored count of `failing_counts` for a finished run; None when there is none."""
+    """The stored count of items with a failing verdict (`failing_verdicts`; of any evaluator
+    for ""), as `failing_ranks` counted them for a finished run; None when there is none."""
     if run.status in UNFINISHED:
         return None
     counts = RunScoreTable.objects.filter(run_id=run.id).values_list("failing", flat=True).first()
@@ -353,7 +353,7 @@ def load(run: Run, *, keep: bool = True) -> ScoreTable:
         return ScoreTable.from_bytes(bytes(stored))
     table = build(run.id)
     if keep:
-        _save(run, table)
+        _save(run, table, failing_ranks.rank(run))
     return table
 
 

@@ -310,12 +310,12 @@ def warnings(run) -> list[str]:
         )
     summary = run.summary
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
-    for evaluator, indexes in low_scores(run).items():
-        shown = ", ".join(f"#{i + 1}" for i in indexes[:8])
-        more = "…" if len(indexes) > 8 else ""
+    for evaluator, (count, first) in low_scores(run).items():
+        shown = ", ".join(f"#{i + 1}" for i in first)
+        more = "…" if count > len(first) else ""
         mark = verdict.pass_mark(marks.get(evaluator))
         lines.append(
-            f"{plural(len(indexes), 'item')} scored below {mark:g} on '{evaluator}' ({shown}{more})"
+            f"{plural(count, 'item')} scored below {mark:g} on '{evaluator}' ({shown}{more})"
         )
     failed = list(failed_items(run)[:5])
     for item in failed:

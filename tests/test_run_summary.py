@@ -187,7 +187,8 @@ def scores_by_item(run: Run) -> dict[str, dict[str, list[float]]]:
     for chunk in selectors._scored_rows(run.id):  # the same query, in the database's order
         for _, evaluator, key, score in chunk:
             by_item[key][evaluator].append(score)
-    return by_item
+    keys = ItemResult.objects.filter(run=run).order_by("item_key").values_list("item_key")
+    return {key: by_item[key] for key in dict.fromkeys(k for (k,) in keys) if key in by_item}
 
 
 def old_describe(scores: list[float], errors: int, mark: float | None) -> dict[str, Any]:

@@ -84,7 +84,8 @@ def test_low_scores_and_evaluation_errors_read_in_item_order(django_assert_num_q
 
     with django_assert_num_queries(1):
         low = selectors.low_scores(run, 0.5)
-    assert low == {"exact": [0, 2]}  # each item once, whatever its repetitions
+    assert low == {"exact": (2, [0, 2])}  # each item once, whatever its repetitions
+    assert selectors.low_scores(run, 0.5, shown=1) == {"exact": (2, [0])}
     with django_assert_num_queries(1):
         first = selectors.evaluation_errors(run).first()
     assert first == ("judge", "judge replied prose for k001")
