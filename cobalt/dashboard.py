@@ -87,11 +87,19 @@ def recorded_address(output_dir: Path) -> str | None:
     return None
 
 
-def running_dashboard(config: Config) -> str | None:
-    """The base URL of this project's dashboard if one answers: where its `cobalt serve` said
-    it listens (any port; given time to answer, a busy server being there), else on the
-    configured address. None when none does."""
+def recorded_dashboard(config: Config) -> str | None:
+    """The base URL of this project's dashboard where its `cobalt serve` said it listens (any
+    port; given time to answer, a busy server being there), if it answers there. Without such
+    a record nothing is asked: a run's closing line connects to nothing else."""
     recorded = recorded_address(config.output_dir)
     if recorded is not None and answers(recorded, config.project_dir, timeout=5.0):
         return recorded
-    return existing_dashboard(*configured_address(config), config.project_dir)
+    return None
+
+
+def running_dashboard(config: Config) -> str | None:
+    """The base URL of this project's dashboard if one answers: where its `cobalt serve` said
+    it listens, else on the configured address. None when none does."""
+    return recorded_dashboard(config) or existing_dashboard(
+        *configured_address(config), config.project_dir
+    )

@@ -248,12 +248,13 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
 
 
 def dashboard_hint(run) -> str:
-    """Where the run is shown: its page on this project's dashboard when one answers (on
-    whatever port it listens), else `cobalt serve` and its page on the configured address."""
-    from cobalt.dashboard import configured_address, running_dashboard, url_host
+    """Where the run is shown: its page on this project's dashboard when its `cobalt serve`
+    recorded where it listens and answers there, else `cobalt serve` and its page on the
+    configured address (nothing else is asked: a run connects only where it was told to)."""
+    from cobalt.dashboard import configured_address, recorded_dashboard, url_host
 
     config = active_config()
-    base = running_dashboard(config)
+    base = recorded_dashboard(config)
     if base is not None:
         return f"{base}/runs/{run.id}/"
     host, port = configured_address(config)

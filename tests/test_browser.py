@@ -704,16 +704,25 @@ def test_axe_finds_no_wcag_aa_violation_on_any_page(site, browser, scheme):
     assert axe_violations(browser, site.url, paths, scheme=scheme, viewport=viewport) == {}
 
 
-def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(site, tmp_path):
+def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(
+    site, tmp_path, tmp_path_factory
+):
     opened = tmp_path / "opened.txt"
     browser_command = tmp_path / "record-browser"
     browser_command.write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
     browser_command.chmod(0o755)
     env = {"BROWSER": str(browser_command)}
 
-    # No dashboard yet on the configured port: `--ui` starts one and opens the run there.
-    site.project.write("cobalt.toml", 'test_dir = "experiments"\n[dashboard]\nport = 0\n')
-    ui = site.cobalt("run", "experiments/qa.cobalt.py", "--ui", env=env, start_new_session=True)
+    # A project with no dashboard (the site's project has one, which `--ui` would find and
+    # reuse on whatever port it listens): `--ui` starts one and opens the run there.
+    alone = Site(
+        project=new_project(tmp_path_factory, "ui", {"experiments/qa.cobalt.py": QA_EXPERIMENT}),
+        url="",
+        runs=[],
+        env=site.env,
+    )
+    alone.project.write("cobalt.toml", 'test_dir = "experiments"\n[dashboard]\nport = 0\n')
+    ui = alone.cobalt("run", "experiments/qa.cobalt.py", "--ui", env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while not (opened.exists() and opened.read_text().strip()) and time.monotonic() < deadline:
