@@ -334,14 +334,14 @@ class Tape:
         self.mode = settings.mode
         self.earlier = recorded
         self.by_key: dict[str, list[dict[str, Any]]] = {}
-        self.requests: list[tuple[str, str, Any]] = []  # as matched: for the miss's message
+        self.requests: list[tuple[str, str | None, Any]] = []  # as matched: for a miss's message
         self.from_traces: list[dict[str, Any]] = []  # a production trace's (`trace_recordings`)
         for exchange in recorded:
             if "fromTrace" in exchange:
                 self.from_traces.append(exchange["fromTrace"])
                 said = exchange["fromTrace"]["conversation"]
                 messages = [{"role": role, "content": text} for role, text in said]
-                self.requests.append(("POST", "(a production trace)", {"messages": messages}))
+                self.requests.append(("POST", None, {"messages": messages}))
             if "request" not in exchange:
                 continue  # a tool call (`tool_tapes`), a production trace's model call
             request = exchange["request"]

@@ -45,27 +45,36 @@ def _few(words: list[Word]) -> str:
 
 
 def closest(
-    method: str, url: str, body: Any, recorded: list[tuple[str, str, Any]]
+    method: str, url: str, body: Any, recorded: list[tuple[str, str | None, Any]]
 ) -> tuple[int, str] | None:
     """(the index in `recorded` of the closest request, what differs), or None if none was
     recorded. `recorded` holds (method, url, body) as they are matched (redacted, the ignored
-    fields removed)."""
+    fields removed); a url of None (a production trace's model call: its address unknown, its
+    body only the conversation) fits any, and only the fields it holds are compared."""
     if not recorded:
         return None
-    now = words_of(body)
-    now_words = [w for _, w in now]
-    best, best_ratio, best_matcher = 0, -1.0, None
+    best, best_ratio, best_diff = 0, -1.0, None
     for index, (r_method, r_url, r_body) in enumerate(recorded):
-        then = [w for _, w in words_of(r_body)]
-        matcher = difflib.SequenceMatcher(None, then, now_words, autojunk=False)
-        ratio = matcher.ratio() + (r_method.upper() == method.upper() and r_url == url)
+        then = words_of(r_body)
+        now = words_of(_fields_of(body, r_body) if r_url is None else body)
+        matcher = difflib.SequenceMatcher(
+            None, [w for _, w in then], [w for _, w in now], autojunk=False
+        )
+        ratio = matcher.ratio() + (r_method.upper() == method.upper() and r_url in (url, None))
         if ratio > best_ratio:
-            best, best_ratio, best_matcher = index, ratio, matcher
-    r_method, r_url, r_body = recorded[best]
-    if (r_method.upper(), r_url) != (method.upper(), url):
-        return best, f"it was sent as {r_method.upper()} {r_url}"
-    assert best_matcher is not None
-    return best, word_diff(words_of(r_body), now, best_matcher)
+            best, best_ratio, best_diff = index, ratio, (then, now, matcher)
+    r_method, r_url, _ = recorded[best]
+    if r_url is not None and (r_method.upper(), r_url) != (method.upper(), url):
+        return best, f"in where it was sent: {r_method.upper()} {r_url}"
+    assert best_diff is not None
+    return best, word_diff(*best_diff)
+
+
+def _fields_of(body: Any, recorded: Any) -> Any:
+    """Of the body sent now, the top-level fields the recorded body has."""
+    if isinstance(body, dict) and isinstance(recorded, dict):
+        return {key: body[key] for key in recorded if key in body}
+    return body
 
 
 def word_diff(then: list[Word], now: list[Word], matcher: difflib.SequenceMatcher) -> str:

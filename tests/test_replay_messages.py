@@ -67,7 +67,16 @@ def test_the_closest_of_several_recordings_is_named_with_every_field_that_differ
 def test_a_request_to_another_endpoint_names_where_the_recording_was_sent():
     assert closest("POST", URL, chat("a"), [("POST", URL + "/other", chat("a"))]) == (
         0,
-        f"it was sent as POST {URL}/other",
+        f"in where it was sent: POST {URL}/other",
+    )
+
+
+def test_a_production_traces_model_call_is_compared_by_its_messages():
+    conversation = {"messages": [{"role": "user", "content": "sunny in Tartu"}]}
+    sent = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "rainy in Tartu"}]}
+    assert closest("POST", URL, sent, [("POST", None, conversation)]) == (
+        0,
+        'in messages.0.content: "[-sunny-] {+rainy+} in Tartu"',
     )
 
 
