@@ -47,14 +47,28 @@ def watch(config: Config, paths: list[str], run_args: list[str], console: Consol
         return 2
     try:
         run_files(list(watched.values()), run_args, console)
+        seen = stamps(watched)
         console.print(
             f"\n[dim]Watching {len(watched)} experiment files and their inputs "
             "for changes (Ctrl-C to stop)…[/]"
         )
+        # The watcher starts when first asked; what changed before (the inputs' stamps) and each
+        # half second without an event are looked at too, so no edit is missed in between.
         for changes in watchfiles.watch(
-            project, watch_filter=_relevant, debounce=200, step=50, raise_interrupt=True
+            project,
+            watch_filter=_relevant,
+            debounce=200,
+            step=50,
+            raise_interrupt=True,
+            yield_on_timeout=True,
+            rust_timeout=500,
         ):
+            now = stamps(watched)
             changed = {Path(path).resolve() for _, path in changes}
+            changed |= {path for path, stamp in now.items() if seen.get(path) != stamp}
+            seen = now
+            if not changed:
+                continue
             for path in discovery.discover(config, paths or None):  # new experiment files
                 if path not in watched:
                     watched[path] = Watched(path, {path.resolve()})
@@ -66,11 +80,25 @@ def watch(config: Config, paths: list[str], run_args: list[str], console: Consol
             for entry in due:
                 watched[entry.file] = inputs_of(entry.file, project)
             run_files([watched[w.file] for w in due], run_args, console)
+            seen = stamps(watched)
             console.print("\n[dim]Watching for changes (Ctrl-C to stop)…[/]")
     except KeyboardInterrupt:
         console.print("\n[dim]Stopped watching.[/]")
         return 0
     return 0
+
+
+def stamps(watched: dict[Path, Watched]) -> dict[Path, tuple[int, int] | None]:
+    """Each input's modification time and size (None: gone)."""
+    found: dict[Path, tuple[int, int] | None] = {}
+    for entry in watched.values():
+        for path in entry.inputs:
+            try:
+                stat = path.stat()
+                found[path] = (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                found[path] = None
+    return found
 
 
 def inputs_of(file: Path, project: Path) -> Watched:
