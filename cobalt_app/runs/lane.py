@@ -164,45 +164,31 @@ async def run_lane(
     *,
     size: Callable[[], int],
     first: list[int] | None = None,
-    claimed: list[Claim] | None = None,
-    size_ahead: Callable[[], int] | None = None,
     deadline: float | None = None,
     on_outcome: Callable[[Any], Awaitable[None]] | None = None,
 ) -> LaneEnd:
-    """Start with the items already `claimed` for it, else claim (`first`, else `size()` of
-    the run's next pending items); execute, record, claim again; returns once every outcome
+    """Claim (`first`, else `size()` of the run's next pending items; embedded lanes take them
+    from their pool, `LaneHost.take`); execute, record, claim again; returns once every outcome
     it handed over is committed (team: then the message is acknowledged). `size()` of 0: no
-    claim after the first. `size_ahead()`: how many to claim while the current items run (0:
-    none). `deadline` (monotonic): past it, the lane stops and says `more`."""
+    claim after the first. `deadline` (monotonic): past it, the lane stops and says `more`."""
     end = LaneEnd()
     handed: dict[int, tuple[Batch, list[int]]] = {}  # the batches recording its items
-    ahead: asyncio.Future | None = None  # the next claim, made while these items run
     try:
-        claims = claimed if claimed is not None else await _first_claim(run_id, host, size, first)
+        claims = await _first_claim(run_id, host, size, first)
         while True:
-            count = size_ahead() if size_ahead is not None and claims else 0
-            if count:
-                # Claim the next items while these run: behind a batch being committed on
-                # the one database thread, a claim waits ~0.1 s, a lane of quick items idle.
-                ahead = asyncio.ensure_future(_claim_next(run_id, host, count))
             await _execute_claims(run_id, claims, step, host, end, handed, on_outcome)
             end.recorded += _settled(handed)
             if host.records_before_claims:
                 await _committed(host, handed)
             if await host.statuses.stopped(run_id):
-                break  # what `ahead` took is the canceller's to mark cancelled
+                break
             if host.stopping() or (deadline is not None and time.monotonic() > deadline):
                 end.more = True
                 break
-            claims = await ahead if ahead is not None else []
-            ahead = None
-            if not claims:
-                claims = await _claim_next(run_id, host, size())
+            claims = await _claim_next(run_id, host, size())
             if not claims:
                 break
     finally:
-        if ahead is not None and not ahead.done():
-            ahead.cancel()
         # What was handed over is committed before the lane ends, cancelled or not.
         await asyncio.shield(_committed(host, handed))
     end.recorded += _recorded(handed)
