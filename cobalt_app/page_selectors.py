@@ -13,6 +13,7 @@ A run's items and the item panel are read in `page_items`, the compare page in
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,7 +226,7 @@ class Trend:
             return {"label": label, "values": [m[key] for m in measures]}
 
         return {
-            "labels": [run.created_at.strftime("%d %b %Y %H:%M") for run in self.runs],
+            "labels": run_labels(self.runs),
             "runs": [run.id for run in self.runs],
             "series": [
                 {"label": name, "values": list(columns[i]) if columns else []}
@@ -237,6 +238,19 @@ class Trend:
                 "latency": [line("p50", "latencyP50"), line("p95", "latencyP95")],
             },
         }
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """Each run's point on a trend's x axis: its date, with seconds when another run started in
+    the same minute (runs a minute apart read alike otherwise), and its first tag (`v2`)."""
+    minutes = Counter(run.created_at.strftime("%d %b %Y %H:%M") for run in runs)
+
+    def label(run: Run) -> str:
+        minute = run.created_at.strftime("%d %b %Y %H:%M")
+        when = run.created_at.strftime("%d %b %Y %H:%M:%S") if minutes[minute] > 1 else minute
+        return f"{when} · {run.tags[0]}" if run.tags else when
+
+    return [label(run) for run in runs]
 
 
 def run_measures(run: Run) -> dict[str, float | None]:

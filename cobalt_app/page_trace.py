@@ -24,6 +24,7 @@ from cobalt_app.page_values import SHOWN_CHARS, shown
 
 STEPS_PER_PAGE = 100
 MAX_DEPTH = 20  # of the parent walk: a stored trace's parents are trusted to end, not to loop
+OPEN_LEVELS = 2  # branches open on load down to this many levels: a root and its children
 
 
 @dataclass
@@ -190,10 +191,23 @@ def _nest(
         previous["closes"] = [
             kind == "group" or bool(r and r["has_children"]) for kind, _, r in reversed(stack)
         ]
+    for row in rows:  # the first levels' branches open: a request span alone hides the trace
+        if row["has_children"] and _depth(steps, row["number"] - 1) < OPEN_LEVELS:
+            row["open"] = True
 
 
 def _keys(stack: list[tuple[str, Any, Any]]) -> list[tuple[str, Any]]:
     return [(kind, key) for kind, key, _ in stack]
+
+
+def _depth(steps: Sequence[dict[str, Any]], index: int) -> int:
+    """How many ancestors the step has (0 for a root), counting up to `MAX_DEPTH`."""
+    depth = 0
+    parent = steps[index].get("parent")
+    while parent is not None and 0 <= parent < len(steps) and depth < MAX_DEPTH:
+        depth += 1
+        parent = steps[parent].get("parent")
+    return depth
 
 
 def _failing_branch(steps: Sequence[dict[str, Any]], failed: int | None) -> set[int]:

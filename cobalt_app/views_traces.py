@@ -9,7 +9,7 @@ The reads and the write are `production_traces`; a view parses, calls and respon
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -53,7 +53,8 @@ def traces_list(request: HtmxHttpRequest) -> HttpResponse:
         "filters": filters,
         "error": error,
         "services": production_traces.services(),
-        "dataset": DEFAULT_DATASET,
+        "dataset": query.get("path") or DEFAULT_DATASET,
+        "chosen": set(query.getlist("trace")),
         "query": urlencode({k: v for k, v in filters.items() if v}),
     }
     response = render(request, "cobalt/traces.html", context, status=400 if error else 200)
@@ -77,6 +78,17 @@ def trace_detail(request: HtmxHttpRequest, trace_id: str) -> HttpResponse:
     return response
 
 
+def with_choice(back: str, request: HtmxHttpRequest) -> str:
+    """`back` with the chosen traces and the dataset file in its query: where a person who
+    must log in first comes back to, their choice still made."""
+    url = urlsplit(back)
+    kept = [(k, v) for k, v in parse_qsl(url.query) if k not in ("trace", "path")]
+    chosen = [("trace", trace) for trace in request.POST.getlist("trace")]
+    path = request.POST.get("path", "").strip()
+    query = urlencode(kept + chosen + ([("path", path)] if path else []))
+    return urlunsplit(("", "", url.path, query, ""))
+
+
 @require_POST
 def traces_to_dataset(request: HtmxHttpRequest) -> HttpResponse:
     """Append the chosen traces to the dataset file (a logged-in user only: it writes)."""
@@ -84,7 +96,7 @@ def traces_to_dataset(request: HtmxHttpRequest) -> HttpResponse:
     if not back.startswith("/"):
         back = reverse("cobalt:traces")
     if not request.user.is_authenticated:
-        return redirect(f"{settings.LOGIN_URL}?{urlencode({'next': back})}")
+        return redirect(f"{settings.LOGIN_URL}?{urlencode({'next': with_choice(back, request)})}")
     chosen = request.POST.getlist("trace")
     path = request.POST.get("path", "").strip() or DEFAULT_DATASET
     try:

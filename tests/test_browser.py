@@ -702,6 +702,16 @@ def test_axe_finds_no_wcag_aa_violation_on_any_page(site, browser, scheme):
     )
     viewport = {"width": 1360, "height": 900}
     assert axe_violations(browser, site.url, paths, scheme=scheme, viewport=viewport) == {}
+    # On a phone the wide tables scroll inside their box: each such box must take focus.
+    phone = (
+        *paths,
+        f"/runs/{second}/?view=all&q=answer&key=result.version&value=2",
+        f"/runs/{second}/?group=result.version",
+        f"/runs/{second}/review/",
+        "/login/",
+    )
+    viewport = {"width": 390, "height": 844}
+    assert axe_violations(browser, site.url, phone, scheme=scheme, viewport=viewport) == {}
 
 
 def test_run_ui_opens_the_run_page_starting_or_reusing_a_dashboard(

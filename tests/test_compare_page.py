@@ -451,6 +451,11 @@ def test_axe_finds_no_violation_on_the_compare_pages(support, browser, scheme): 
     )
     viewport = {"width": 1280, "height": 800}
     assert axe_violations(browser, url, paths, scheme=scheme, viewport=viewport) == {}
+    # On a phone, with the group table and an item whose refund step failed ("failed here",
+    # on its tint) too.
+    phone = (*paths, f"/compare/?a={v1}&b={v2}&group=category", f"/runs/{v1}/items/1/")
+    viewport = {"width": 390, "height": 844}
+    assert axe_violations(browser, url, phone, scheme=scheme, viewport=viewport) == {}
 
 
 def test_latency_tokens_and_cost_count_only_past_their_thresholds():

@@ -59,7 +59,7 @@ def production_traces_become_tests(project, cobalt_cli, service_port: int, port:
         first = re.search(r'href="/traces/([0-9a-f]{32})/"', page).group(1)
         detail = httpx.get(f"http://127.0.0.1:{port}/traces/{first}/", timeout=30).text
         assert "get_weather" in detail and "chat gpt-4o-mini" in detail
-        assert "Add to dataset" in detail
+        assert "Log in to add to dataset" in detail  # it writes a file: anonymous, a login
     finally:
         server.terminate()
         server.wait(timeout=10)

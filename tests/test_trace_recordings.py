@@ -5,6 +5,7 @@ and streamed, with tool calls; Anthropic), read by every experiment for every re
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -125,6 +126,25 @@ def test_adding_a_trace_to_a_dataset_records_its_model_calls_for_any_experiment(
     )
     assert [b["type"] for b in json.loads(anthropic["body"])["content"]] == ["text", "tool_use"]
     assert tape.replayed == 3
+
+
+@pytest.mark.django_db
+def test_an_anonymous_visitor_is_asked_to_log_in_and_keeps_the_traces_chosen(project):
+    otlp.receive(export(), "application/x-protobuf", "")
+    client = Client()
+    listing = client.get("/traces/").content.decode()
+    assert "Log in to add to dataset" in listing and ">Add to dataset<" not in listing
+    chosen = {"trace": [TRACE], "path": "datasets/prod.jsonl", "back": "/traces/?status=ok"}
+    answer = client.post("/traces/dataset/", chosen)
+    back = f"/traces/?status=ok&trace={TRACE}&path=datasets%2Fprod.jsonl"
+    assert answer.status_code == 302 and answer["Location"] == "/login/?" + urlencode(
+        {"next": back}
+    )
+    again = client.get(back).content.decode()
+    assert f'value="{TRACE}" checked' in again and 'value="datasets/prod.jsonl"' in again
+    client.force_login(User.objects.create_user("ann", password="pw-ann-1234"))
+    assert ">Add to dataset<" in client.get(back).content.decode()
+    assert not (project.path / "datasets/prod.jsonl").exists()  # nothing written before
 
 
 def test_another_conversation_or_model_is_not_answered_and_says_what_differs():

@@ -155,6 +155,19 @@ def test_the_last_step_is_marked_when_only_the_item_failed():
     assert page_trace.trace_page(steps).failed is None
 
 
+def test_a_tree_opens_on_its_first_two_levels():
+    def step(name: str, parent: int | None, start: float) -> dict:
+        return {"name": name, "kind": "other", "parent": parent, "startMs": start, "durationMs": 1}
+
+    # request > agent > tool > http, and a model call under the agent
+    steps = [step("POST /ask", None, 0), step("agent", 0, 1), step("lookup", 1, 2)]
+    steps += [step("GET db", 2, 3), step("chat", 1, 4)]
+    opened = [row["open"] for row in page_trace.trace_page(steps).rows]
+    # The request and the agent show their children; the tool's branch and the leaves stay
+    # folded (a leaf's "open" would spill its input and output).
+    assert opened == [True, True, False, False, False]
+
+
 def test_the_judges_call_is_shown_under_its_score_without_secrets(run, client):
     item = ItemResult.objects.get(run=run, item_key="paris")
     evaluation = Evaluation.objects.get(item=item, evaluator="judge")

@@ -163,3 +163,12 @@ def test_axe_finds_no_wcag_aa_violation_on_the_api_docs_and_repetition_views(
         ready={"/api/docs/": ".opblock-summary"},  # drawn by Swagger UI from the schema
     )
     assert found == {}
+    phone = axe_violations(
+        browser,
+        site.url,
+        paths,
+        scheme=scheme,
+        viewport={"width": 390, "height": 844},
+        ready={"/api/docs/": ".opblock-summary"},
+    )
+    assert phone == {}
