@@ -389,9 +389,23 @@ def input_text(value: Any) -> str:
 
 
 def output_text(value: Any) -> str:
+    """The output as text: a conversation as its turns (`user: Hi · assistant: Hello`), other
+    values that are not text as JSON."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else _compact(value)
+    if isinstance(value, str):
+        return value
+    if _is_conversation(value):
+        return " · ".join(f"{turn['role']}: {output_text(turn['content'])}" for turn in value)
+    return _compact(value)
+
+
+def _is_conversation(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(turn, dict) and {"role", "content"} <= turn.keys() for turn in value)
+    )
 
 
 def preview(text: str, limit: int = TEXT_PREVIEW) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -718,7 +718,9 @@ def test_trends_plot_each_evaluator_over_runs_of_an_experiment(client, django_as
     charts = json.loads(re.search(r'id="trend-charts"[^>]*>(.*?)</script>', page, re.S)[1])
     assert charts["runs"] == [first.id, second.id, untagged.id]
     assert charts["urls"][0] == f"/runs/{first.id}/"
-    assert charts["labels"][0] == first.created_at.strftime("%d %b %Y %H:%M")  # 25 Nov 2026 09:18
+    # 25 Nov 2026 09:18 · nightly: the date, and the first tag
+    assert charts["labels"][0] == first.created_at.strftime("%d %b %Y %H:%M") + " · nightly"
+    assert charts["labels"][2] == untagged.created_at.strftime("%d %b %Y %H:%M")
     judge = next(s for s in charts["series"] if s["label"] == "judge")
     assert judge["values"] == [0.5, 1.0, 1.0]
     tagged = client.get("/trends/?experiment=qa&tag=nightly", **HTMX).content.decode()
@@ -747,3 +749,29 @@ def test_pages_carry_the_csrf_token_for_htmx_once_and_no_inline_scripts(client):
         scripts = re.findall(r"<script([^>]*)>", page)
         assert all("src=" in attrs or 'type="application/json"' in attrs for attrs in scripts)
         assert not re.search(r"https?://[^\"']*cdn", page.lower())
+
+
+def test_a_conversation_reads_as_its_turns_in_the_lists():
+    from cobalt_app.page_items import output_text
+
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    assert output_text(turns) == "user: Hi · assistant: Hello"
+    assert output_text([{"role": "user"}]) == '[{"role": "user"}]'  # not a conversation: JSON
+    assert output_text([]) == "[]" and output_text({"a": 1}) == '{"a": 1}'
+
+
+def test_runs_of_one_minute_are_told_apart_on_a_trend_by_their_second():
+    from cobalt_app.models import Run
+    from cobalt_app.page_selectors import run_labels
+
+    at = datetime(2026, 11, 27, 17, 25, 6, tzinfo=UTC)
+    runs = [
+        Run(created_at=at, tags=["v1"]),
+        Run(created_at=at + timedelta(seconds=10), tags=["v2"]),
+        Run(created_at=at + timedelta(hours=1)),
+    ]
+    assert run_labels(runs) == [
+        "27 Nov 2026 17:25:06 · v1",
+        "27 Nov 2026 17:25:16 · v2",
+        "27 Nov 2026 18:25",
+    ]
