@@ -157,6 +157,9 @@ def test_a_person_grouping_by_category_sees_which_regressed(support, browser, sc
         expect(tab.locator("tr.group-regressed th")).to_contain_text("refund")
         width = tab.evaluate("document.documentElement.scrollWidth")
         assert width <= viewport["width"], width
+        # The verdict strip fits whole, its Δ column too: nothing of it scrolls sideways.
+        strip = tab.locator("#verdict .table-wrap")
+        assert strip.evaluate("e => e.scrollWidth <= e.clientWidth"), screen
         tab.locator("#compare-groups").scroll_into_view_if_needed()
         SHOTS.mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(SHOTS / f"h3-compare-groups-{screen}.png"))
