@@ -28,7 +28,7 @@ from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import F, Func, IntegerField, Max, Min, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Length
@@ -100,6 +100,55 @@ def _categorical(value: Any) -> bool:
     if isinstance(value, str):
         return 0 < len(value) <= LONG_VALUE
     return isinstance(value, bool | int | float)
+
+
+# The texts' table ---------------------------------------------------------------------------
+
+SQLITE = (
+    "CREATE VIRTUAL TABLE cobalt_app_itemtext USING fts5("
+    "run_id UNINDEXED, item UNINDEXED, part UNINDEXED, text, tokenize = 'trigram')",
+    # A run's texts go with its index's row (deleted with the run, or before a rebuild).
+    "CREATE TRIGGER cobalt_app_searchindex_texts AFTER DELETE ON cobalt_app_searchindex "
+    "BEGIN DELETE FROM cobalt_app_itemtext "
+    "WHERE rowid BETWEEN OLD.low AND OLD.high AND run_id = OLD.run_id; END",
+)
+POSTGRESQL = (
+    "CREATE TABLE cobalt_app_itemtext (run_id varchar(32) NOT NULL "
+    "REFERENCES cobalt_app_searchindex (run_id) ON DELETE CASCADE, "
+    "item bigint NOT NULL, part smallint NOT NULL, text text NOT NULL)",
+    "CREATE INDEX item_text_run ON cobalt_app_itemtext (run_id)",
+    "CREATE INDEX item_text_trgm ON cobalt_app_itemtext USING gin (upper(text) gin_trgm_ops)",
+)
+
+
+def create_text_table(connection: Any) -> None:
+    """Make the texts' table (migration 0019, and a new embedded database's schema)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            try:
+                with transaction.atomic(using=connection.alias):
+                    cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            except DatabaseError as exc:  # not allowed here: searches read the run
+                logger.warning("text search stays unindexed: %s", exc)
+                return
+            statements = POSTGRESQL
+        elif connection.vendor == "sqlite":
+            statements = SQLITE
+        else:
+            return
+        try:
+            with transaction.atomic(using=connection.alias):
+                for statement in statements:
+                    cursor.execute(statement)
+        except DatabaseError as exc:  # no FTS5 or no trigram tokenizer (SQLite < 3.34)
+            logger.warning("text search stays unindexed: %s", exc)
+
+
+def drop_text_table(connection: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("DROP TRIGGER IF EXISTS cobalt_app_searchindex_texts")
+        cursor.execute("DROP TABLE IF EXISTS cobalt_app_itemtext")
 
 
 # Reading the index --------------------------------------------------------------------------

@@ -3,54 +3,10 @@ table, made by hand: an FTS5 table with the trigram tokenizer on SQLite (3.34+),
 a trigram GIN index on PostgreSQL (`pg_trgm`, a trusted extension). Where neither can be made,
 searches read the run as before."""
 
-import logging
-
 import django.db.models.deletion
-from django.db import DatabaseError, migrations, models, transaction
+from django.db import migrations, models
 
-logger = logging.getLogger(__name__)
-
-SQLITE = (
-    "CREATE VIRTUAL TABLE cobalt_app_itemtext USING fts5("
-    "run_id UNINDEXED, item UNINDEXED, part UNINDEXED, text, tokenize = 'trigram')",
-    # A run's texts go with its index's row (deleted with the run, or before a rebuild).
-    "CREATE TRIGGER cobalt_app_searchindex_texts AFTER DELETE ON cobalt_app_searchindex "
-    "BEGIN DELETE FROM cobalt_app_itemtext "
-    "WHERE rowid BETWEEN OLD.low AND OLD.high AND run_id = OLD.run_id; END",
-)
-POSTGRESQL = (
-    "CREATE TABLE cobalt_app_itemtext (run_id varchar(32) NOT NULL "
-    "REFERENCES cobalt_app_searchindex (run_id) ON DELETE CASCADE, "
-    "item bigint NOT NULL, part smallint NOT NULL, text text NOT NULL)",
-    "CREATE INDEX item_text_run ON cobalt_app_itemtext (run_id)",
-    "CREATE INDEX item_text_trgm ON cobalt_app_itemtext USING gin (upper(text) gin_trgm_ops)",
-)
-
-
-def create_text_table(apps, schema_editor) -> None:
-    connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            try:
-                with transaction.atomic(using=connection.alias):
-                    cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-            except DatabaseError as exc:  # not allowed here: searches read the run
-                logger.warning("text search stays unindexed: %s", exc)
-                return
-            statements = POSTGRESQL
-        elif connection.vendor == "sqlite":
-            statements = SQLITE
-        else:
-            return
-        for statement in statements:
-            cursor.execute(statement)
-
-
-def drop_text_table(apps, schema_editor) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        if schema_editor.connection.vendor == "sqlite":
-            cursor.execute("DROP TRIGGER IF EXISTS cobalt_app_searchindex_texts")
-        cursor.execute("DROP TABLE IF EXISTS cobalt_app_itemtext")
+from cobalt_app.run_search import create_text_table, drop_text_table
 
 
 class Migration(migrations.Migration):
@@ -130,5 +86,8 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(create_text_table, drop_text_table),
+        migrations.RunPython(
+            lambda apps, editor: create_text_table(editor.connection),
+            lambda apps, editor: drop_text_table(editor.connection),
+        ),
     ]
