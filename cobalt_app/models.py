@@ -535,7 +535,10 @@ class ItemField(models.Model):
     item_id = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["run", "key", "value", "item_id"], name="item_field_value")]
+        indexes = [
+            models.Index(fields=["run", "key", "value", "item_id"], name="item_field_value"),
+            models.Index(fields=["run", "key", "item_id", "value"], name="item_field_item"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key}={self.value} of item {self.item_id}"

@@ -20,11 +20,10 @@ import numpy as np
 
 from cobalt import significance
 from cobalt.significance import IMPROVED, REGRESSED, format_p
-from cobalt_app import score_tables
+from cobalt_app import run_search, score_tables
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_triage import LIST_SECONDS, MAX_GROUPS, ListState, run_groups
 from cobalt_app.run_memo import RunMemo
-from cobalt_app.run_search import field_value
 from cobalt_app.score_tables import Pairing, ScoreTable
 
 # A group's paired test needs this many items scored in both runs: below it, one or two
@@ -195,7 +194,7 @@ def group_positions(
         codes = np.full(len(table.keys), NOT_IN_A, dtype=np.int32)
         rows = (
             ItemResult.objects.filter(run=run, run_index=0)
-            .annotate(group=field_value(key))
+            .annotate(group=run_search.item_value(run, key))
             .values_list("item_key", "group")
         )
         chunk: list[tuple[str, str | None]] = []

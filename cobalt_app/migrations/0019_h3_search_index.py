@@ -82,7 +82,10 @@ class Migration(migrations.Migration):
             ],
             options={
                 "indexes": [
-                    models.Index(fields=["run", "key", "value", "item_id"], name="item_field_value")
+                    models.Index(
+                        fields=["run", "key", "value", "item_id"], name="item_field_value"
+                    ),
+                    models.Index(fields=["run", "key", "item_id", "value"], name="item_field_item"),
                 ],
             },
         ),
