@@ -519,6 +519,16 @@ class SearchIndex(models.Model):
     )
     low = models.BigIntegerField(default=0, help_text="SQLite: the run's texts' first rowid.")
     high = models.BigIntegerField(default=-1, help_text="SQLite: the run's texts' last rowid.")
+    shared = models.BooleanField(
+        default=False,
+        help_text="SQLite: other runs' items have ids between this run's (its texts are told "
+        "apart by their run, a slower search).",
+    )
+    folded = models.BooleanField(
+        default=False,
+        help_text="SQLite: some text holds a character the trigram index folds to ASCII "
+        "(`run_search.FOLDED`): every search compares the texts it finds again.",
+    )
 
     def __str__(self) -> str:
         return f"search index of run {self.run_id}"

@@ -30,6 +30,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import (
+    ExpressionWrapper,
     F,
     Func,
     IntegerField,
@@ -41,9 +42,10 @@ from django.db.models import (
     Subquery,
     TextField,
     Value,
+    Window,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Cast, Length
+from django.db.models.functions import Cast, Length, RowNumber
 from django.utils import timezone
 
 from cobalt_app.models import Evaluation, ItemField, ItemResult, Run, SearchIndex
@@ -58,6 +60,10 @@ TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
 CHUNK = 5000  # item ids per build step: one short write transaction each
 STALE = timedelta(minutes=15)  # a build claimed longer ago died with its process: claimed again
 INPUT, OUTPUT, ERROR, REASON = range(4)  # what a text is (input and output are JSON)
+SLOTS = 1024  # SQLite: texts per item in rowids (an item has a reason per evaluator)
+# The characters other than ASCII letters that FTS5's trigram tokenizer folds to one (`ſ` to
+# s, the Kelvin sign to k), where SQLite's LIKE does not (tests/test_triage_index.py checks).
+FOLDED = ("\u017f", "\u212a")
 
 _background = False
 _building: set[str] = set()
@@ -128,8 +134,9 @@ def _categorical(value: Any) -> bool:
 # The texts' table ---------------------------------------------------------------------------
 
 SQLITE = (
+    # A text's rowid is its item's id × SLOTS + what it is (`INPUT`…, reasons from `REASON`).
     "CREATE VIRTUAL TABLE cobalt_app_itemtext USING fts5("
-    "run_id UNINDEXED, item UNINDEXED, part UNINDEXED, text, tokenize = 'trigram')",
+    "run_id UNINDEXED, text, tokenize = 'trigram')",
     # A run's texts go with its index's row (deleted with the run, or before a rebuild).
     "CREATE TRIGGER cobalt_app_searchindex_texts AFTER DELETE ON cobalt_app_searchindex "
     "BEGIN DELETE FROM cobalt_app_itemtext "
@@ -211,6 +218,29 @@ def found_ids(run: Run, text: str, key: str, value: str) -> set[int] | None:
     return found
 
 
+def _sqlite_matching(index: SearchIndex, forms: list[str], likes: list[str]) -> tuple[str, list]:
+    """The query of `_matching` on SQLite: the trigram index finds the texts holding each
+    form (its escaped one in inputs and outputs only). For a text of ASCII only, in a run whose
+    items' ids are its own and whose texts hold no `FOLDED` character, what it finds is what
+    `LIKE` finds (both fold ASCII letters only), read from the rowids alone; else each text
+    found is compared again with `LIKE` (reading the texts: ~4x the CPU)."""
+    again = index.shared or index.folded or not forms[0].isascii()
+    selects, params = [], []
+    for number, (form, like) in enumerate(zip(forms, likes, strict=True)):
+        sql = (
+            f"SELECT rowid / {SLOTS} FROM {TABLE} WHERE {TABLE} MATCH %s "
+            "AND rowid BETWEEN %s AND %s"
+        )
+        params += ['"{}"'.format(form.replace('"', '""')), index.low, index.high]
+        if number:  # the escaped form: inputs and outputs (JSON) only
+            sql += f" AND rowid %% {SLOTS} <= {OUTPUT}"
+        if again:
+            sql += " AND run_id = %s AND text LIKE %s ESCAPE '\\'"
+            params += [index.run_id, like]
+        selects.append(sql)
+    return " UNION ".join(selects), params
+
+
 def _matching(index: SearchIndex, text: str) -> set[int]:
     """Items with `text` in their input or output (as stored JSON, the text or its JSON
     escaped form: SQLite keeps non-ASCII characters and quotes escaped), error or a reason,
@@ -218,14 +248,7 @@ def _matching(index: SearchIndex, text: str) -> set[int]:
     forms = list(dict.fromkeys([text, json.dumps(text)[1:-1]]))
     likes = [f"%{connection.ops.prep_for_like_query(form)}%" for form in forms]
     if connection.vendor == "sqlite":
-        phrases = " OR ".join('"{}"'.format(form.replace('"', '""')) for form in forms)
-        sql = (
-            f"SELECT DISTINCT item FROM {TABLE} WHERE {TABLE} MATCH %s "
-            "AND rowid BETWEEN %s AND %s AND run_id = %s AND (text LIKE %s ESCAPE '\\'"
-            + " OR (part <= %s AND text LIKE %s ESCAPE '\\')" * (len(likes) - 1)
-            + ")"
-        )
-        params: list[Any] = [phrases, index.low, index.high, index.run_id, likes[0]]
+        sql, params = _sqlite_matching(index, forms, likes)
     else:
         sql = (
             f"SELECT DISTINCT item FROM {TABLE} WHERE run_id = %s "
@@ -234,8 +257,8 @@ def _matching(index: SearchIndex, text: str) -> set[int]:
             + ")"
         )
         params = [index.run_id, likes[0]]
-    for like in likes[1:]:
-        params += [OUTPUT, like]
+        for like in likes[1:]:
+            params += [OUTPUT, like]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}
@@ -298,30 +321,33 @@ def build(run: Run) -> bool:
     keys = {key: False for key in field_keys(run)}
     bounds = ItemResult.objects.filter(run=run).aggregate(first=Min("id"), last=Max("id"))
     first, last = bounds["first"] or 0, bounds["last"] if bounds["last"] is not None else -1
-    low, high = None, -1
+    SearchIndex.objects.filter(run=run).update(low=first * SLOTS, high=last * SLOTS + SLOTS - 1)
     for start in range(first, last + 1, CHUNK):
         with transaction.atomic():
-            before = _last_rowid()
             _insert_texts(run, start, start + CHUNK)
-            low = before + 1 if low is None else low
-            high = _last_rowid()
-            SearchIndex.objects.filter(run=run).update(low=low, high=high)
             items = ItemResult.objects.filter(run=run, id__gte=start, id__lt=start + CHUNK)
             count = items.count()
             for key in keys:
                 keys[key] |= _insert_values(items, key) < count
-    done = SearchIndex.objects.filter(run=run, started_at=claimed).update(ready=True, keys=keys)
+    others = ItemResult.objects.filter(id__gte=first, id__lte=last).exclude(run=run)
+    done = SearchIndex.objects.filter(run=run, started_at=claimed).update(
+        ready=True, keys=keys, shared=others.exists(), folded=_folded(run, first, last)
+    )
     return bool(done)
 
 
-def _last_rowid() -> int:
-    """SQLite: the texts' last rowid (a run's texts are those of its rowids between its first
-    build step's and its last one's that are its own: builds of two runs may interleave)."""
+def _folded(run: Run, first: int, last: int) -> bool:
+    """SQLite: whether a text of the run holds a `FOLDED` character (read once, when built)."""
     if connection.vendor != "sqlite":
-        return 0
+        return False
+    held = " OR ".join("instr(text, %s)" for _ in FOLDED)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT max(id) FROM {TABLE}_content")
-        return cursor.fetchone()[0] or 0
+        cursor.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE rowid BETWEEN %s AND %s "
+            f"AND run_id = %s AND ({held}))",
+            [first * SLOTS, last * SLOTS + SLOTS - 1, run.id, *FOLDED],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def _claim(run: Run) -> Any:
@@ -346,21 +372,31 @@ def _insert_texts(run: Run, start: int, end: int) -> None:
     """Copy the texts of the run's items with ids in [start, end)."""
     items = ItemResult.objects.filter(run=run, id__gte=start, id__lt=end)
     reasons = Evaluation.objects.filter(run=run, item_id__gte=start, item_id__lt=end)
+    numbered = reasons.exclude(reason="").annotate(
+        nth=Window(RowNumber(), partition_by=[F("item_id")], order_by=F("id").asc())
+    )
     selects = [
-        _texts(items, INPUT, Cast("input", TextField())),
-        _texts(items, OUTPUT, Cast("output", TextField())),
-        _texts(items.exclude(error=""), ERROR, F("error")),
-        _texts(reasons.exclude(reason=""), REASON, F("reason"), item="item_id"),
+        _texts(items, Value(INPUT), Cast("input", TextField())),
+        _texts(items, Value(OUTPUT), Cast("output", TextField())),
+        _texts(items.exclude(error=""), Value(ERROR), F("error")),
+        _texts(numbered, F("nth") + (REASON - 1), F("reason"), item="item_id"),
     ]
+    sqlite = connection.vendor == "sqlite"
+    columns = "rowid, run_id, text" if sqlite else "run_id, item, part, text"
     with connection.cursor() as cursor:
         for sql, params in selects:
-            cursor.execute(f"INSERT INTO {TABLE} (run_id, item, part, text) {sql}", params)
+            cursor.execute(f"INSERT INTO {TABLE} ({columns}) {sql}", params)
 
 
-def _texts(rows: QuerySet, part: int, text: Any, item: str = "id") -> tuple[str, Any]:
-    found = rows.order_by().annotate(text_of=text, part_of=Value(part, output_field=IntegerField()))
-    found = found.filter(text_of__isnull=False).values_list("run_id", item, "part_of", "text_of")
-    return found.query.sql_with_params()
+def _texts(rows: QuerySet, part: Any, text: Any, item: str = "id") -> tuple[str, Any]:
+    found = rows.order_by().annotate(
+        text_of=text, part_of=ExpressionWrapper(part, output_field=IntegerField())
+    )
+    found = found.filter(text_of__isnull=False)
+    if connection.vendor == "sqlite":  # more than SLOTS texts an item: the rowids collide
+        found = found.annotate(rowid_of=F(item) * SLOTS + F("part_of"))
+        return found.values_list("rowid_of", "run_id", "text_of").query.sql_with_params()
+    return found.values_list("run_id", item, "part_of", "text_of").query.sql_with_params()
 
 
 def _insert_values(items: QuerySet, key: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from django.db import connection
 
 from cobalt.config import load_config
 from cobalt_app import page_triage, retention, run_search
-from cobalt_app.models import ItemField, Run, SearchIndex
+from cobalt_app.models import Evaluation, ItemField, ItemResult, Run, SearchIndex
 from tests.conftest import cli_env, cobalt_run, new_project, served
 from tests.test_triage import HTMX, make_run, row_keys, support_items
 from tests.test_triage import client as client  # noqa: F401 - a fixture
@@ -68,6 +69,10 @@ SEARCHES = [
     "___",
     '"""',
     "   ",
+    "kelvin",
+    "\u212aelvin",
+    "LONG S",
+    "the long \u017f",
 ]
 
 
@@ -89,9 +94,23 @@ def scanned(run: Run, q: str = "", key: str = "", value: str = "") -> set[int]:
     return set(page_triage.item_scope(run, state).values_list("id", flat=True))
 
 
-def test_the_index_finds_exactly_what_reading_the_run_finds():
+def interleave(run: Run, other: Run) -> None:
+    """Give one of `run`'s item ids to an item of `other` (as concurrent team runs do)."""
+    taken = run.items.order_by("id")[3]
+    ItemResult.objects.filter(id=taken.id).delete()
+    moved = other.items.order_by("id").first()
+    ItemResult.objects.filter(id=moved.id).update(id=taken.id)
+    Evaluation.objects.filter(item_id=moved.id).update(item_id=taken.id)
+
+
+@pytest.mark.parametrize("flavour", ["own ids", "interleaved ids", "folded characters"])
+def test_the_index_finds_exactly_what_reading_the_run_finds(flavour: str):
     run = odd_run(runs=2)
     other = odd_run()  # another run's items are never found
+    if flavour == "interleaved ids":
+        interleave(run, other)
+    if flavour == "folded characters":  # the trigram index folds them to k and s, LIKE not
+        run.items.filter(item_key="t06").update(error="\u212aelvin and the long \u017f")
     assert run_search.index_of(run) is None and run_search.found_ids(run, "été", "", "") is None
     keys = run_search.field_keys(run)
     assert {"category", "metadata.tier", "result.model"} <= set(keys)
@@ -101,6 +120,11 @@ def test_the_index_finds_exactly_what_reading_the_run_finds():
     assert str(run_search.item_value(run, "category")) != str(run_search.field_value("category"))
     assert {key: page_triage.group_table(run, key) for key in keys} == groups
     assert not run_search.build(run)  # built already
+    index = run_search.index_of(run)
+    assert (index.shared, index.folded) == (
+        flavour == "interleaved ids",
+        flavour == "folded characters",
+    )
     for text in SEARCHES:
         assert run_search.found_ids(run, text, "", "") == scanned(run, text), text
     assert scanned(run, "été") and scanned(run, "100%") and not scanned(run, "___")
@@ -115,6 +139,21 @@ def test_the_index_finds_exactly_what_reading_the_run_finds():
             )
     assert run_search.found_ids(run, "", "category", "refund")
     assert run_search.found_ids(run, "", "no_such_field", "x") is None  # not held: the scan
+
+
+def test_the_characters_the_trigram_index_folds_to_ascii_letters_are_known():
+    """`run_search.FOLDED`: every character outside ASCII that the tokenizer finds when asked
+    for an ASCII letter (Unicode's basic plane and the next; nothing above folds)."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE VIRTUAL TABLE temp.folds USING fts5(text, tokenize = 'trigram')")
+        odd = [(cp, f"#{chr(cp)}#") for cp in range(0x80, 0x20000) if not 0xD800 <= cp <= 0xDFFF]
+        cursor.executemany("INSERT INTO temp.folds (rowid, text) VALUES (%s, %s)", odd)
+        found = set()
+        for letter in string.ascii_letters:
+            cursor.execute("SELECT rowid FROM temp.folds WHERE folds MATCH %s", [f'"#{letter}#"'])
+            found |= {chr(row[0]) for row in cursor.fetchall()}
+        cursor.execute("DROP TABLE temp.folds")
+    assert found == set(run_search.FOLDED)
 
 
 def test_a_run_finalised_again_is_indexed_again():
