@@ -547,7 +547,6 @@ class ItemField(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["run", "key", "value", "item_id"], name="item_field_value"),
-            models.Index(fields=["run", "key", "item_id", "value"], name="item_field_item"),
         ]
 
     def __str__(self) -> str:

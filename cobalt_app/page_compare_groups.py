@@ -20,10 +20,11 @@ import numpy as np
 
 from cobalt import significance
 from cobalt.significance import IMPROVED, REGRESSED, format_p
-from cobalt_app import run_search, score_tables
+from cobalt_app import score_tables
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.page_triage import LIST_SECONDS, MAX_GROUPS, ListState, run_groups
 from cobalt_app.run_memo import RunMemo
+from cobalt_app.run_search import field_value
 from cobalt_app.score_tables import Pairing, ScoreTable
 
 # A group's paired test needs this many items scored in both runs: below it, one or two
@@ -194,7 +195,7 @@ def group_positions(
         codes = np.full(len(table.keys), NOT_IN_A, dtype=np.int32)
         rows = (
             ItemResult.objects.filter(run=run, run_index=0)
-            .annotate(group=run_search.item_value(run, key))
+            .annotate(group=field_value(key))
             .values_list("item_key", "group")
         )
         chunk: list[tuple[str, str | None]] = []

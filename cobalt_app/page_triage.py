@@ -372,7 +372,7 @@ def group_table(run: Run, key: str, scope: QuerySet[ItemResult] | None = None) -
     pass mark (`score_tables.below_mark`, the one verdict rule). Two queries."""
     items = in_id_order(ItemResult.objects.filter(run=run)) if scope is None else scope
     counted = (
-        items.annotate(group=run_search.item_value(run, key))
+        items.annotate(group=field_value(key))
         .values("group")
         .annotate(n=Count("id"), broken=Count("id", filter=Q(status__in=FAILED)))
         .order_by("-n", "group")
@@ -384,7 +384,7 @@ def group_table(run: Run, key: str, scope: QuerySet[ItemResult] | None = None) -
     if scope is not None:
         verdicts = verdicts.filter(item_id__in=scope.values("id"))
     ok = Q(status=Evaluation.Status.OK)
-    verdicts = verdicts.annotate(group=run_search.item_value(run, key, "item__"))
+    verdicts = verdicts.annotate(group=field_value(key, "item__"))
     if len(found) > MAX_GROUPS:  # only the groups shown (each row reads its field again)
         verdicts = verdicts.filter(
             Q(group__in=[row["group"] for row in shown]) | Q(group__isnull=True)

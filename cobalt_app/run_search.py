@@ -42,10 +42,8 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     TextField,
     Value,
     Window,
@@ -118,17 +116,6 @@ def field_keys(run: Run) -> list[str]:
                 if _categorical(value):
                     found.setdefault(f"{prefix}{name}")
     return list(found)
-
-
-def item_value(run: Run, key: str, prefix: str = "") -> Any:
-    """`field_value`, read from the run's index when it holds every item's value of `key`
-    (an index lookup by item instead of parsing each item's JSON: grouping 100,000 items by a
-    field); `prefix` reaches the item from another model (`"item__"` from an evaluation)."""
-    index = index_of(run)
-    if index is None or index.keys.get(key) is not False:
-        return field_value(key, prefix)
-    values = ItemField.objects.filter(run_id=run.id, key=key, item_id=OuterRef(f"{prefix}id"))
-    return Subquery(values.values("value")[:1], output_field=TextField())
 
 
 def _categorical(value: Any) -> bool:

@@ -108,9 +108,6 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
     change = data["change"] or ""
     sort = data["sort"] or "delta"
     group_by, value = data["group"] or "", data["value"] or ""
-    if group_by:  # the runs' values for their next groups (`run_search`), built apart
-        for run in (a, *others):
-            run_search.prepare(run)
     comparison = page_compare.compare(
         a,
         others,

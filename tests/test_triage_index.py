@@ -114,11 +114,7 @@ def test_the_index_finds_exactly_what_reading_the_run_finds(flavour: str):
     assert run_search.index_of(run) is None and run_search.found_ids(run, "été", "", "") is None
     keys = run_search.field_keys(run)
     assert {"category", "metadata.tier", "result.model"} <= set(keys)
-    groups = {key: page_triage.group_table(run, key) for key in keys}
     assert run_search.build(run) and run_search.build(other)
-    # Groups read the values from the index: the same table.
-    assert str(run_search.item_value(run, "category")) != str(run_search.field_value("category"))
-    assert {key: page_triage.group_table(run, key) for key in keys} == groups
     assert not run_search.build(run)  # built already
     index = run_search.index_of(run)
     assert (index.shared, index.folded) == (
@@ -232,18 +228,14 @@ from cobalt_app import retention, run_search
 from cobalt_app.models import ItemField, Run
 from django.db import connection, transaction
 
-from cobalt_app import page_triage
-
 run, other = odd_run(runs=2), odd_run()
 out = {"before": run_search.found_ids(run, "été", "", "") is None}
-groups = {key: page_triage.group_table(run, key) for key in run_search.field_keys(run)}
 out["built"] = run_search.build(run) and run_search.build(other)
 out["wrong"] = [t for t in SEARCHES if run_search.found_ids(run, t, "", "") != scanned(run, t)]
 out["fields"] = [
     (k, v) for k in run_search.field_keys(run) for v in ("refund", "gold", "m", "1", "nope")
     if run_search.found_ids(run, "", k, v) != scanned(run, key=k, value=v)
 ]
-out["groups"] = {key: page_triage.group_table(run, key) for key in groups} == groups
 out["some"] = len(run_search.found_ids(run, "100%", "", ""))
 with transaction.atomic(), connection.cursor() as cursor:
     # On a big table the run's rows are many: the run's own index is no way in.
@@ -292,7 +284,7 @@ def test_on_postgresql_the_index_finds_what_reading_the_run_finds(postgres, tmp_
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["before"] and out["built"]
-    assert out["wrong"] == [] and out["fields"] == [] and out["groups"]
+    assert out["wrong"] == [] and out["fields"] == []
     assert out["some"] == 4  # t01's input, t09's output, each twice (two repetitions)
     assert "item_text_trgm" in out["plan"]
     assert out["left"] == 0

@@ -99,7 +99,6 @@ class Migration(migrations.Migration):
                     models.Index(
                         fields=["run", "key", "value", "item_id"], name="item_field_value"
                     ),
-                    models.Index(fields=["run", "key", "item_id", "value"], name="item_field_item"),
                 ],
             },
         ),
