@@ -498,3 +498,56 @@ class RunFigures(models.Model):
 
     def __str__(self) -> str:
         return f"figures of run {self.run_id}"
+
+
+class SearchIndex(models.Model):
+    """A finished run's search index (`run_search`), built by the dashboard off the item
+    write path: the texts a search reads (SQLite: an FTS5 trigram table, PostgreSQL: a table
+    with a trigram GIN index) and each short field's value per item (`ItemField`). Deleting
+    the row deletes its texts (a trigger on SQLite, a foreign key on PostgreSQL)."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    ready = models.BooleanField(default=False)
+    finished_at = models.DateTimeField(
+        null=True, help_text="The run's `finished_at` it was built for (a new one rebuilds it)."
+    )
+    started_at = models.DateTimeField(help_text="When its build was claimed.")
+    keys = models.JSONField(
+        default=dict,
+        help_text="The fields in `ItemField`, each with whether some of its values were too long "
+        "to keep.",
+    )
+    low = models.BigIntegerField(default=0, help_text="SQLite: the run's texts' first rowid.")
+    high = models.BigIntegerField(default=-1, help_text="SQLite: the run's texts' last rowid.")
+    shared = models.BooleanField(
+        default=False,
+        help_text="SQLite: other runs' items have ids between this run's (its texts are told "
+        "apart by their run, a slower search).",
+    )
+    folded = models.BooleanField(
+        default=False,
+        help_text="SQLite: some text holds a character the trigram index folds to ASCII "
+        "(`run_search.FOLDED`): every search compares the texts it finds again.",
+    )
+
+    def __str__(self) -> str:
+        return f"search index of run {self.run_id}"
+
+
+class ItemField(models.Model):
+    """One item's value of a field the run's items are filtered and grouped by
+    (`page_triage.field_value`'s text; None: the item has no such field), for a finished run
+    whose `SearchIndex` is ready. Values longer than `run_search.LONG_VALUE` are not kept."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=200)
+    value = models.TextField(null=True)  # noqa: DJ001 - None: the item has no such field
+    item_id = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["run", "key", "value", "item_id"], name="item_field_value"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value} of item {self.item_id}"

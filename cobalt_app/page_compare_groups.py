@@ -22,8 +22,9 @@ from cobalt import significance
 from cobalt.significance import IMPROVED, REGRESSED, format_p
 from cobalt_app import score_tables
 from cobalt_app.models import ItemResult, Run
-from cobalt_app.page_triage import LIST_SECONDS, MAX_GROUPS, ListState, field_value, run_groups
+from cobalt_app.page_triage import LIST_SECONDS, MAX_GROUPS, ListState, run_groups
 from cobalt_app.run_memo import RunMemo
+from cobalt_app.run_search import field_value
 from cobalt_app.score_tables import Pairing, ScoreTable
 
 # A group's paired test needs this many items scored in both runs: below it, one or two

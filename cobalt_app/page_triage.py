@@ -19,17 +19,17 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
-from django.db.models import Count, F, Func, Q, QuerySet, TextField, Value
+from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from django.urls import get_script_prefix, reverse
 
-from cobalt_app import run_figures
+from cobalt_app import run_figures, run_search
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.page_items import ItemFilters, ItemsPage, clamp, item_order, page_of
 from cobalt_app.page_selectors import pass_marks
 from cobalt_app.run_memo import RunMemo
+from cobalt_app.run_search import field_value
 from cobalt_app.score_tables import (
     below_mark,
     failing_count,
@@ -38,14 +38,11 @@ from cobalt_app.score_tables import (
 )
 from cobalt_app.selectors import FAILED
 
-KEY_SAMPLE = 200  # items read to offer the run's fields and metadata keys
 MAX_GROUPS = 50
 # Words with a digit (an order id, a count, a port, a date): error texts that differ only in
 # them are one group of the failures view ("refund timed out for o017" and "… for o025").
 ALIKE = re.compile(r"\w*\d\w*")
 GROUP_ITEMS_SHOWN = 40  # item links listed under a group of identical errors
-LONG_VALUE = 80  # a field with longer values is text, not a category: not offered
-TEXT_FIELDS = ("id", "input", "expected", "expected_output", "metadata")
 # A finished run's lists (and groups) kept in this process for the item panel's steps: j and
 # k through 50,000 failures then cost a lookup, not the list's aggregation (~0.2 s at 100k
 # items) on every step. Lists are kept as arrays of ids (8 bytes each).
@@ -176,17 +173,21 @@ def found_ids(run: Run, state: ListState) -> array | None:
     """The ids of `item_scope` (ascending), read now in one query; None when nothing narrows
     the list. A page then counts, lists, groups and finds the errors among them by id
     (`id_scope`) instead of searching the run again for each (the failures view searched
-    three times). A finished run's ids are kept a few minutes, as its
-    lists are: the search reads every item and reason of the run (~80 ms of CPU at 100,000
+    three times). A finished run's index (`run_search`) answers without reading the run;
+    without it the search reads every item and reason of the run (~80 ms of CPU at 100,000
     items on SQLite, five times that at 500,000), and a field filter every item's JSON
-    (~55 ms); paging through what they found, switching views, grouping it or stepping
-    through it in the item panel then costs a lookup. Read unordered: the items' default
-    order joins each row to its run and sorts them."""
+    (~55 ms). A finished run's ids are kept a few minutes, as its lists are: paging through
+    what they found, switching views, grouping it or stepping through it in the item panel
+    then costs a lookup. Read unordered: the items' default order joins each row to its run
+    and sorts them."""
     if not state.narrowed:
         return None
     narrowing = ListState(q=state.q, key=state.key, value=state.value).query()
 
     def read() -> array:
+        indexed = run_search.found_ids(run, state.q, state.key, state.value)
+        if indexed is not None:
+            return array("q", sorted(indexed))
         found = item_scope(run, state).order_by().values_list("id", flat=True)
         return array("q", sorted(found.iterator(chunk_size=2000)))
 
@@ -224,51 +225,6 @@ def _matching(run: Run, text: str) -> Q:
     for form in dict.fromkeys([text, json.dumps(text)[1:-1]]):
         found |= Q(input_text__icontains=form) | Q(output_text__icontains=form)
     return found
-
-
-def field_value(key: str, prefix: str = "") -> Cast:
-    """A dataset field (`category`), a key of the dataset item's metadata (`metadata.tier`)
-    or of what the agent reported (`result.model`), as text; `prefix` reaches the item from
-    another model (`"item__"` from an evaluation)."""
-    column, path = f"{prefix}input", [key]
-    if key.startswith("result."):
-        column, path = f"{prefix}metadata", [key.removeprefix("result.")]
-    elif key.startswith("metadata."):
-        path = ["metadata", key.removeprefix("metadata.")]
-    if connection.vendor == "sqlite":
-        # One JSON_EXTRACT (a string's text as it is) instead of Django's key transform, which
-        # parses each row's JSON three times: grouping 100k items by a field is a third faster.
-        steps = "".join(f".{json.dumps(step)}" for step in path)
-        return Cast(Func(F(column), Value(f"${steps}"), function="JSON_EXTRACT"), TextField())
-    value: Any = column
-    for step in path[:-1]:
-        value = KeyTransform(step, value)
-    return Cast(KeyTextTransform(path[-1], value), TextField())
-
-
-def field_keys(run: Run) -> list[str]:
-    """The fields and metadata keys of the run's first items that hold short plain values (a
-    category, a tier, a model), to filter and group by."""
-    rows = ItemResult.objects.filter(run=run, run_index=0).order_by("item_index")
-    found: dict[str, None] = {}
-    for item_input, metadata in rows.values_list("input", "metadata")[:KEY_SAMPLE]:
-        item_input = item_input if isinstance(item_input, dict) else {}
-        nested = item_input.get("metadata")
-        for prefix, values in (
-            ("", {k: v for k, v in item_input.items() if k not in TEXT_FIELDS}),
-            ("metadata.", nested if isinstance(nested, dict) else {}),
-            ("result.", metadata if isinstance(metadata, dict) else {}),
-        ):
-            for name, value in values.items():
-                if _categorical(value):
-                    found.setdefault(f"{prefix}{name}")
-    return list(found)
-
-
-def _categorical(value: Any) -> bool:
-    if isinstance(value, str):
-        return 0 < len(value) <= LONG_VALUE
-    return isinstance(value, bool | int | float)
 
 
 # The failures view --------------------------------------------------------------------------
@@ -492,7 +448,7 @@ def item_place(run: Run, item: ItemResult, state: ListState | None) -> Place:
     if state is None:
         return _numbered_place(run, item)
     item_id = item.id
-    scope = item_scope(run, state)
+    scope = id_scope(found_ids(run, state))
     ids = _lists.get(run, state.query(), lambda: array("q", list_ids(run, state, scope)))
     try:  # one scan of the list, not two
         position = ids.index(item_id) + 1

@@ -30,6 +30,7 @@ from cobalt_app import blob_store, liveness, selectors
 from cobalt_app.models import (
     Blob,
     Evaluation,
+    ItemField,
     ItemResult,
     ItemTrace,
     JudgeCall,
@@ -38,6 +39,7 @@ from cobalt_app.models import (
     Run,
     RunScoreTable,
     RunTag,
+    SearchIndex,
 )
 
 RUNS, TRACES, RECORDINGS = "runs", "traces", "recordings"
@@ -65,6 +67,8 @@ TABLES = (
     Label,
     Blob,
     JudgeCall,
+    SearchIndex,  # a run's search index (`run_search`) goes with it
+    ItemField,
 )
 
 # Where a project's CI names its baseline runs: `cobalt run --ci --baseline <run id>`.

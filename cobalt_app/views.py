@@ -39,6 +39,7 @@ from cobalt_app import (
     page_selectors,
     page_sweep,
     page_triage,
+    run_search,
     selectors,
     sweep_exports,
     sweeps,
@@ -271,6 +272,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             response["HX-Trigger"] = "cobalt-progress"
         patch_vary_headers(response, ["HX-Request"])
         return response
+    run_search.prepare(run)  # a finished run's index, built apart for its searches
     form = ItemFilterForm(request.GET, run=run)
     filters = form.cleaned_data if form.is_valid() else {}
     state = form.list_state()
@@ -301,7 +303,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "groups": page_triage.run_groups(run, group, state, scope) if group else None,
     }
     if target != "item-results":
-        context["field_keys"] = page_triage.field_keys(run)
+        context["field_keys"] = run_search.field_keys(run)
     if target is None:
         context["previous"] = selectors.previous_run(run)
         context["labels"] = labels.label_summary(run)  # beside the link to review mode

@@ -24,7 +24,7 @@ from cobalt_app import (
     page_compare,
     page_compare_side,
     page_compare_table,
-    page_triage,
+    run_search,
     selectors,
 )
 from cobalt_app.models import Run
@@ -138,7 +138,7 @@ def _comparison_context(a: Run, others: list[Run], data: dict[str, Any]) -> dict
         "filters": urlencode(filters),
         "charts": comparison.chart_data,
         "groups": comparison.groups,
-        "field_keys": page_triage.field_keys(a),
+        "field_keys": run_search.field_keys(a),
         "side": page_compare_side.side_by_side(a, others[0], data["key"]) if data["key"] else None,
         **_pairwise_context(a, others[0], data["pairwise"]),
     }

@@ -203,6 +203,9 @@ class DashboardServer:
 
                 application = get_wsgi_application()
                 log_request_errors()
+                from cobalt_app import run_search
+
+                run_search.build_in_background()  # finished runs' search indexes, apart
                 threading.Thread(target=warm_up, daemon=True).start()
                 return application
 

@@ -105,6 +105,8 @@ def create_schema() -> None:
     from django.db.migrations.loader import MigrationLoader
     from django.db.migrations.recorder import MigrationRecorder
 
+    from cobalt_app import run_search
+
     models = [
         model
         for model in apps.get_models()
@@ -114,6 +116,7 @@ def create_schema() -> None:
     with connection.schema_editor() as editor:  # one transaction: all or nothing
         for model in models:
             editor.create_model(model)  # its many-to-many tables too
+        run_search.create_text_table(connection)  # not a model (migration 0019)
         recorder = MigrationRecorder(connection)
         recorder.ensure_schema()
         recorder.migration_qs.bulk_create(
