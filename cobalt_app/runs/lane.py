@@ -21,7 +21,7 @@ from typing import Any
 
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import engine
+from cobalt_app import engine, sync_items
 from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
@@ -63,6 +63,24 @@ def step_for(
         )
 
     return execute
+
+
+def sync_items_for(
+    experiment: Experiment, run_config: dict[str, Any], env: Any, threads: Threads
+) -> sync_items.SyncItems | None:
+    """The run's items on runner threads, one after another, when every part of their step
+    is sync (`sync_items`); None: each item through the loop (`step_for`)."""
+    if run_config.get("rejudge") or not sync_items.applies(experiment, env):
+        return None
+    settings = RunSettings.from_run_config(run_config)
+    return sync_items.SyncItems(
+        experiment,
+        env,
+        threads,
+        timeout=settings.timeout,
+        grace=settings.timeout_grace,
+        budget=settings.budget,
+    )
 
 
 def failing_step(message: str) -> Step:
@@ -148,6 +166,8 @@ class LaneHost:
     claim_next: Callable[[str, str, int], list[Claim]] = items_claim_next
     # Embedded: up to n of the run's claimed items, from the lanes' shared pool (None: claim)
     take: Callable[[int], Awaitable[list[Claim]]] | None = None
+    # Embedded, an all-sync step: the claimed items run by a runner thread, one after another
+    batches: sync_items.SyncItems | None = None
 
 
 @dataclass
@@ -261,6 +281,8 @@ async def _execute_claims(
     on_outcome: Callable[[Any], Awaitable[None]] | None,
 ) -> None:
     """The claimed items one after another; the others wait their turn, leased."""
+    if host.batches is not None and not host.drops_items and claims:
+        claims = await _execute_batch(run_id, claims, host, end, handed, on_outcome)
     entries = [Held(claim) for claim in claims]
     host.hold(entries)
     try:
@@ -287,3 +309,30 @@ async def _execute_claims(
                 await on_outcome(outcome)
     finally:
         host.release(entries)
+
+
+async def _execute_batch(
+    run_id: str,
+    claims: list[Claim],
+    host: LaneHost,
+    end: LaneEnd,
+    handed: dict[int, tuple[Batch, list[int]]],
+    on_outcome: Callable[[Any], Awaitable[None]] | None,
+) -> list[Claim]:
+    """The claimed items on a runner thread (`sync_items`), their outcomes recorded and
+    reported as they land; returns the items it took back (its thread was left)."""
+    batch = host.batches.start(claims)
+    try:
+        while (landed := await batch.outcomes()) is not None:
+            for claim, outcome in landed:
+                end.executed += 1
+                recording = host.recorder.submit(claim, outcome)
+                handed.setdefault(id(recording), (recording, []))[1].append(claim.item_id)
+                if on_outcome is not None:
+                    await on_outcome(outcome)
+            if await host.statuses.stopped(run_id) or host.stopping():
+                batch.stop()
+    except BaseException:
+        batch.cancel()
+        raise
+    return batch.left
