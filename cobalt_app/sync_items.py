@@ -194,8 +194,9 @@ class Batch:
         with self.lock:
             self.closed = True
 
-    def cancel(self) -> None:
-        """The lane is cancelled: no item begins any more, the running agent is stopped."""
+    def cancel(self) -> list[tuple[Any, ItemOutcome]]:
+        """The lane is cancelled: no item begins any more, the running agent is stopped;
+        returns the outcomes that landed and were not taken yet."""
         self.stop()
         self._end(cancelled=True)
         if self.waiting is not None:
@@ -204,6 +205,9 @@ class Batch:
         if phase is not None and phase.evaluator is None and phase.guard is not None:
             phase.guard.stopped = "the item was cancelled"
             self.items.threads.interrupt(phase.call)
+        landed = list(self.landed)
+        self.landed.clear()
+        return landed
 
     def _end(self, *, cancelled: bool) -> None:
         if self.timer is not None:

@@ -322,17 +322,22 @@ async def _execute_batch(
     """The claimed items on a runner thread (`sync_items`), their outcomes recorded and
     reported as they land; returns the items it took back (its thread was left)."""
     batch = host.batches.start(claims)
+
+    def record(claim: Claim, outcome: Any) -> None:
+        end.executed += 1
+        recording = host.recorder.submit(claim, outcome)
+        handed.setdefault(id(recording), (recording, []))[1].append(claim.item_id)
+
     try:
         while (landed := await batch.outcomes()) is not None:
             for claim, outcome in landed:
-                end.executed += 1
-                recording = host.recorder.submit(claim, outcome)
-                handed.setdefault(id(recording), (recording, []))[1].append(claim.item_id)
+                record(claim, outcome)
                 if on_outcome is not None:
                     await on_outcome(outcome)
             if await host.statuses.stopped(run_id) or host.stopping():
                 batch.stop()
     except BaseException:
-        batch.cancel()
+        for claim, outcome in batch.cancel():  # finished before the lane was cancelled
+            record(claim, outcome)
         raise
     return batch.left
