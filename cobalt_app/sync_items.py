@@ -9,7 +9,7 @@ a runner thread its claimed items at once (`SyncItems.start`): the thread runs e
 copy of the lane's context as `engine.execute_item` would — its trace captured, its stubs,
 state and budget (`intercepts.item_scope`), the runner, the evaluators, the outcome made
 storable — and lands the outcomes for the lane to record and report, a wake-up of the loop
-for however many arrived meanwhile.
+for tens of them (`LAND`, `LINGER`).
 
 The loop keeps the deadlines: one timer per batch, set for the running phase's (the runner
 call, or one evaluator) end. A runner past its timeout is stopped as `runaway.sync_call`
@@ -72,6 +72,10 @@ CHECKS = frozenset(
     }
 )
 CHECK_MODULES = frozenset({"cobalt_app.evaluators.deterministic", "cobalt_app.evaluators.basic"})
+# A thread wakes the loop for what landed once LAND outcomes wait, or LINGER seconds after
+# its last wake-up; the loop looks every LINGER × 10 seconds (an item that takes long).
+LAND = 64
+LINGER = 0.005
 
 
 def applies(experiment: Experiment, env: EvalEnv) -> bool:
@@ -162,6 +166,7 @@ class Batch:
         self.phase: Phase | None = None
         self.landed: collections.deque[tuple[Any, ItemOutcome]] = collections.deque()
         self.woken = False
+        self.told = 0.0  # when the thread last woke the loop (monotonic)
         self.waiter: asyncio.Future | None = None
         self.taking = False  # the loop took an item over: it lands it, the thread no more
         self.over = False  # ... and it has landed
@@ -172,6 +177,7 @@ class Batch:
         self.timer: asyncio.TimerHandle | None = self.loop.call_at(
             self.loop.time() + items.timeout, self._check
         )
+        self.looking = self.loop.call_later(LINGER * 10, self._look)
 
     # The loop's side.
 
@@ -180,14 +186,19 @@ class Batch:
         while not self.landed:
             if self.over or (self.job.done() and not self.taking):
                 self._end(cancelled=False)
-                if not self.landed:
-                    return None
-                break
+                if self.landed:
+                    break
+                if self.job.done():
+                    self.job.result()  # a failure of the engine's own, not of an item
+                return None
             self.waiter = self.loop.create_future()
             await self.waiter
-        taken = list(self.landed)
-        self.landed.clear()
-        return taken
+        return self._taken()
+
+    def _taken(self) -> list[tuple[Any, ItemOutcome]]:
+        """What landed, taken one by one (the thread may be adding more meanwhile)."""
+        landed = self.landed
+        return [landed.popleft() for _ in range(len(landed))]
 
     def stop(self) -> None:
         """No item begins any more; the running one ends as it would."""
@@ -205,17 +216,22 @@ class Batch:
         if phase is not None and phase.evaluator is None and phase.guard is not None:
             phase.guard.stopped = "the item was cancelled"
             self.items.threads.interrupt(phase.call)
-        landed = list(self.landed)
-        self.landed.clear()
-        return landed
+        return self._taken()
 
     def _end(self, *, cancelled: bool) -> None:
+        self.looking.cancel()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         expiring = self.expiring
         if expiring is not None and not expiring.done() and (cancelled or not self.taking):
             expiring.cancel()  # stopping a runner that ended since: nothing left to stop
+
+    def _look(self) -> None:
+        """What landed while the thread went on with a long item, taken."""
+        self.looking = self.loop.call_later(LINGER * 10, self._look)
+        if self.landed:
+            self._wake()
 
     def _wake(self, _: Any = None) -> None:
         self.woken = False  # before taking: an outcome landing from now on wakes the loop again
@@ -316,8 +332,10 @@ class Batch:
             if outcome is None:
                 return  # the loop took its item over
             self.landed.append((claim, outcome))
-            if not self.woken:
+            now = time.monotonic()
+            if not self.woken and (len(self.landed) >= LAND or now - self.told >= LINGER):
                 self.woken = True
+                self.told = now
                 self.loop.call_soon_threadsafe(self._wake)
 
     def _end_phase(self, phase: Phase) -> bool:
