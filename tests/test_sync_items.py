@@ -177,3 +177,16 @@ def test_a_lane_cancelled_mid_batch_records_every_item_that_finished_before(proj
     scored = verdicts(run)
     assert all(scored[i, "has"] == ("ok", 1.0, "") for i, r in found.items() if r.status == "ok")
     assert found[399].status == "cancelled"  # the batch did not run on
+
+
+def test_every_quick_item_of_a_big_run_is_recorded_once_with_its_verdict(project):
+    # 40 runner threads land outcomes while the loop takes them: none may fall between.
+    check = Evaluator(name="has", type="contains", value="answer")
+    experiment = define(
+        "many", items(20_000), lambda ctx: f"answer {ctx.index}", evaluators=[check]
+    )
+    (run,) = execute(project, experiment)
+    run.refresh_from_db()
+    assert run.status == "completed" and run.finished_items == 20_000
+    assert ItemResult.objects.filter(run=run, status="ok").count() == 20_000
+    assert Evaluation.objects.filter(run=run, status="ok", score=1.0).count() == 20_000
