@@ -68,6 +68,36 @@ def test_a_sync_agent_timing_out_inside_a_batch_is_stopped_and_its_neighbours_ru
     assert run.status == "completed" and run.finished_items == 20
 
 
+def test_a_thread_left_inside_a_batch_gives_back_the_items_it_had_not_begun(project):
+    # Item 2 blocks in C (a lock): no interruption reaches it; after the grace period its
+    # thread is left, and the items after it in its batch run all the same.
+    project.write("cobalt.toml", 'test_dir = "experiments"\ntimeout_grace = 1\n')
+    release = threading.Event()
+    threads = {}
+
+    def runner(ctx):
+        threads[ctx.index] = threading.current_thread()
+        if ctx.index == 2:
+            release.wait(60)
+        return f"answer {ctx.index}"
+
+    check = Evaluator(name="has", type="contains", value="answer")
+    experiment = define("left", items(20), runner, evaluators=[check], timeout=1, concurrency=1)
+    try:
+        (run,) = execute(project, experiment)
+    finally:
+        release.set()
+    found = rows(run)
+    assert found[2].status == "timeout"
+    assert found[2].error.startswith("timed out after 1s and its code did not stop within 1s")
+    assert f"thread {threads[2].name} was left running" in found[2].error
+    assert {i: r.status for i, r in found.items() if i != 2} == {
+        i: "ok" for i in range(20) if i != 2
+    }
+    assert threads[3] is not threads[2]  # taken back, run by another thread
+    assert verdicts(run)[3, "has"] == ("ok", 1.0, "")
+
+
 def mistakes(ctx):
     """Item 3 raises, 4 exits, 5 answers NaN, 6 forgets its return; the others answer."""
     if ctx.index == 3:

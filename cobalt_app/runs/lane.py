@@ -5,7 +5,8 @@ with the run's per-item step (`step_for`: the agent and the evaluators, or for a
 evaluators only), hands each outcome to the recorder, and claims again — until no item is
 left, the run was cancelled, or (team mode) its time is up and a continuation takes over.
 The embedded mode runs `concurrency` lanes on this process's loop (`embedded`); a team worker
-runs one lane per Celery message (`worker_runtime`).
+runs one lane per Celery message (`worker_runtime`). An embedded lane whose step is all sync
+hands its items to a runner thread in batches instead (`sync_items`).
 """
 
 from __future__ import annotations
