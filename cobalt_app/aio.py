@@ -230,7 +230,9 @@ class Threads:
                 pass
             elif running is not None:
                 call = (fn, args, then)
-                if not self._run_stoppable(slot, running, future, landing, context, call):
+                # `start_with_slot`'s job makes its stoppable calls one by one
+                run = self._run_with_slot if running is SLOT else self._run_stoppable
+                if not run(slot, running, future, landing, context, call):
                     return  # abandoned: another thread took this one's place
             else:
                 try:
@@ -251,6 +253,23 @@ class Threads:
             self._idle.put(None)
 
     @staticmethod
+    def _run_with_slot(
+        slot: _Slot,
+        running: object,
+        future: asyncio.Future,
+        landing: _Landing,
+        context: contextvars.Context,
+        call: tuple[Callable[..., Any], tuple, Then | None],
+    ) -> bool:
+        """Run a job of `start_with_slot`; False if one of its calls was abandoned."""
+        fn, args, _ = call
+        try:
+            landing.land(future, True, context.run(fn, slot, *args))
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
+            landing.land(future, False, exc)
+        return not slot.abandoned
+
+    @staticmethod
     def _run_stoppable(
         slot: _Slot,
         running: RunningCall,
@@ -261,28 +280,55 @@ class Threads:
     ) -> bool:
         """Run a call that `interrupt` may stop; False if it was abandoned meanwhile."""
         fn, args, then = call
-        running.thread_name = slot.thread.name
-        running.slot = slot
-        slot.call = running  # before looking at `given_up`: see `interrupt`
-        if running.given_up:  # its caller has gone, or asked for it not to start
-            slot.release()
-            landing.land(future, False, AgentStopped("the call was stopped before it started"))
-            return True
-        try:
-            try:
-                ok, value = True, context.run(fn, *args)
-            except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
-                ok, value = False, exc
-            slot.release()
-        except AgentStopped as late:  # interrupted as the call ended: its caller has gone
-            slot.release()
-            ok, value = False, late
+        ok, value = stoppable(slot, running, context.run, fn, *args)
         if slot.abandoned:
             return False
         landing.land(future, ok, value)
         if ok and then is not None and not running.given_up:
             then.value = value
         return True
+
+    def start_with_slot(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(slot, *args)` on one of the threads, in a copy of the caller's context, its
+        value (or exception) the future's: `fn` makes its own stoppable calls (`stoppable`)
+        on the thread's `slot`, which `interrupt` and `abandon` reach one by one; the thread
+        ends after `fn` if one was abandoned."""
+        loop = asyncio.get_running_loop()
+        landing = self._landings.get(loop)
+        if landing is None:
+            landing = self._landings.setdefault(loop, _Landing(loop))
+        future = loop.create_future()
+        self._jobs.put((future, landing, contextvars.copy_context(), fn, args, SLOT, None))
+        try:
+            self._idle.get_nowait()
+        except queue.Empty:
+            self._start_thread()
+        return future
+
+
+SLOT = object()  # a job of `call_with_slot`
+
+
+def stoppable(slot: _Slot, running: RunningCall, fn: Callable[..., Any], *args: Any) -> tuple:
+    """On a runner thread: `fn(*args)` as the thread's `running` call, which `interrupt` may
+    stop: (True, its value) or (False, what it raised, or `AgentStopped` if it had been
+    stopped before it started)."""
+    running.thread_name = slot.thread.name
+    running.slot = slot
+    slot.call = running  # before looking at `given_up`: see `interrupt`
+    if running.given_up:  # its caller has gone, or asked for it not to start
+        slot.release()
+        return False, AgentStopped("the call was stopped before it started")
+    try:
+        try:
+            ok, value = True, fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it, whatever it is
+            ok, value = False, exc
+        slot.release()
+    except AgentStopped as late:  # interrupted as the call ended: its caller has gone
+        slot.release()
+        ok, value = False, late
+    return ok, value
 
 
 class Then:

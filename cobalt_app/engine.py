@@ -216,17 +216,7 @@ async def execute_item(
             scoring, handed, experiment, snapshot, outcome, env, timeout=timeout
         )
     outcome.finished_at = timezone.now()
-    captured = traces.captured(collector, env.trace)
-    outcome.trace, outcome.trace_missing = captured.steps, captured.missing
-    marked = intercepts.marks(outcome.trace)
-    if marked and isinstance(outcome.metadata, dict):  # the results file and the run's badges
-        outcome.metadata = {**outcome.metadata, "intercepted": marked}
-    if experiment.conversation is None:
-        outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
-    elif not outcome.tokens and outcome.trace:  # no turn reported usage: the model calls did
-        input_tokens, output_tokens, outcome.cost = trace_spans.usage(outcome.trace)
-        outcome.tokens = input_tokens + output_tokens
-    storable.prepare(outcome)  # before scoring: an output that cannot be stored is not scored
+    agent_done(experiment, outcome, traces.captured(collector, env.trace))
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
         if evaluations is None:
             with traces.untraced():
@@ -240,6 +230,21 @@ async def execute_item(
             outcome.stored = None
             storable.prepare(outcome)
     return outcome
+
+
+def agent_done(experiment: Experiment, outcome: ItemOutcome, captured: traces.Captured) -> None:
+    """The agent's part of an outcome completed: its trace, usage and cost, made storable
+    (before scoring: an output that cannot be stored is not scored)."""
+    outcome.trace, outcome.trace_missing = captured.steps, captured.missing
+    marked = intercepts.marks(outcome.trace)
+    if marked and isinstance(outcome.metadata, dict):  # the results file and the run's badges
+        outcome.metadata = {**outcome.metadata, "intercepted": marked}
+    if experiment.conversation is None:
+        outcome.tokens, outcome.cost = agent_tokens_and_cost(outcome.metadata, outcome.trace)
+    elif not outcome.tokens and outcome.trace:  # no turn reported usage: the model calls did
+        input_tokens, output_tokens, outcome.cost = trace_spans.usage(outcome.trace)
+        outcome.tokens = input_tokens + output_tokens
+    storable.prepare(outcome)
 
 
 async def _thread_scored(
@@ -349,24 +354,35 @@ async def run_item(
         value = await call_runner(
             experiment, context, timeout=timeout, threads=threads, grace=grace, then=then
         )
-    except DeadlineExceeded:
-        outcome.status = ItemResult.Status.TIMEOUT
-        outcome.error = f"timed out after {timeout:g}s (its code was stopped)"
-    except runaway.NotStopped as exc:
-        outcome.status = ItemResult.Status.TIMEOUT
-        outcome.error = runaway.did_not_stop(timeout, grace, str(exc))
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt of its code too
+        runner_failed(outcome, exc, timeout, grace)
+    else:
+        outcome.output, outcome.metadata = split_result(value)
+
+
+def runner_failed(outcome: ItemOutcome, exc: BaseException, timeout: float, grace: float) -> None:
+    """How the runner's call failed, on the outcome."""
+    if isinstance(exc, DeadlineExceeded):
+        outcome.status = ItemResult.Status.TIMEOUT
+        outcome.error = timed_out(timeout)
+    elif isinstance(exc, runaway.NotStopped):
+        outcome.status = ItemResult.Status.TIMEOUT
+        outcome.error = runaway.did_not_stop(timeout, grace, str(exc))
+    elif isinstance(exc, Exception):
         outcome.status = ItemResult.Status.ERROR
         outcome.error = f"{type(exc).__name__}: {exc}"
         outcome.traceback = user_traceback(exc)
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt: from the runner's own code
+    else:  # SystemExit, KeyboardInterrupt: from the runner's own code
         outcome.status = ItemResult.Status.ERROR
         outcome.error = stopped_by_user_code(exc, "the runner")
         outcome.traceback = user_traceback(exc)
-    else:
-        outcome.output, outcome.metadata = split_result(value)
+
+
+def timed_out(timeout: float) -> str:
+    """The error of an item whose runner was stopped at its timeout."""
+    return f"timed out after {timeout:g}s (its code was stopped)"
 
 
 async def converse_item(

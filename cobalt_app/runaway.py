@@ -26,8 +26,9 @@ refused. The item's error then says its code did not stop, and the run's summary
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from cobalt_app.deadlines import DeadlineExceeded, within
@@ -80,6 +81,17 @@ def refuse(what: str | Callable[[], str]) -> None:
         raise AgentStopped(f"{guard.stopped}: Cobalt refused its call ({described})")
 
 
+@contextlib.contextmanager
+def item_guard() -> Iterator[ItemGuard]:
+    """An item's runner call in this context (a runner thread running items one by one)."""
+    guard = ItemGuard()
+    token = _guard.set(guard)
+    try:
+        yield guard
+    finally:
+        _guard.reset(token)
+
+
 class RunningCall:
     """A call of `aio.Threads.call` its caller may have to stop: the thread it runs on."""
 
@@ -114,7 +126,7 @@ async def sync_call(
         return await within(threads.call(fn, *args, running=call, then=then), timeout)
     except DeadlineExceeded:
         guard.stopped = f"the item timed out after {timeout:g}s"
-        if not await _thread_stopped(threads, call, grace):
+        if not await thread_stopped(threads, call, grace):
             raise NotStopped(f"its thread {call.thread_name}") from None
         raise
     except asyncio.CancelledError:  # the run or the conversation stopped: so does the agent
@@ -125,7 +137,7 @@ async def sync_call(
         _guard.reset(token)
 
 
-async def _thread_stopped(threads: Any, call: Any, grace: float) -> bool:
+async def thread_stopped(threads: Any, call: Any, grace: float) -> bool:
     loop = asyncio.get_running_loop()
     until = loop.time() + grace
     interrupted_at = None

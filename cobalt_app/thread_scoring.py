@@ -158,15 +158,15 @@ class Scoring:
         if isinstance(scored, EvalOutcome):
             return [scored]
         # A sync `fn` that returned an awaitable: awaited here.
-        return [await settle(self.evaluator, _awaited(self.evaluator, scored), timeout)]
+        return [await settle(self.evaluator, awaited(self.evaluator, scored), timeout)]
 
 
 def _untraced(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
     with traces.untraced():
-        return _score_here(evaluator, target)
+        return score_here(evaluator, target)
 
 
-def _score_here(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
+def score_here(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
     """`evaluate()` of a sync function evaluator, on this thread (the same rules: `failure`,
     `checked`); an awaitable its `fn` returned is left for the loop."""
     try:
@@ -184,7 +184,7 @@ def _score_here(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Await
     return checked(evaluator, outcome)
 
 
-async def _awaited(evaluator: Evaluator, awaitable: Awaitable[Any]) -> EvalOutcome:
+async def awaited(evaluator: Evaluator, awaitable: Awaitable[Any]) -> EvalOutcome:
     try:
         value = await awaitable
     except EvaluationError:

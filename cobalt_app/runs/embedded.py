@@ -23,7 +23,14 @@ from cobalt_app.models import ItemResult, Run
 from cobalt_app.progress import Progress
 from cobalt_app.runs import lifecycle
 from cobalt_app.runs.claims import Claim, items_claim_next
-from cobalt_app.runs.lane import LaneHost, RunStatuses, run_lane, step_for, worker_name
+from cobalt_app.runs.lane import (
+    LaneHost,
+    RunStatuses,
+    run_lane,
+    step_for,
+    sync_items_for,
+    worker_name,
+)
 from cobalt_app.runs.recorder import Recorder
 
 logger = logging.getLogger("cobalt.engine")
@@ -153,7 +160,12 @@ async def execute_lanes(
     # run wait for the GIL without a lane waiting for them.
     pool = ClaimPool(run.id, worker_name(), db, lanes=lanes, unclaimed=pending)
     host = LaneHost(
-        name=pool.worker, db=db, recorder=recorder, statuses=RunStatuses(db), take=pool.take
+        name=pool.worker,
+        db=db,
+        recorder=recorder,
+        statuses=RunStatuses(db),
+        take=pool.take,
+        batches=sync_items_for(experiment, run.config, env, threads),
     )
     step = step_for(experiment, run.config, env, threads)
     tasks = [
