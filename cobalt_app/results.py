@@ -569,8 +569,8 @@ def results_document(run: Run) -> Iterator[str]:
     head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
     entries = iter_item_entries(run, labelled=labelled, stored=True)
-    for position, batch in enumerate(_batches(entries)):
-        yield ("\n    " if position == 0 else ",\n    ") + ",\n    ".join(batch)
+    for position, batch in enumerate(_batches(entries, ",\n    ")):
+        yield ("\n    " if position == 0 else ",\n    ") + batch
     yield "\n  ]\n}\n"
 
 
@@ -579,19 +579,20 @@ def results_lines(run: Run) -> Iterator[str]:
     line, then one item entry per line."""
     header, labelled = labelled_header(run)
     yield json.dumps(header, ensure_ascii=False, default=str) + "\n"
-    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True)):
-        yield "\n".join(batch) + "\n"
+    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True), "\n"):
+        yield batch + "\n"
 
 
-def _batches(entries: Iterable[dict[str, Any]]) -> Iterator[list[str]]:
-    batch: list[str] = []
+def _batches(entries: Iterable[dict[str, Any]], separator: str) -> Iterator[str]:
+    """WRITE_BATCH entries at a time, each batch as their lines joined by `separator`."""
+    batch: list[dict[str, Any]] = []
     for entry in entries:
-        batch.append(dumped(entry))
+        batch.append(entry)
         if len(batch) >= WRITE_BATCH:
-            yield batch
+            yield dumped_joined(batch, separator)
             batch = []
     if batch:
-        yield batch
+        yield dumped_joined(batch, separator)
 
 
 class Stored:
@@ -616,6 +617,14 @@ def dumped(entry: dict[str, Any]) -> str:
     """An item entry as one line of JSON, its `Stored` texts written in as they are; decoded
     first if any other string of the entry encodes as the place-holder (never stored so:
     `storable` escapes NUL characters)."""
+    return dumped_joined([entry], "")
+
+
+def dumped_joined(entries: list[dict[str, Any]], separator: str) -> str:
+    """`dumped` of each entry, joined by `separator`. The entries are encoded by one encoder
+    and their `Stored` texts spliced in once for them all: encoding an entry at a time (a
+    `json.dumps`, its encoder made anew, a split and a join each) was half of writing a big
+    run's results file (issue 41)."""
     texts: list[str] = []
 
     def splice(value: Any) -> Any:
@@ -624,13 +633,33 @@ def dumped(entry: dict[str, Any]) -> str:
             return SPLICE
         return str(value)
 
-    line = json.dumps(entry, ensure_ascii=False, default=splice)
+    encode = _line_encoder(splice)
+    lines, spliced = [], 0
+    for entry in entries:
+        line = encode(entry)
+        lines.append(line)
+        if line.count('"\\u0000"') != len(texts) - spliced:  # a NUL elsewhere: decoded
+            lines[-1] = json.dumps(_decoded(entry), ensure_ascii=False, default=str)
+            del texts[spliced:]
+        spliced = len(texts)
+    joined = separator.join(lines)
     if not texts:
-        return line
-    pieces = line.split('"\\u0000"')
-    if len(pieces) != len(texts) + 1:
-        return json.dumps(_decoded(entry), ensure_ascii=False, default=str)
+        return joined
+    pieces = joined.split('"\\u0000"')
     return "".join(piece + text for piece, text in zip(pieces, [*texts, ""], strict=True))
+
+
+def _line_encoder(default: Any) -> Any:
+    """`json.dumps(value, ensure_ascii=False, default=default)` as one function: the C
+    encoder made once for a batch of entries, not once a value (`json.dumps` builds it anew
+    at every call)."""
+    make = json.encoder.c_make_encoder
+    if make is None:  # a Python without json's C speedups
+        return lambda value: json.dumps(value, ensure_ascii=False, default=default)
+    encoder = make(
+        None, default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+    )
+    return lambda value: "".join(encoder(value, 0))
 
 
 def _decoded(value: Any) -> Any:
