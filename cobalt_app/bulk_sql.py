@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any
 
 from django.db import connection
@@ -106,10 +107,16 @@ def _all_same(column: tuple) -> bool:
     zero, of the same sign (0.0 is not -0.0). Values a parameter would store otherwise than
     the JSON (NaN, infinities, integers beyond 64 bits) stay in the JSON."""
     first = column[0]
-    if len(set(column)) != 1 or len(set(map(type, column))) != 1:
+    # Most columns that differ do at the end; `count` compares by identity first (a batch's
+    # shared values are mostly the same object), a set would hash each value.
+    if column[-1] != first or column.count(first) != len(column):
+        return False
+    if len(set(map(type, column))) != 1:
         return False
     if isinstance(first, float):
-        return math.isfinite(first) and (first != 0 or len(set(map(str, column))) == 1)
+        if not math.isfinite(first):
+            return False
+        return first != 0 or len(set(map(math.copysign, repeat(1.0), column))) == 1
     return not isinstance(first, int) or -(2**63) <= first < 2**63
 
 
