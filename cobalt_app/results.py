@@ -34,6 +34,7 @@ from cobalt.run_settings import RunSettings
 from cobalt_app import big_blocks, calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
+from cobalt_app.results_json import Stored, dumped_joined
 from cobalt_app.selectors import FAILED, scored_items
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ def row_entry(
 ) -> dict[str, Any]:
     """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
     `verdict` from its evaluations' (`verdict.item_verdict`); `decode` reads the JSON columns
-    (`Stored`: kept as their text, for `dumped`)."""
+    (`Stored`: kept as their text, for `dumped_joined`)."""
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
     judged = verdict.item_verdict(
         (verdict.Verdict(e["verdict"]) for e in evaluations.values()),
@@ -381,7 +382,7 @@ def iter_item_entries(
     repetitions, when given), in order, each with its `labels` (`labelled`: already read
     with `labels.labels_by_item`; else read once here, one query when the run has none),
     and with the item result's database `id` if `with_id` (the API: labels name items by it);
-    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped`.
+    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped_joined`.
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
@@ -593,81 +594,6 @@ def _batches(entries: Iterable[dict[str, Any]], separator: str) -> Iterator[str]
             batch = []
     if batch:
         yield dumped_joined(batch, separator)
-
-
-class Stored:
-    """A JSON column's text as the database holds it (what `storable` wrote): `dumped`
-    writes it into an entry's JSON as it is, where decoding it and encoding it again was
-    a third of writing a results file (issue 41)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    @classmethod
-    def of(cls, value: Any) -> Any:
-        return cls(value) if isinstance(value, str) else value  # NULL, or decoded already
-
-
-SPLICE = "\x00"  # what `dumped` writes first in a `Stored` text's place: `"\u0000"` in JSON
-
-
-def dumped(entry: dict[str, Any]) -> str:
-    """An item entry as one line of JSON, its `Stored` texts written in as they are; decoded
-    first if any other string of the entry encodes as the place-holder (never stored so:
-    `storable` escapes NUL characters)."""
-    return dumped_joined([entry], "")
-
-
-def dumped_joined(entries: list[dict[str, Any]], separator: str) -> str:
-    """`dumped` of each entry, joined by `separator`. The entries are encoded by one encoder
-    and their `Stored` texts spliced in once for them all: encoding an entry at a time (a
-    `json.dumps`, its encoder made anew, a split and a join each) was half of writing a big
-    run's results file (issue 41)."""
-    texts: list[str] = []
-
-    def splice(value: Any) -> Any:
-        if isinstance(value, Stored):
-            texts.append(value.text)
-            return SPLICE
-        return str(value)
-
-    encode = _line_encoder(splice)
-    lines, spliced = [], 0
-    for entry in entries:
-        line = encode(entry)
-        lines.append(line)
-        if line.count('"\\u0000"') != len(texts) - spliced:  # a NUL elsewhere: decoded
-            lines[-1] = json.dumps(_decoded(entry), ensure_ascii=False, default=str)
-            del texts[spliced:]
-        spliced = len(texts)
-    joined = separator.join(lines)
-    if not texts:
-        return joined
-    pieces = joined.split('"\\u0000"')
-    return "".join(piece + text for piece, text in zip(pieces, [*texts, ""], strict=True))
-
-
-def _line_encoder(default: Any) -> Any:
-    """`json.dumps(value, ensure_ascii=False, default=default)` as one function: the C
-    encoder made once for a batch of entries, not once a value (`json.dumps` builds it anew
-    at every call)."""
-    make = json.encoder.c_make_encoder
-    if make is None:  # a Python without json's C speedups
-        return lambda value: json.dumps(value, ensure_ascii=False, default=default)
-    encoder = make(
-        None, default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
-    )
-    return lambda value: "".join(encoder(value, 0))
-
-
-def _decoded(value: Any) -> Any:
-    if isinstance(value, Stored):
-        return storable.from_json(value.text)
-    if isinstance(value, dict):
-        return {k: _decoded(v) for k, v in value.items()}
-    return value
 
 
 def iso(value: datetime | None = None) -> str:
