@@ -28,14 +28,15 @@ def is_sqlite() -> bool:
 
 def datetime_adapter() -> Callable[[datetime | None], Any]:
     """How a datetime parameter is sent: Django's adapter, but on SQLite a UTC datetime (what
-    `timezone.now()` gives) directly as the text Django would store (5 µs less each)."""
+    `timezone.now()` gives) directly as the text Django would store (5 µs less each; formatted
+    by `isoformat`, a third less again than a naive copy's `str`)."""
     adapt = connection.ops.adapt_datetimefield_value
     if not is_sqlite() or connection.timezone is not UTC:
         return adapt
 
     def quick(value: datetime | None) -> Any:
         if value is not None and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
+            return value.isoformat(" ")[:-6]  # without "+00:00": as `str` of the naive one
         return adapt(value)
 
     return quick

@@ -344,6 +344,22 @@ def test_a_batch_stores_each_items_own_values_whether_its_rows_share_them_or_not
     ]
 
 
+def test_a_utc_datetime_is_sent_to_sqlite_as_the_text_django_would_send(project):
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    from cobalt_app import bulk_sql
+
+    quick = bulk_sql.datetime_adapter()
+    for value in (
+        datetime(2026, 11, 27, 17, 0, 5, 123, tzinfo=UTC),
+        datetime(2026, 1, 2, tzinfo=UTC),
+    ):
+        assert quick(value) == connection.ops.adapt_datetimefield_value(value)
+    assert quick(None) is None
+
+
 def test_an_embedded_run_claims_and_records_its_items_as_team_workers_do(project):
     # One engine: the embedded lanes take items with the claim of team mode (each item
     # claimed once, by this process) and never hold more than `concurrency` at once.
