@@ -31,9 +31,9 @@ def dumped_joined(entries: list[dict[str, Any]], separator: str) -> str:
     """Each entry as one line of JSON, its `Stored` texts written in as they are (an entry is
     decoded first if any other string of it encodes as the place-holder: never stored so,
     `storable` escapes NUL characters), the lines joined by `separator`. The entries are
-    encoded by one encoder and their texts spliced in once for them all: an entry at a time
-    (a `json.dumps`, its encoder made anew, a split and a join each) was half of writing a
-    big run's results file (issue 41)."""
+    encoded by one encoder and their texts spliced in once for them all, where an entry at a
+    time made a `json.dumps` (its encoder anew), a split and a join each: a 50,000-item run's
+    file took 0.88 s of CPU that way, 0.80 s this way (issue 41)."""
     texts: list[str] = []
 
     def splice(value: Any) -> Any:
