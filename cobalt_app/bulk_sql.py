@@ -13,8 +13,10 @@ parses, plans and runs each, several times the CPU of one statement for the batc
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any
 
 from django.db import connection
@@ -26,14 +28,15 @@ def is_sqlite() -> bool:
 
 def datetime_adapter() -> Callable[[datetime | None], Any]:
     """How a datetime parameter is sent: Django's adapter, but on SQLite a UTC datetime (what
-    `timezone.now()` gives) directly as the text Django would store (5 µs less each)."""
+    `timezone.now()` gives) directly as the text Django would store (5 µs less each; formatted
+    by `isoformat`, a third less again than a naive copy's `str`)."""
     adapt = connection.ops.adapt_datetimefield_value
     if not is_sqlite() or connection.timezone is not UTC:
         return adapt
 
     def quick(value: datetime | None) -> Any:
         if value is not None and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
+            return value.isoformat(" ")[:-6]  # without "+00:00": as `str` of the naive one
         return adapt(value)
 
     return quick
@@ -41,7 +44,11 @@ def datetime_adapter() -> Callable[[datetime | None], Any]:
 
 def _columns(names: Sequence[str]) -> str:
     """`json_extract(value, '$[i]')` for each column, in order."""
-    return ", ".join(f"json_extract(value, '$[{i}]') AS {name}" for i, name in enumerate(names))
+    return ", ".join(_extracted(names).values())
+
+
+def _extracted(names: Sequence[str]) -> dict[str, str]:
+    return {name: f"json_extract(value, '$[{i}]') AS {name}" for i, name in enumerate(names)}
 
 
 def _packed(rows: Sequence[Sequence[Any]]) -> str:
@@ -67,16 +74,59 @@ def items_update(rows: Sequence[Sequence[Any]], finished: Sequence[str]) -> int:
     """Store finished items (`ITEM_COLUMNS` each) not finished already; returns how many."""
     if not is_sqlite():
         return _items_update_postgres(rows, finished)
-    sets = ", ".join(f"{name} = v.{name}" for name in ITEM_COLUMNS[:-1])
+    same = _sent_once(rows, ITEM_COLUMNS[:-1])
+    sets = ", ".join(f"{n} = %s" if n in same else f"{n} = v.{n}" for n in ITEM_COLUMNS[:-1])
+    varying = [name for name in ITEM_COLUMNS[:-1] if name not in same]
     sql = (
         f"UPDATE cobalt_app_itemresult SET {sets}, lease_expires_at = NULL "
-        f"FROM (SELECT {_columns(ITEM_COLUMNS)} FROM json_each(%s)) AS v "
+        f"FROM (SELECT {_columns([*varying, 'id'])} FROM json_each(%s)) AS v "
         f"WHERE cobalt_app_itemresult.id = v.id "
         f"AND cobalt_app_itemresult.status NOT IN ({', '.join(['%s'] * len(finished))})"
     )
+    packed = _packed(_without(rows, ITEM_COLUMNS, same))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [_packed(rows), *finished])
+        cursor.execute(sql, [*same.values(), packed, *finished])
         return max(cursor.rowcount, 0)
+
+
+def _sent_once(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> dict[str, Any]:
+    """The columns of `names` whose value is the same in every row, with it: sent once as
+    a parameter, not in each row's JSON. SQLite's `json_extract` parses a row's JSON again for
+    each column it reads (~0.6 µs a column a row); a batch's items mostly share their status,
+    error, tokens, cost, and their evaluations all but the item and the score (issue 41)."""
+    same: dict[str, Any] = {}
+    if len(rows) < 2:
+        return same
+    for name, column in zip(names, zip(*rows, strict=False), strict=False):
+        if _all_same(column):
+            same[name] = column[0]
+    return same
+
+
+def _all_same(column: tuple) -> bool:
+    """Whether every value is the first, of the same type (1 is not 1.0 nor True) and, for a
+    zero, of the same sign (0.0 is not -0.0). Values a parameter would store otherwise than
+    the JSON (NaN, infinities, integers beyond 64 bits) stay in the JSON."""
+    first = column[0]
+    # Most columns that differ do at the end; `count` compares by identity first (a batch's
+    # shared values are mostly the same object), a set would hash each value.
+    if column[-1] != first or column.count(first) != len(column):
+        return False
+    if len(set(map(type, column))) != 1:
+        return False
+    if isinstance(first, float):
+        if not math.isfinite(first):
+            return False
+        return first != 0 or len(set(map(math.copysign, repeat(1.0), column))) == 1
+    return not isinstance(first, int) or -(2**63) <= first < 2**63
+
+
+def _without(rows: Sequence[Sequence[Any]], names: Sequence[str], same: dict) -> Any:
+    """The rows without the columns sent once."""
+    if not same:
+        return rows
+    kept = [i for i, name in enumerate(names) if name not in same]
+    return [[row[i] for i in kept] for row in rows]
 
 
 EVALUATION_COLUMNS = (
@@ -100,14 +150,19 @@ def evaluations_upsert(rows: Sequence[Sequence[Any]]) -> None:
     if not is_sqlite():
         _evaluations_upsert_postgres(rows)
         return
+    same = _sent_once(rows, EVALUATION_COLUMNS)
+    same.pop("item_id", None)  # the evaluators of one item: in each row all the same
+    extracted = _extracted([name for name in EVALUATION_COLUMNS if name not in same])
+    selected = ", ".join(f"%s AS {n}" if n in same else extracted[n] for n in EVALUATION_COLUMNS)
     updates = ", ".join(f"{name} = excluded.{name}" for name in EVALUATION_COLUMNS[3:])
     sql = (
         f"INSERT INTO cobalt_app_evaluation ({', '.join(EVALUATION_COLUMNS)}) "
-        f"SELECT {_columns(EVALUATION_COLUMNS)} FROM json_each(%s) WHERE true "
+        f"SELECT {selected} FROM json_each(%s) WHERE true "
         f"ON CONFLICT (item_id, evaluator) DO UPDATE SET {updates}"
     )
+    packed = _packed(_without(rows, EVALUATION_COLUMNS, same))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [_packed(rows)])
+        cursor.execute(sql, [*same.values(), packed])
 
 
 # PostgreSQL: one array per column, unpacked by `unnest` into the rows of one statement.

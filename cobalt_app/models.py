@@ -169,7 +169,14 @@ class ItemResult(models.Model):
             models.Index(fields=["run", "status"], name="item_run_status"),
             models.Index(fields=["run", "item_key"], name="item_run_key"),
             models.Index(fields=["run", "latency_ms"], name="item_run_latency"),
-            models.Index(fields=["status", "lease_expires_at"], name="item_lease"),
+            # The sweeper's (`team.sweep`: running items whose lease ran out). Only running
+            # items are in it: a claim adds an item and its record takes it out, where an
+            # index of every item's (status, lease) changed twice at each (issue 41).
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=models.Q(status="running"),
+                name="item_lease_running",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ from cobalt.run_settings import RunSettings
 from cobalt_app import big_blocks, calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
+from cobalt_app.results_json import Stored, dumped_joined
 from cobalt_app.selectors import FAILED, scored_items
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ def row_entry(
 ) -> dict[str, Any]:
     """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
     `verdict` from its evaluations' (`verdict.item_verdict`); `decode` reads the JSON columns
-    (`Stored`: kept as their text, for `dumped`)."""
+    (`Stored`: kept as their text, for `dumped_joined`)."""
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
     judged = verdict.item_verdict(
         (verdict.Verdict(e["verdict"]) for e in evaluations.values()),
@@ -381,7 +382,7 @@ def iter_item_entries(
     repetitions, when given), in order, each with its `labels` (`labelled`: already read
     with `labels.labels_by_item`; else read once here, one query when the run has none),
     and with the item result's database `id` if `with_id` (the API: labels name items by it);
-    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped`.
+    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped_joined`.
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
@@ -569,8 +570,8 @@ def results_document(run: Run) -> Iterator[str]:
     head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
     entries = iter_item_entries(run, labelled=labelled, stored=True)
-    for position, batch in enumerate(_batches(entries)):
-        yield ("\n    " if position == 0 else ",\n    ") + ",\n    ".join(batch)
+    for position, batch in enumerate(_batches(entries, ",\n    ")):
+        yield ("\n    " if position == 0 else ",\n    ") + batch
     yield "\n  ]\n}\n"
 
 
@@ -579,66 +580,20 @@ def results_lines(run: Run) -> Iterator[str]:
     line, then one item entry per line."""
     header, labelled = labelled_header(run)
     yield json.dumps(header, ensure_ascii=False, default=str) + "\n"
-    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True)):
-        yield "\n".join(batch) + "\n"
+    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True), "\n"):
+        yield batch + "\n"
 
 
-def _batches(entries: Iterable[dict[str, Any]]) -> Iterator[list[str]]:
-    batch: list[str] = []
+def _batches(entries: Iterable[dict[str, Any]], separator: str) -> Iterator[str]:
+    """WRITE_BATCH entries at a time, each batch as their lines joined by `separator`."""
+    batch: list[dict[str, Any]] = []
     for entry in entries:
-        batch.append(dumped(entry))
+        batch.append(entry)
         if len(batch) >= WRITE_BATCH:
-            yield batch
+            yield dumped_joined(batch, separator)
             batch = []
     if batch:
-        yield batch
-
-
-class Stored:
-    """A JSON column's text as the database holds it (what `storable` wrote): `dumped`
-    writes it into an entry's JSON as it is, where decoding it and encoding it again was
-    a third of writing a results file (issue 41)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    @classmethod
-    def of(cls, value: Any) -> Any:
-        return cls(value) if isinstance(value, str) else value  # NULL, or decoded already
-
-
-SPLICE = "\x00"  # what `dumped` writes first in a `Stored` text's place: `"\u0000"` in JSON
-
-
-def dumped(entry: dict[str, Any]) -> str:
-    """An item entry as one line of JSON, its `Stored` texts written in as they are; decoded
-    first if any other string of the entry encodes as the place-holder (never stored so:
-    `storable` escapes NUL characters)."""
-    texts: list[str] = []
-
-    def splice(value: Any) -> Any:
-        if isinstance(value, Stored):
-            texts.append(value.text)
-            return SPLICE
-        return str(value)
-
-    line = json.dumps(entry, ensure_ascii=False, default=splice)
-    if not texts:
-        return line
-    pieces = line.split('"\\u0000"')
-    if len(pieces) != len(texts) + 1:
-        return json.dumps(_decoded(entry), ensure_ascii=False, default=str)
-    return "".join(piece + text for piece, text in zip(pieces, [*texts, ""], strict=True))
-
-
-def _decoded(value: Any) -> Any:
-    if isinstance(value, Stored):
-        return storable.from_json(value.text)
-    if isinstance(value, dict):
-        return {k: _decoded(v) for k, v in value.items()}
-    return value
+        yield dumped_joined(batch, separator)
 
 
 def iso(value: datetime | None = None) -> str:

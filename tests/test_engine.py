@@ -294,6 +294,72 @@ def test_recording_a_batch_of_outcomes_takes_a_constant_number_of_queries(
     assert Run.objects.get(id=run.id).finished_items == 500
 
 
+def test_a_batch_stores_each_items_own_values_whether_its_rows_share_them_or_not(project):
+    # On SQLite a column with the same value in every row of a batch is sent once (`bulk_sql`):
+    # what is stored is what each outcome held, of its type.
+    from cobalt_app import services
+    from cobalt_app.engine import ItemOutcome
+    from cobalt_app.evaluators import EvalOutcome
+
+    definition = define("shared", items(4), lambda c: "x")
+    run = services.run_create(
+        experiment=definition, settings={"runs": 1, "concurrency": 5, "timeout": 30}
+    )
+    snapshots = services.item_snapshots(run.id)
+    # The first batch shares every column but the id; the second its items' scores (1 and
+    # 1.0: of two types) and tokens (7 and 0) differ.
+    varied = {2: (1, 7), 3: (1.0, 0)}
+
+    def outcome(s, shared):
+        score, tokens = (1.0, 7) if shared else varied[s.item_index]
+        return ItemOutcome(
+            id=s.id,
+            item_index=s.item_index,
+            run_index=0,
+            item_key=s.item_key,
+            status="ok",
+            output={"n": 1},
+            latency_ms=12.5,
+            tokens=tokens,
+            cost=0.5,
+            evaluations=[EvalOutcome("f", score, reason="same", cached=True, tokens=tokens)],
+        )
+
+    first, second = snapshots[:2], snapshots[2:]
+    assert services.record_item_outcomes(run.id, [outcome(s, True) for s in first]) == 2
+    assert services.record_item_outcomes(run.id, [outcome(s, False) for s in second]) == 2
+    stored = ItemResult.objects.filter(run=run).order_by("item_index")
+    assert [(i.status, i.error, i.output, i.latency_ms, i.tokens, i.cost) for i in stored] == [
+        ("ok", "", {"n": 1}, 12.5, 7, 0.5),
+        ("ok", "", {"n": 1}, 12.5, 7, 0.5),
+        ("ok", "", {"n": 1}, 12.5, 7, 0.5),
+        ("ok", "", {"n": 1}, 12.5, 0, 0.5),
+    ]
+    scores = Evaluation.objects.filter(run=run).order_by("item__item_index")
+    assert [(e.score, e.reason, e.cached, e.tokens) for e in scores] == [
+        (1.0, "same", True, 7),
+        (1.0, "same", True, 7),
+        (1.0, "same", True, 7),
+        (1.0, "same", True, 0),
+    ]
+
+
+def test_a_utc_datetime_is_sent_to_sqlite_as_the_text_django_would_send(project):
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    from cobalt_app import bulk_sql
+
+    quick = bulk_sql.datetime_adapter()
+    for value in (
+        datetime(2026, 11, 27, 17, 0, 5, 123, tzinfo=UTC),
+        datetime(2026, 1, 2, tzinfo=UTC),
+    ):
+        assert quick(value) == connection.ops.adapt_datetimefield_value(value)
+    assert quick(None) is None
+
+
 def test_an_embedded_run_claims_and_records_its_items_as_team_workers_do(project):
     # One engine: the embedded lanes take items with the claim of team mode (each item
     # claimed once, by this process) and never hold more than `concurrency` at once.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import time
 
 import httpx
 import pytest
@@ -180,3 +183,42 @@ def test_people_see_items_from_one_while_the_results_file_counts_from_zero(db):
     assert "Item #1" in page and "Item #0" not in page
     listing = Client().get(f"/runs/{run.id}/?view=all").content.decode()  # every item
     assert ">#1</a>" in listing and ">#0</a>" not in listing
+
+
+def test_item_lines_are_written_together_in_order_none_held_back():
+    # Where the output is not a terminal, the lines of items finishing on a loop are written
+    # together (not a system call each): every one, in order, within FLUSH_EVERY; an
+    # interruption (`stop_progress`) writes those waiting at once.
+    from rich.console import Console
+
+    from cobalt_app.engine import ItemOutcome
+    from cobalt_cli.reporter import ConsoleReporter
+
+    class Writes(list):
+        def write(self, text):
+            self.append(text)
+
+    def outcome(index):
+        return ItemOutcome(
+            id=index, item_index=index, run_index=0, item_key=str(index), status="ok", latency_ms=1
+        )
+
+    reporter = ConsoleReporter(Console(file=io.StringIO()))
+    reporter.items_in_dataset = 300
+    reporter.output = writes = Writes()
+
+    async def finish(first, last, *, interrupted=False):
+        for index in range(first, last):
+            reporter.item_finished(outcome(index), index + 1, 300)
+        if interrupted:
+            reporter.stop_progress()
+        deadline = time.monotonic() + 5
+        while "".join(writes).count("\n") < last:  # the last lines: written by the loop's timer
+            assert time.monotonic() < deadline, "lines held back"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(finish(0, 250))
+    assert len(writes) <= 5
+    asyncio.run(finish(250, 300, interrupted=True))
+    lines = "".join(writes).splitlines()
+    assert lines == [f"  ✓ Item {i + 1}/300 — no evaluators  1ms" for i in range(300)]

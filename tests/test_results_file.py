@@ -303,7 +303,11 @@ def test_valid_results_settings_are_kept(tmp_path):
 
 
 def test_an_entry_is_written_with_its_stored_json_as_if_decoded_and_encoded_again():
-    Stored, dumped = results.Stored, results.dumped
+    from cobalt_app.results_json import Stored, dumped_joined
+
+    def dumped(entry):
+        return dumped_joined([entry], "")
+
     values = [
         {"answer": 'é "quoted" \\ back\nline\t', "n": [1, 2.5, None, True], "empty": {}},
         "plain",
@@ -333,3 +337,7 @@ def test_an_entry_is_written_with_its_stored_json_as_if_decoded_and_encoded_agai
         "input": "q",
         "output": {"output": None},
     }
+    # Entries encoded together: the one with a NUL decoded, its neighbours' texts still theirs.
+    entries = [{"input": Stored('"a"')}, entry, {"input": Stored('["b"]')}]
+    lines = dumped_joined(entries, "\n").split("\n")
+    assert [json.loads(line)["input"] for line in lines] == ["a", "q", ["b"]]

@@ -174,7 +174,7 @@ def _claimed(sql: str, params: list[Any]) -> list[Claim]:
 
 # SQLite: which items a claim takes (by id, or the run's next ones), then the claim itself
 # and the claimed rows read back, each statement one step (see `bulk_sql`). The unary `+`
-# keeps "still pending" a plain condition: planned from the (status, lease) index, it would
+# keeps "still pending" a plain condition: planned from an index of the status, it would
 # visit every pending item of every run at each claim.
 SQLITE_PICK_IDS = (
     "SELECT json_group_array(id) FROM cobalt_app_itemresult "
