@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cobalt_app", "0018_received_indexes"),
+        ("cobalt_app", "0019_search_index"),
     ]
 
     operations = [
