@@ -164,6 +164,7 @@ class ConsoleReporter:
             f"tokens and cost count them as 0. Accepted: {ACCEPTED_USAGE}"
             for shape, count in self.usage_problems.items()
         ]
+        extra += getattr(run, "notices", [])  # this process's, not stored (`AfterSpans`)
         self.usage_problems = {}
         print_summary(self.console, run, extra_warnings=extra)
 
