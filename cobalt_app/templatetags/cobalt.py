@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.http import QueryDict
 
+from cobalt.run_settings import RunSettings
+
 register = template.Library()
 
 
@@ -142,6 +144,24 @@ def rate(per_second: float | None) -> str:
 def thousands(value: int | None) -> str:
     value = _number(value)
     return "—" if value is None else f"{int(value):,}"
+
+
+@register.filter
+def repetitions(run: Any) -> int:
+    """How many times each of the run's items ran (`--runs`); 1 when not every item ran the
+    same number of times (`--repeat-flaky` repeats only the flaky ones)."""
+    settings = RunSettings.from_run_config(run.config)
+    uneven = (settings.repeat_flaky or 0) > settings.runs or run.total_items % settings.runs
+    return 1 if uneven else settings.runs
+
+
+@register.filter
+def item_count(run: Any, word: str = "") -> str:
+    """The run's items, `120` (`120 items` with the word "items"), or for 40 items each run 3
+    times `40 × 3` (`40 items × 3`): its 120 results are not 120 items."""
+    times = repetitions(run)
+    items = thousands(run.total_items // times) + (f" {word}" if word else "")
+    return f"{items} × {times}" if times > 1 else items
 
 
 @register.filter
