@@ -109,6 +109,22 @@ def usage_note(summary: dict[str, Any]) -> str:
 
 
 @register.filter
+def unpriced_named(summary: dict[str, Any]) -> list[str]:
+    """The run's unpriced models a price would cover (`cobalt.usage_notes`)."""
+    from cobalt.usage_notes import unpriced_named
+
+    return unpriced_named(summary or {})
+
+
+@register.filter
+def no_model_note(summary: dict[str, Any]) -> str:
+    """What the run says of tokens that named no model (`cobalt.usage_notes`), or ''."""
+    from cobalt.usage_notes import no_model_note
+
+    return no_model_note(summary or {}) or ""
+
+
+@register.filter
 def cost_unknown(summary: dict[str, Any]) -> bool:
     return any(e.get("method") == "unknown" for e in (summary or {}).get("estimatedUsage") or [])
 
