@@ -1,5 +1,6 @@
-"""What a run says of model calls that reported no usage (see cobalt_app/token_counts.py):
-one wording for the terminal summary, the run page and the results file's summary."""
+"""What a run says of model calls that reported no usage (see cobalt_app/token_counts.py), and
+of tokens that came with no model's name: one wording for the terminal summary, the run page and
+the results file's summary."""
 
 from __future__ import annotations
 
@@ -42,3 +43,21 @@ def cost_text(summary: dict[str, Any]) -> str:
     if unknown:
         return f"${cost:.4f} + unknown" if cost else "unknown"
     return f"~${cost:.4f}" if entries else f"${cost:.4f}"
+
+
+NO_MODEL = "(no model named)"  # in a summary's `unpricedModels`: tokens that named no model
+NO_MODEL_NOTE = (
+    "a model call named no model: its tokens count, but its cost is unknown (counted as $0). "
+    "Name its model to price it: `gen_ai.request.model` on a service's span, `model` in the "
+    "runner's metadata"
+)
+
+
+def unpriced_named(summary: dict[str, Any]) -> list[str]:
+    """The summary's unpriced models that a price under [prices] would cover (not NO_MODEL)."""
+    return [m for m in summary.get("unpricedModels") or [] if m != NO_MODEL]
+
+
+def no_model_note(summary: dict[str, Any]) -> str | None:
+    """NO_MODEL_NOTE when some of the run's tokens named no model, else None."""
+    return NO_MODEL_NOTE if NO_MODEL in (summary.get("unpricedModels") or []) else None

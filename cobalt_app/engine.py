@@ -504,9 +504,9 @@ async def score(
         info.setdefault("turnScores", {})[evaluator.name] = scores
     worst = min(range(len(turns)), key=lambda n: scores[n])
     per_turn = ", ".join(f"{s:.2f}" for s in scores)
-    reason = (
+    reason = (  # a bare score's turn has no reason to quote
         f"mean of {len(turns)} turns [{per_turn}]; worst: turn {worst + 1} "
-        f"({scores[worst]:.2f}): {turns[worst].reason}"
+        f"({scores[worst]:.2f})" + (f": {turns[worst].reason}" if turns[worst].reason else "")
     )
     return EvalOutcome(
         evaluator.name, sum(scores) / len(scores), reason=reason, tokens=tokens, cost=cost

@@ -170,6 +170,7 @@ async def launch(
     runs: list[Run] = []
     receiver = otlp_server.open_for(experiments, config)  # HTTP targets' services' spans
     summaries = None
+    notices: dict[str, str] = {}  # run id → why its items have no spans from their service
     if receiver is not None and options.get("reporter") is not None:
         summaries = options["reporter"] = AfterSpans(options["reporter"])
     try:
@@ -188,12 +189,14 @@ async def launch(
         try:
             if receiver is not None:
                 try:
-                    await db(receiver.finish)
+                    notices = await db(receiver.finish, config)
                     # Spans that came after a run ended added their model calls' tokens and cost.
                     runs = [await db(lifecycle.results_written, r.id, config) for r in runs]
                 finally:
                     if summaries is not None:
-                        await db(summaries.release, runs)
+                        await db(summaries.release, runs, notices)
+                    else:
+                        otlp_server.log_notices(notices)
         finally:
             db.close()
     return runs
@@ -217,11 +220,15 @@ class AfterSpans:
     def run_finished(self, run: Run) -> None:
         self.finished.append(run)
 
-    def release(self, runs: list[Run]) -> None:
-        """Each finished run's summary, as `runs` (read again) have it."""
+    def release(self, runs: list[Run], notices: dict[str, str]) -> None:
+        """Each finished run's summary, as `runs` (read again) have it, with the receiver's
+        notice of its items' missing spans (`otlp_server.not_arrived`) as `run.notices`: a
+        warning of this process's, not stored (a reporter shows it among its warnings)."""
         latest = {run.id: run for run in runs}
         for run in self.finished:
-            self.reporter.run_finished(latest.get(run.id, run))
+            told = latest.get(run.id, run)
+            told.notices = [notices[run.id]] if run.id in notices else []
+            self.reporter.run_finished(told)
         self.finished = []
 
 

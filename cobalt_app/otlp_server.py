@@ -5,8 +5,9 @@
 `POST /v1/traces` with the same function as `cobalt serve`'s view (`otlp.answer`). After the
 last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
 exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
-exports costs that much, and is told so). A port already taken (a `cobalt serve`, a collector)
-is left alone, with a notice: spans sent there are stored by whoever listens.
+exports costs that much), and the summaries of the runs whose items still have none say so
+(`not_arrived`). A port already taken (a `cobalt serve`, a collector) is left alone, with a
+notice: spans sent there are stored by whoever listens.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from django.db import close_old_connections, connections
+from django.db.models import Count
 from django.utils import timezone
 
+from cobalt.dashboard import recorded_dashboard
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
 from cobalt.targets import HttpTarget
@@ -134,52 +137,69 @@ class RunReceiver:
         self.grace = grace
         self.opened = timezone.now()
 
-    def finish(self) -> None:
-        """Wait for the last spans (see the module's docstring), then stop listening.
-        Reads the database: call it off the event loop."""
+    def finish(self, config: Any) -> dict[str, str]:
+        """Wait for the last spans (see the module's docstring), then stop listening. Returns
+        what the summary of each run (by id) whose items still have no spans then should say
+        (`not_arrived`). Reads the database: call it off the event loop."""
         try:
-            wait_for_spans(self.grace, self.opened, self.server)
+            waited = wait_for_spans(self.grace, self.opened, self.server)
         finally:
             self.server.shutdown()
             self.server.server_close()
+        if waited is None:
+            return {}
+        return not_arrived(self, waited, recorded_dashboard(config))
 
 
-def wait_for_spans(grace: float, since: Any, server: _Server) -> None:
+def wait_for_spans(grace: float, since: Any, server: _Server) -> float | None:
     """Until every item trace linked since `since` has spans, or `grace` seconds passed
-    (NO_EXPORT_WAIT while no service has exported anything: one that never does); says so
-    when some have none then."""
+    (NO_EXPORT_WAIT while no service has exported anything: one that never does); how long
+    it waited when some have none then, else None."""
     started = time.monotonic()
     waiting = ReceivedTrace.objects.filter(item__isnull=False, span_count=0, received_at__gte=since)
     while waiting.exists():
         limit = grace if server.received else min(grace, NO_EXPORT_WAIT)
         if time.monotonic() - started >= limit:
-            _not_arrived(server, limit, waiting.count())
-            return
+            return limit
         time.sleep(POLL)
+    return None
 
 
-def _not_arrived(server: _Server, waited: float, missing: int) -> None:
-    host, port = server.server_address[:2]
-    if server.received:
-        logger.warning(
-            "%s had no span from their service %.0f s after the last item ([receiver] grace): "
-            "the summary counts none of their service's model calls; spans sent later go to "
-            "whoever listens on http://%s:%s/v1/traces (a `cobalt serve` there joins them to "
-            "the items)",
-            plural(missing, "item"),
-            waited,
-            host,
-            port,
+def not_arrived(receiver: RunReceiver, waited: float, dashboard: str | None) -> dict[str, str]:
+    """For each run whose items' traces have no span yet, a warning naming the addresses its
+    service may export to: this run's receiver and the project's `cobalt serve` (`dashboard`,
+    where it recorded it listens), whose spans join the items too."""
+    host, port = receiver.server.server_address[:2]
+    here = f"http://{host}:{port}"
+    serve = f"this project's `cobalt serve` ({dashboard}/v1/traces)" if dashboard else ""
+    traces = ReceivedTrace.objects.filter(item__isnull=False, received_at__gte=receiver.opened)
+    missing = traces.filter(span_count=0).values_list("item__run_id").annotate(Count("id"))
+    if receiver.server.received or traces.filter(span_count__gt=0).exists():
+        later = (
+            f"Spans sent later join the items if they go to {serve}; this run's receiver "
+            f"({here}/v1/traces) has closed"
+            if serve
+            else f"Spans sent later to {here}/v1/traces join the items only if a `cobalt serve` "
+            "of this project listens there"
         )
-        return
-    logger.warning(
-        "no service exported spans to the OTLP receiver (http://%s:%s/v1/traces) "
-        "within %.0f s of the last item: to see the services' own spans in the "
-        "items' timelines, export them there (OTEL_EXPORTER_OTLP_ENDPOINT="
-        "http://%s:%s) and continue the request's `traceparent`",
-        host,
-        port,
-        waited,
-        host,
-        port,
+        return {
+            run_id: f"{plural(count, 'item')} had no span from their service {waited:g} s "
+            "after the last item ([receiver] grace): tokens and cost count none of their "
+            f"service's model calls. {later}"
+            for run_id, count in missing
+        }
+    text = (
+        f"no service exported spans within {waited:g} s of the last item to this run's "
+        f"receiver ({here}/v1/traces){' or ' + serve if serve else ''}: the items' timelines "
+        "show none of their services' own spans, and tokens and cost none of their model "
+        f"calls. Point the service's OTEL_EXPORTER_OTLP_ENDPOINT at {here}"
+        f"{f' (or {dashboard})' if dashboard else ''} and have it continue each request's "
+        "`traceparent`"
     )
+    return {run_id: text for run_id, _ in missing}
+
+
+def log_notices(notices: dict[str, str]) -> None:
+    """`not_arrived`'s warnings when no summary tells them."""
+    for text in dict.fromkeys(notices.values()):
+        logger.warning("%s", text)

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from cobalt.config import active_config
+from cobalt.usage_notes import NO_MODEL
 
 PRICES_PER_MILLION: dict[str, tuple[float, float]] = {
     # OpenAI
@@ -119,14 +120,11 @@ def estimate_cost(model: str | None, input_tokens: int, output_tokens: int) -> f
 
 
 def unpriced(model: str | None, tokens: int) -> str:
-    """The model's name when it spent tokens and has no price ('(no model named)' when the
-    tokens came without a model), else ''."""
+    """The model's name when it spent tokens and has no price (NO_MODEL when the tokens came
+    without a model), else ''."""
     if tokens <= 0 or price_of(model) is not None:
         return ""
     return str(model) if model else NO_MODEL
-
-
-NO_MODEL = "(no model named)"
 
 
 INPUT_KEYS = ("input_tokens", "prompt_tokens", "input")

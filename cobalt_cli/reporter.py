@@ -17,7 +17,7 @@ from rich.table import Table
 from cobalt import verdict
 from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
-from cobalt.usage_notes import cost_text, estimated_usage_note
+from cobalt.usage_notes import cost_text, estimated_usage_note, no_model_note, unpriced_named
 from cobalt.version import __version__
 from cobalt.wording import plural
 from cobalt_app import recordings, traces
@@ -202,6 +202,7 @@ class ConsoleReporter:
             f"tokens and cost count them as 0. Accepted: {ACCEPTED_USAGE}"
             for shape, count in self.usage_problems.items()
         ]
+        extra += getattr(run, "notices", [])  # this process's, not stored (`AfterSpans`)
         self.usage_problems = {}
         print_summary(self.console, run, extra_warnings=extra)
 
@@ -259,7 +260,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
     no_usage = estimated_usage_note(summary)
     if no_usage:
         console.print(f"  [yellow]{escape('⚠ ' + no_usage)}[/]")
-    unpriced = summary.get("unpricedModels") or []
+    unpriced = unpriced_named(summary)
     if unpriced:
         verb = "has" if len(unpriced) == 1 else "have"
         line = (
@@ -363,6 +364,9 @@ def warnings(run) -> list[str]:
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
         lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")
+    unnamed = no_model_note(summary)
+    if unnamed:
+        lines.append(unnamed)
     for gap in summary.get("traceNotCaptured") or []:
         lines.append(
             f"the trace of {plural(gap['items'], 'item')} was not captured: {gap['why']}; "

@@ -629,6 +629,38 @@ def test_the_run_page_names_the_unpriced_models(project, client):
     assert "+ unpriced: acme-llm-2" in page
 
 
+@pytest.mark.django_db(transaction=True)
+def test_tokens_that_named_no_model_are_a_warning_saying_how_to_price_them(project, client):
+    from rich.console import Console
+
+    from cobalt import Dataset, Evaluator
+    from cobalt_cli.reporter import print_summary
+    from tests.helpers import define, execute
+
+    definition = define(
+        "nameless",
+        Dataset([{"id": "a", "input": "q"}]),
+        lambda ctx: {"output": "x", "metadata": {"tokens": 30}},  # no model named
+        evaluators=[Evaluator(name="f", type="function", fn=lambda ctx: 1.0)],
+    )
+    (run,) = execute(project, definition)
+    assert run.summary["unpricedModels"] == ["(no model named)"]
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert "unpriced: (no model named)" not in page and 'class="bad unpriced"' not in page
+    assert '<span class="warn-text no-model" title="a model call named no model' in page
+    assert (
+        '<p class="notice no-model" role="status">A model call named no model: its tokens count, '
+        "but its cost is unknown (counted as $0). Name its model to price it: "
+        "`gen_ai.request.model` on a service&#x27;s span, `model` in the runner&#x27;s "
+        "metadata.</p>"
+    ) in page
+    console = Console(record=True, width=300)
+    print_summary(console, run)
+    said = console.export_text()
+    assert "unpriced:" not in said
+    assert "⚠ a model call named no model: its tokens count, but its cost is unknown" in said
+
+
 @pytest.mark.parametrize(
     ("model", "price"),
     [

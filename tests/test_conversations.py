@@ -71,6 +71,9 @@ def test_per_turn_scoring_records_the_mean_and_names_the_worst_turn(project):
         support_bot,
         evaluators=[
             Evaluator(name="polite", type="function", fn=polite, per_turn=True),
+            Evaluator(  # a bare score: no reason to quote after the worst turn
+                name="bare", type="function", fn=lambda ctx: 0.5, per_turn=True
+            ),
             Evaluator(name="whole", type="contains", value="turn 3"),
         ],
         conversation=True,
@@ -81,6 +84,7 @@ def test_per_turn_scoring_records_the_mean_and_names_the_worst_turn(project):
     assert evaluations["polite"].reason == (
         "mean of 3 turns [1.00, 0.00, 1.00]; worst: turn 2 (0.00): turn 2"
     )
+    assert evaluations["bare"].reason == "mean of 3 turns [0.50, 0.50, 0.50]; worst: turn 1 (0.50)"
     assert evaluations["whole"].score == 1.0  # the transcript as a whole contains it
 
 

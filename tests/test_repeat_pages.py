@@ -138,3 +138,19 @@ def test_previous_and_next_step_from_item_to_item_not_from_repeat_to_repeat(clie
     page = client.get(f"/runs/{run.id}/items/{number(run, 'k002')}/?repeat=2").content.decode()
     assert f'rel="prev" href="/runs/{run.id}/items/{number(run, "k001")}/"' in page
     assert f'rel="next" href="/runs/{run.id}/items/{number(run, "k003")}/"' in page
+
+
+def test_the_runs_list_and_the_run_page_count_items_and_repeats_apart(client, run):
+    once = make_run("once", keys=keys(2))
+    listed = client.get("/").content.decode()
+    cells = dict(
+        re.findall(r'href="/runs/(\w+)/".*?<td class="num"[^>]*>([^<]+)</td>', listed, re.S)
+    )
+    assert (cells[run.id], cells[once.id]) == ("4 × 3", "2")
+    assert 'title="12 results: each item ran 3 times">4 × 3<' in listed
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert '<span id="progress-count">12 / 12 results: 4 items × 3</span>' in page
+    assert '<dt>Items</dt><dd title="12 results: each item ran 3 times">4 × 3</dd>' in page
+    single = client.get(f"/runs/{once.id}/").content.decode()
+    assert '<span id="progress-count">2 / 2 items</span>' in single
+    assert "<dt>Items</dt><dd>2</dd>" in single

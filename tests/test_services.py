@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from cobalt.targets import TargetError, http_target, openai_target
 from cobalt_app import otlp, received
 from cobalt_app.models import ReceivedTrace
-from tests.conftest import cli_env, free_port
+from tests.conftest import cli_env, free_port, served
 from tests.helpers import run_id_of
 
 SERVICE = Path(__file__).parent / "fixtures" / "services" / "fastapi_agent.py"
@@ -350,6 +350,66 @@ def service_url():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
+
+
+SILENT = """
+import cobalt
+
+cobalt.experiment(
+    "silent-service",
+    cobalt.Dataset(items=[{"input": "a"}, {"input": "b"}]),
+    cobalt.http_target(url="URL/echo", output="$.answer.body"),
+    evaluators=[cobalt.Evaluator(name="any", type="function", fn=lambda ctx: 1.0)],
+)
+"""
+
+
+def test_a_service_that_exports_no_spans_is_a_warning_naming_where_to_export(
+    project, cobalt_cli, service_url
+):
+    # The service answers and exports nothing: after [receiver] grace, the run's summary
+    # warns, naming the run's receiver and the project's running `cobalt serve`.
+    receiver = free_port()
+    project.write(
+        "cobalt.toml", f'test_dir = "experiments"\n[receiver]\nport = {receiver}\ngrace = 1\n'
+    )
+    project.write("experiments/silent.cobalt.py", SILENT.replace("URL", service_url))
+    with served(project) as dashboard:
+        done = cobalt_cli(project, "run", "experiments/silent.cobalt.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    summary = said[said.index("Results: silent-service") : said.index("Run ID:")]
+    assert (
+        "⚠ no service exported spans within 1 s of the last item to this run's receiver "
+        f"(http://127.0.0.1:{receiver}/v1/traces) or this project's `cobalt serve` "
+        f"({dashboard}/v1/traces)"
+    ) in summary, said
+    assert f"OTEL_EXPORTER_OTLP_ENDPOINT at http://127.0.0.1:{receiver} (or {dashboard})" in summary
+    assert "no service exported" not in done.stderr  # said once, in the summary
+
+
+@pytest.mark.django_db
+def test_each_run_is_told_how_many_of_its_items_had_no_spans_when_some_did(tmp_path):
+    from cobalt.config import load_config
+    from cobalt_app import otlp_server
+    from cobalt_app.models import ItemResult
+    from tests.test_pages import keys, make_run
+
+    receiver = otlp_server.RunReceiver(otlp_server.start(0), grace=0.2)
+    run, other = make_run("one", keys=keys(3), evaluators=()), make_run("two", keys=keys(1))
+    items = ItemResult.objects.filter(run__in=[run, other]).order_by("run__name", "item_index")
+    received.link_items([(item.id, f"{n + 1:032x}") for n, item in enumerate(items)])
+    # The first item's service exported (to a `cobalt serve`: this receiver got nothing), and
+    # the other run's.
+    ReceivedTrace.objects.filter(item__in=[items[0], items[3]]).update(span_count=2)
+    host, port = receiver.server.server_address[:2]
+    notices = receiver.finish(load_config(tmp_path))
+    assert notices == {
+        run.id: "2 items had no span from their service 0.2 s after the last item "
+        "([receiver] grace): tokens and cost count none of their service's model calls. Spans "
+        f"sent later to http://{host}:{port}/v1/traces join the items only if a `cobalt serve` "
+        "of this project listens there"
+    }
 
 
 def call(target, item):

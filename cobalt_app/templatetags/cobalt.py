@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.http import QueryDict
 
+from cobalt.run_settings import RunSettings
+
 register = template.Library()
 
 
@@ -107,6 +109,22 @@ def usage_note(summary: dict[str, Any]) -> str:
 
 
 @register.filter
+def unpriced_named(summary: dict[str, Any]) -> list[str]:
+    """The run's unpriced models a price would cover (`cobalt.usage_notes`)."""
+    from cobalt.usage_notes import unpriced_named
+
+    return unpriced_named(summary or {})
+
+
+@register.filter
+def no_model_note(summary: dict[str, Any]) -> str:
+    """What the run says of tokens that named no model (`cobalt.usage_notes`), or ''."""
+    from cobalt.usage_notes import no_model_note
+
+    return no_model_note(summary or {}) or ""
+
+
+@register.filter
 def cost_unknown(summary: dict[str, Any]) -> bool:
     return any(e.get("method") == "unknown" for e in (summary or {}).get("estimatedUsage") or [])
 
@@ -142,6 +160,24 @@ def rate(per_second: float | None) -> str:
 def thousands(value: int | None) -> str:
     value = _number(value)
     return "—" if value is None else f"{int(value):,}"
+
+
+@register.filter
+def repetitions(run: Any) -> int:
+    """How many times each of the run's items ran (`--runs`); 1 when not every item ran the
+    same number of times (`--repeat-flaky` repeats only the flaky ones)."""
+    settings = RunSettings.from_run_config(run.config)
+    uneven = (settings.repeat_flaky or 0) > settings.runs or run.total_items % settings.runs
+    return 1 if uneven else settings.runs
+
+
+@register.filter
+def item_count(run: Any, word: str = "") -> str:
+    """The run's items, `120` (`120 items` with the word "items"), or for 40 items each run 3
+    times `40 × 3` (`40 items × 3`): its 120 results are not 120 items."""
+    times = repetitions(run)
+    items = thousands(run.total_items // times) + (f" {word}" if word else "")
+    return f"{items} × {times}" if times > 1 else items
 
 
 @register.filter
