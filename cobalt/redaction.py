@@ -35,7 +35,7 @@ floor (`cobalt/`): every floor above imports it from here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -174,8 +174,33 @@ def may_hold(text: str, secrets: Iterable[str] = ()) -> bool:
     if len(folded) < SHORT_TEXT:
         hinted = HINT_PATTERN.search(folded) is not None
     else:
-        hinted = any(hint in folded for hint in HINTS)
+        hinted = any(map(_hinted_window, _windows(folded)))
     return hinted or any(s and s in text for s in secrets)
+
+
+# A long text is scanned in windows of WINDOW characters, each overlapping the next by a
+# hint's length less one (a hint across two windows is whole in one), and what each window
+# holds is remembered: texts that begin alike (every model call's input starts with the same
+# system prompt) are scanned once for their common windows, not once per hint per text.
+WINDOW = 256
+_OVERLAP = max(map(len, HINTS)) - 1
+_WINDOWS_MAX = 8192  # windows remembered; forgotten all at once
+_seen_windows: dict[str, bool] = {}
+
+
+def _windows(folded: str) -> Iterator[str]:
+    for start in range(0, len(folded) - _OVERLAP, WINDOW):
+        yield folded[start : start + WINDOW + _OVERLAP]
+
+
+def _hinted_window(window: str) -> bool:
+    known = _seen_windows.get(window)
+    if known is None:
+        known = any(hint in window for hint in HINTS)
+        if len(_seen_windows) >= _WINDOWS_MAX:
+            _seen_windows.clear()
+        _seen_windows[window] = known
+    return known
 
 
 def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:
