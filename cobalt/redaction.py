@@ -35,7 +35,7 @@ floor (`cobalt/`): every floor above imports it from here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -170,12 +170,38 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
 
 def may_hold(text: str, secrets: Iterable[str] = ()) -> bool:
     """Whether a text may hold something to hide: without, it is kept as it is (most are)."""
-    folded = text.casefold()
-    if len(folded) < SHORT_TEXT:
-        hinted = HINT_PATTERN.search(folded) is not None
+    if len(text) < SHORT_TEXT:
+        hinted = HINT_PATTERN.search(text.casefold()) is not None
     else:
-        hinted = any(hint in folded for hint in HINTS)
+        hinted = any(map(_hinted_window, _windows(text)))
     return hinted or any(s and s in text for s in secrets)
+
+
+# A long text is scanned in windows of WINDOW characters, each overlapping the next by a
+# hint's length less one (a hint across two windows is whole in one: case folding maps each
+# character on its own, to one or more), and what each window holds is remembered: texts
+# that begin alike (every model call's input starts with the same system prompt) are folded
+# and scanned once for their common windows, not once per hint per text.
+WINDOW = 256
+_OVERLAP = max(map(len, HINTS)) - 1
+_WINDOWS_MAX = 8192  # windows remembered; forgotten all at once
+_seen_windows: dict[str, bool] = {}
+
+
+def _windows(text: str) -> Iterator[str]:
+    for start in range(0, len(text) - _OVERLAP, WINDOW):
+        yield text[start : start + WINDOW + _OVERLAP]
+
+
+def _hinted_window(window: str) -> bool:
+    known = _seen_windows.get(window)
+    if known is None:
+        folded = window.casefold()
+        known = any(hint in folded for hint in HINTS)
+        if len(_seen_windows) >= _WINDOWS_MAX:
+            _seen_windows.clear()
+        _seen_windows[window] = known
+    return known
 
 
 def environment_secrets(environ: Mapping[str, str]) -> tuple[str, ...]:

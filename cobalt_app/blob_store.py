@@ -313,21 +313,31 @@ def digests(refs: bytes | memoryview) -> list[str]:
 def unpack(text: str, refs: bytes | memoryview, texts: Mapping[str, str]) -> Any:
     """A stored document's value from its decompressed text and blob list: each token
     replaced by the text of its blob."""
+    return json.loads(pasted(text, refs, texts))
+
+
+def pasted(text: str, refs: bytes | memoryview, texts: Mapping[str, str]) -> str:
+    """A stored document's JSON text, as written, from its decompressed text and blob list."""
     if refs:
         listed = digests(refs)
         parts = text.split(TOKEN)
         parts[1::2] = [texts[listed[int(number)]] for number in parts[1::2]]
         text = "".join(parts)
-    return json.loads(text)
+    return text
 
 
 def read(rows: Iterable[tuple[bytes | memoryview, bytes | memoryview]]) -> list[Any]:
     """The values of stored documents, (data, blob list) each, in order: one query for the
     blobs they refer to, none for those read before."""
+    return [json.loads(text) for text in read_texts(rows)]
+
+
+def read_texts(rows: Iterable[tuple[bytes | memoryview, bytes | memoryview]]) -> list[str]:
+    """`read`, the documents left as their JSON text."""
     rows = list(rows)
     texts = blob_texts({digest for _, refs in rows for digest in digests(refs)})
     plain = decompress([data for data, _ in rows])
-    return [unpack(text, refs, texts) for text, (_, refs) in zip(plain, rows, strict=True)]
+    return [pasted(text, refs, texts) for text, (_, refs) in zip(plain, rows, strict=True)]
 
 
 def blob_texts(hashes: Iterable[str]) -> dict[str, str]:

@@ -220,6 +220,16 @@ def http_fields(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def attributes_of(span: Any) -> dict[str, Any]:
+    """A span's attributes as a dict of its own. The SDK's span keeps them in a dict inside
+    a `BoundedAttributes` that its `attributes` property wraps again: copied from that dict
+    in one step, where copying through the two wrappers read each key in Python."""
+    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if type(inner) is dict:
+        return inner.copy()
+    return dict(span.attributes or {})
+
+
 def steps_of(
     spans: Iterable[Any], origin_ns: int, *, max_chars: int = DEFAULT_MAX_CHARS
 ) -> list[dict[str, Any]]:
@@ -234,7 +244,7 @@ def steps_of(
         return []
     secrets = process_secrets()
     index_of = {s.context.span_id: i for i, s in enumerate(spans)}
-    attributes = [dict(span.attributes or {}) for span in spans]
+    attributes = [attributes_of(span) for span in spans]
     steps = [
         step_of(s, a, origin_ns, max_chars, secrets) for s, a in zip(spans, attributes, strict=True)
     ]

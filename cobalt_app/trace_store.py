@@ -8,6 +8,7 @@ target's items to the traces their services export (`received.link_items`, `rece
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -22,10 +23,14 @@ ROWS_PER_STATEMENT = 190  # 950 parameters: under SQLite's oldest limit (999)
 
 
 class Trace(NamedTuple):
-    """An item's stored trace: its steps, and why it was not captured ("" when it was)."""
+    """An item's stored trace: its steps, and why it was not captured ("" when it was).
+    `read_traces(..., as_text=True)` may leave the steps as their JSON text (a `str`)."""
 
-    steps: list[dict[str, Any]]
+    steps: list[dict[str, Any]] | str
     missing: str = ""
+
+
+LINKED = '"traceId"'  # in the JSON text of a trace that a service's spans may join
 
 
 def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
@@ -66,14 +71,29 @@ def read(item_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
     return {item_id: trace.steps for item_id, trace in read_traces(item_ids).items()}
 
 
-def read_traces(item_ids: Iterable[int] | RawSQL) -> dict[int, Trace]:
+def read_traces(item_ids: Iterable[int] | RawSQL, *, as_text: bool = False) -> dict[int, Trace]:
     """These items' traces with why each was not captured, by item id (an item without one
     is left out). `item_ids` may be a subquery of them (`RawSQL`): a results file's chunk
-    of 2,000 items as 2,000 parameters cost more to bind than to read (issue 41)."""
+    of 2,000 items as 2,000 parameters cost more to bind than to read (issue 41).
+    `as_text`: the steps of a trace that no service's spans join (`received`) are left as
+    their stored JSON text (one line), for a writer that puts it in its own JSON as it is:
+    parsing it to encode it again was a tenth of a traced item's CPU (the results file)."""
     ids = item_ids if isinstance(item_ids, RawSQL) else list(item_ids)
-    rows = ItemTrace.objects.filter(item_id__in=ids)
-    found = _decoded(list(rows.values_list("item_id", "data", "blobs", "missing")))
-    received.merge(found)  # the spans services exported for these items' requests
+    rows = list(
+        ItemTrace.objects.filter(item_id__in=ids).values_list("item_id", "data", "blobs", "missing")
+    )
+    if not as_text:
+        found = _decoded(rows)
+        received.merge(found)  # the spans services exported for these items' requests
+        return found
+    texts = blob_store.read_texts((data, refs) for _, data, refs, _ in rows)
+    found = {
+        item_id: Trace(
+            text if LINKED not in text and "\n" not in text else json.loads(text), missing
+        )
+        for (item_id, _, _, missing), text in zip(rows, texts, strict=True)
+    }
+    received.merge({k: t for k, t in found.items() if not isinstance(t.steps, str)})
     return found
 
 
@@ -104,8 +124,6 @@ def estimated_usage(run_id: str) -> list[dict[str, Any]]:
     """The run's model calls that reported no usage (see `token_counts`), by model and how
     their tokens were found: `{"model", "method", "calls", "items"}`, the most calls first.
     Only items that have such calls are read."""
-    import json
-
     found: dict[tuple[str, str], list[int]] = {}
     rows = ItemTrace.objects.filter(item__run_id=run_id).exclude(estimated="")
     for note in rows.values_list("estimated", flat=True):

@@ -257,6 +257,24 @@ def test_ten_items_sharing_a_system_prompt_store_it_once():
     assert trace_store.read(i.id for i in items) == {i.id: traced[i.item_key] for i in items}
 
 
+def test_traces_read_as_text_are_their_stored_json_and_a_linked_one_is_read_as_steps():
+    system = prompt()
+    traced = {f"k{n}": steps(system, f"question {n}", n) for n in range(3)}
+    linked = {**traced["k2"][1], "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7"}
+    traced["k2"] = [traced["k2"][0], {**linked, "startUnixMs": 1_700_000_000_000.0}]
+    run = make_run(traced)
+    items = {i.id: i.item_key for i in ItemResult.objects.filter(run=run)}
+    as_text = trace_store.read_traces(items, as_text=True)
+    for item_id, key in items.items():
+        text = as_text[item_id].steps
+        if key == "k2":  # a service's spans may join it: read, to be merged
+            assert text == traced[key]
+        else:
+            assert text == json.dumps(traced[key], ensure_ascii=False)
+            assert "\n" not in text
+    assert trace_store.read(items) == {item_id: traced[key] for item_id, key in items.items()}
+
+
 def test_recordings_store_the_prompt_and_tools_once_and_read_back_exactly():
     system = prompt()
     recorded = {f"item-{n}": exchanges(system, f"question {n}") for n in range(10)}
