@@ -363,7 +363,9 @@ def row_entry(
         "tokens": tokens,
         "cost": cost,
         "evaluations": evaluations,
-        "trace": trace.steps if trace else [],
+        "trace": (decode(trace.steps) if isinstance(trace.steps, str) else trace.steps)
+        if trace
+        else [],
         "traceNotCaptured": trace.missing or None if trace else None,
     }
 
@@ -449,7 +451,8 @@ def _entries(
             if tokens or rest[4]:  # rest[4]: cached
                 judged.add(item_id)
     _add_judge_calls(by_item, judged)
-    traces = trace_store.read_traces(scope)
+    # The results file writes a trace's stored text in as it is (`Stored`), not parsed again.
+    traces = trace_store.read_traces(scope, as_text=decode == Stored.of)
     for row in rows:
         entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]), decode=decode)
         entry["labels"] = labelled.get(row[0], [])

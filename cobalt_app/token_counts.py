@@ -73,6 +73,12 @@ def _tokens(encoding: Any, text: str) -> int:
     return len(encoding.encode(text, disallowed_special=())) if text else 0
 
 
+def unanswered(failed: bool, attributes: Any) -> bool:
+    """A call that failed without receiving anything spent no tokens: a provider bills none
+    for an error, and `--replay` refused it unsent. None are estimated for it."""
+    return failed and not span_text(attributes, "output")[0]
+
+
 def span_text(attributes: Any, side: str) -> tuple[str, int]:
     """(the text of a span's `input` or `output` messages, how many messages): OpenInference's
     `llm.{side}_messages.*` (contents, tool calls' names and arguments), else the GenAI

@@ -29,7 +29,7 @@ from cobalt.wording import plural
 from cobalt_app import trace_merge
 from cobalt_app.pricing import estimate_cost
 from cobalt_app.storable import clean_text, process_secrets
-from cobalt_app.token_counts import count_without_usage
+from cobalt_app.token_counts import count_without_usage, unanswered
 
 KINDS = ("llm", "tool", "agent", "retrieval", "http", "other")
 DEFAULT_MAX_CHARS = RUN_DEFAULTS.trace.max_chars
@@ -134,13 +134,14 @@ def step_of(
             a, "llm.token_count.completion", "gen_ai.usage.output_tokens", "cobalt.output_tokens"
         )
     )
+    status_code = getattr(span.status.status_code, "name", "UNSET")
     estimated = None
-    if kind == "llm" and input_tokens is None and output_tokens is None:  # no usage reported
+    no_usage = kind == "llm" and input_tokens is None and output_tokens is None
+    if no_usage and not unanswered(status_code == "ERROR", a):
         input_tokens, output_tokens, estimated = count_without_usage(model, a)
     cost = None
     if kind == "llm" and (input_tokens is not None or output_tokens is not None):
         cost = estimate_cost(model, input_tokens or 0, output_tokens or 0)
-    status_code = getattr(span.status.status_code, "name", "UNSET")
     error = span.status.description if status_code == "ERROR" else None
     if status_code == "ERROR" and not error:
         error = next(

@@ -256,6 +256,9 @@ def test_a_changed_input_fails_only_its_own_item_with_the_request_named(
         "or let its host through with `[replay] allow_hosts`"
     )
     assert "no recorded response for POST" in replayed.stdout
+    refused = items[("italy", 0)]
+    assert refused["tokens"] == 0 and refused["cost"] in (0, None)  # never sent: nothing spent
+    assert [s.get("inputTokens") for s in refused["trace"] if s["kind"] == "llm"] == [None]
     others = [i for i in changed if i is not changed[2]]
     assert [output(items[(i["id"], 0)]) for i in others] == [i["expected_output"] for i in others]
 
