@@ -194,7 +194,9 @@ def test_the_rate_budget_holds_across_two_workers(team: Team, fake_provider_serv
     )
     assert len(times) == 24
     busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
-    assert busiest <= 10, busiest  # 8 per second, plus slack for network jitter
+    # 8 a second are granted; arrivals late by up to 0.25 s on a loaded machine put up to
+    # 8 x 1.25 + 1 of them in a second (CI saw 11), where one budget per worker gives 16.
+    assert busiest <= 11, busiest
     # 24 requests one budget apart take 23/8 s; one budget per worker would take 23/16 s. The
     # half second allows for when each request reached the provider on a loaded machine.
     assert times[-1] - times[0] >= 23 / 8 - 0.5
