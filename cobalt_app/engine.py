@@ -441,6 +441,19 @@ def agent_tokens_and_cost(
     return input_tokens + output_tokens, cost
 
 
+def eval_target(item: Any, outcome: ItemOutcome) -> EvalTarget:
+    """What an item's evaluators read of it and of its outcome."""
+    return EvalTarget(
+        item=item,
+        output=outcome.output,
+        metadata=outcome.metadata,
+        latency_ms=outcome.latency_ms,
+        cost=outcome.cost,
+        trace=outcome.trace,
+        trace_missing=outcome.trace_missing,
+    )
+
+
 async def evaluate_item(
     experiment: Experiment,
     snapshot: ItemSnapshot,
@@ -457,15 +470,7 @@ async def evaluate_item(
     """
     if outcome.output is None:
         return [EvalOutcome.failed(e.name, NOTHING_RETURNED) for e in experiment.evaluators]
-    target = EvalTarget(
-        item=snapshot.item,
-        output=outcome.output,
-        metadata=outcome.metadata,
-        latency_ms=outcome.latency_ms,
-        cost=outcome.cost,
-        trace=outcome.trace,
-        trace_missing=outcome.trace_missing,
-    )
+    target = eval_target(snapshot.item, outcome)
     if len(experiment.evaluators) == 1:
         return [await score(experiment.evaluators[0], target, env, timeout=timeout)]
     return list(

@@ -410,15 +410,7 @@ class Batch:
         evaluators = self.items.experiment.evaluators
         if outcome.output is None:
             return [EvalOutcome.failed(e.name, engine.NOTHING_RETURNED) for e in evaluators]
-        target = EvalTarget(
-            item=claim.snapshot.item,
-            output=outcome.output,
-            metadata=outcome.metadata,
-            latency_ms=outcome.latency_ms,
-            cost=outcome.cost,
-            trace=outcome.trace,
-            trace_missing=outcome.trace_missing,
-        )
+        target = engine.eval_target(claim.snapshot.item, outcome)
         scored: list[EvalOutcome] = []
         for position, evaluator in enumerate(evaluators):
             phase = Phase(claim, outcome, position)
