@@ -55,10 +55,8 @@ def compute_summary(run: Run) -> dict[str, Any]:
     judge_tokens = 0
     judge_cost = 0.0
     cached = 0
-    evaluations = Evaluation.objects.filter(run=run).values_list(
-        "evaluator", "score", "status", "tokens", "cost", "cached"
-    )
-    for evaluator, score, status, tokens, cost, was_cached in evaluations.iterator():
+    evaluations = _rows(EVALUATION_TOTALS_SQL.format(evaluation=Evaluation._meta.db_table), run.id)
+    for evaluator, score, status, tokens, cost, was_cached in evaluations:
         if status == Evaluation.Status.OK and score is not None:
             scored.add(evaluator)
         else:
@@ -121,14 +119,35 @@ def _item_totals(run: Run) -> tuple[dict[str, int], array, int, float]:
     latencies = array("d")
     tokens = 0
     cost = 0.0
-    rows = ItemResult.objects.filter(run=run).values_list("status", "latency_ms", "tokens", "cost")
-    for status, latency, item_tokens, item_cost in rows.iterator():
+    rows = _rows(ITEM_TOTALS_SQL.format(item=ItemResult._meta.db_table), run.id)
+    for status, latency, item_tokens, item_cost in rows:
         status_counts[status] += 1
         if status == ItemResult.Status.OK and latency is not None:
             latencies.append(latency)
         tokens += item_tokens or 0
         cost += item_cost or 0.0
     return status_counts, latencies, tokens, cost
+
+
+# A summary's two passes over every row, with plain cursors: the ORM's iterator converted
+# each value (a tenth of a summary's CPU). Items in the order the ORM read them (the model's),
+# so that the latencies and costs are summed in the same order.
+ITEM_TOTALS_SQL = (
+    "SELECT status, latency_ms, tokens, cost FROM {item} WHERE run_id = %s "
+    "ORDER BY item_index, run_index"
+)
+EVALUATION_TOTALS_SQL = (
+    "SELECT evaluator, score, status, tokens, cost, cached FROM {evaluation} WHERE run_id = %s"
+)
+
+
+def _rows(sql: str, run_id: str) -> Iterator[tuple]:
+    """The rows of `sql` for the run, EXPORT_CHUNK at a time (on PostgreSQL a server-side
+    cursor: the client never holds them all)."""
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [run_id])
+        while chunk := cursor.fetchmany(EXPORT_CHUNK):
+            yield from chunk
 
 
 def intercept_summary(run: Run) -> dict[str, Any]:
