@@ -71,7 +71,7 @@ def describe(
         "stddev": math.sqrt(variance),
         "count": n,
         "errors": errors,
-        "passRate": verdict.pass_rate(values, mark),
+        "passRate": verdict.sorted_pass_rate(values, mark),
         "passMark": mark,
     }
 

@@ -11,7 +11,8 @@ passes, only just). An evaluation error is neither a pass nor a fail.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -90,6 +91,16 @@ def pass_marks(evaluators: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         for described in evaluators
         if described.get("name")
     }
+
+
+def sorted_pass_rate(scores: Sequence[float], threshold: float | None = None) -> float | None:
+    """`pass_rate` of scores sorted in ascending order (NaN last, as numpy sorts them): those
+    below the mark come first, one binary search counts them (a run's summary: 50,000
+    scores one at a time took 40 ms)."""
+    if not len(scores):
+        return None
+    below = bisect.bisect_left(scores, pass_mark(threshold))
+    return (len(scores) - below) / len(scores)
 
 
 def pass_rate(scores: Iterable[float], threshold: float | None = None) -> float | None:

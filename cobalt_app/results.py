@@ -34,7 +34,7 @@ from cobalt.run_settings import RunSettings
 from cobalt_app import big_blocks, calibration, labels, recordings, storable, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
-from cobalt_app.results_json import Stored, dumped_joined
+from cobalt_app.results_json import entry_line
 from cobalt_app.selectors import FAILED, scored_items
 
 if TYPE_CHECKING:
@@ -55,10 +55,8 @@ def compute_summary(run: Run) -> dict[str, Any]:
     judge_tokens = 0
     judge_cost = 0.0
     cached = 0
-    evaluations = Evaluation.objects.filter(run=run).values_list(
-        "evaluator", "score", "status", "tokens", "cost", "cached"
-    )
-    for evaluator, score, status, tokens, cost, was_cached in evaluations.iterator():
+    evaluations = _rows(EVALUATION_TOTALS_SQL.format(evaluation=Evaluation._meta.db_table), run.id)
+    for evaluator, score, status, tokens, cost, was_cached in evaluations:
         if status == Evaluation.Status.OK and score is not None:
             scored.add(evaluator)
         else:
@@ -121,14 +119,35 @@ def _item_totals(run: Run) -> tuple[dict[str, int], array, int, float]:
     latencies = array("d")
     tokens = 0
     cost = 0.0
-    rows = ItemResult.objects.filter(run=run).values_list("status", "latency_ms", "tokens", "cost")
-    for status, latency, item_tokens, item_cost in rows.iterator():
+    rows = _rows(ITEM_TOTALS_SQL.format(item=ItemResult._meta.db_table), run.id)
+    for status, latency, item_tokens, item_cost in rows:
         status_counts[status] += 1
         if status == ItemResult.Status.OK and latency is not None:
             latencies.append(latency)
         tokens += item_tokens or 0
         cost += item_cost or 0.0
     return status_counts, latencies, tokens, cost
+
+
+# A summary's two passes over every row, with plain cursors: the ORM's iterator converted
+# each value (a tenth of a summary's CPU). Items in the order the ORM read them (the model's),
+# so that the latencies and costs are summed in the same order.
+ITEM_TOTALS_SQL = (
+    "SELECT status, latency_ms, tokens, cost FROM {item} WHERE run_id = %s "
+    "ORDER BY item_index, run_index"
+)
+EVALUATION_TOTALS_SQL = (
+    "SELECT evaluator, score, status, tokens, cost, cached FROM {evaluation} WHERE run_id = %s"
+)
+
+
+def _rows(sql: str, run_id: str) -> Iterator[tuple]:
+    """The rows of `sql` for the run, EXPORT_CHUNK at a time (on PostgreSQL a server-side
+    cursor: the client never holds them all)."""
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, [run_id])
+        while chunk := cursor.fetchmany(EXPORT_CHUNK):
+            yield from chunk
 
 
 def intercept_summary(run: Run) -> dict[str, Any]:
@@ -335,21 +354,23 @@ def evaluation_entry(
     return entry
 
 
+def row_verdict(row: tuple, evaluations: dict[str, Any]) -> verdict.Verdict:
+    """The verdict of an item's `ITEM_FIELDS` row from its evaluations' (`verdict.item_verdict`)."""
+    return verdict.item_verdict(
+        (verdict.Verdict(e["verdict"]) for e in evaluations.values()), errored=row[4] in FAILED
+    )
+
+
 def row_entry(
     row: tuple,
     evaluations: dict[str, Any],
     trace: trace_store.Trace | None = None,
-    *,
-    decode: Any = storable.from_json,
 ) -> dict[str, Any]:
     """An item's entry from its `ITEM_FIELDS` row (JSON columns as text or decoded), with its
-    `verdict` from its evaluations' (`verdict.item_verdict`); `decode` reads the JSON columns
-    (`Stored`: kept as their text, for `dumped_joined`)."""
+    `verdict` (`row_verdict`)."""
+    decode = storable.from_json
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
-    judged = verdict.item_verdict(
-        (verdict.Verdict(e["verdict"]) for e in evaluations.values()),
-        errored=status in FAILED,
-    )
+    judged = row_verdict(row, evaluations)
     return {
         "index": index,
         "runIndex": repetition,
@@ -363,9 +384,7 @@ def row_entry(
         "tokens": tokens,
         "cost": cost,
         "evaluations": evaluations,
-        "trace": (decode(trace.steps) if isinstance(trace.steps, str) else trace.steps)
-        if trace
-        else [],
+        "trace": decode(trace.steps) if trace else [],
         "traceNotCaptured": trace.missing or None if trace else None,
     }
 
@@ -378,13 +397,14 @@ def iter_item_entries(
     first_repetition: bool = False,
     labelled: dict[int, list[dict[str, Any]]] | None = None,
     with_id: bool = False,
-    stored: bool = False,
-) -> Iterator[dict[str, Any]]:
+    as_lines: bool = False,
+) -> Iterator[dict[str, Any]] | Iterator[str]:
     """Result entries of a run's items (only those of `ids`, or of `keys`, or only the first
     repetitions, when given), in order, each with its `labels` (`labelled`: already read
     with `labels.labels_by_item`; else read once here, one query when the run has none),
     and with the item result's database `id` if `with_id` (the API: labels name items by it);
-    `stored`: the JSON columns (input, output, metadata) as `Stored` text, for `dumped_joined`.
+    `as_lines`: each entry as its line of JSON text (`results_json.entry_line`), for the
+    results file.
 
     Reads plain rows in chunks with plain cursors, not model instances: a run can hold a
     million items, and its results file is written whenever it ends.
@@ -422,7 +442,10 @@ def iter_item_entries(
         # its 2,000 ids as parameters (and the ORM's `IN` of them) was half of a results
         # file's database reads (issue 41).
         scope = RawSQL(f"SELECT id {chunk_of}", chunk_params)
-        yield from _entries(chunk, marks, labelled, with_id, Stored.of if stored else None, scope)
+        if as_lines:
+            yield from _lines(chunk, marks, labelled, scope)
+        else:
+            yield from _entries(chunk, marks, labelled, with_id, scope)
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][1], chunk[-1][2])
@@ -433,11 +456,36 @@ def _entries(
     marks: dict[str, float],
     labelled: dict[int, list[dict[str, Any]]],
     with_id: bool,
-    decode: Any,
     scope: RawSQL,
 ) -> Iterator[dict[str, Any]]:
     """The entries of `rows`, `scope` a subquery of their ids."""
-    decode = decode or storable.from_json
+    by_item = _evaluations(scope, marks)
+    traces = trace_store.read_traces(scope)
+    for row in rows:
+        entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]))
+        entry["labels"] = labelled.get(row[0], [])
+        yield {"id": row[0], **entry} if with_id else entry
+
+
+def _lines(
+    rows: list[tuple],
+    marks: dict[str, float],
+    labelled: dict[int, list[dict[str, Any]]],
+    scope: RawSQL,
+) -> Iterator[str]:
+    """The entries of `rows` as lines of JSON text, `scope` a subquery of their ids; a
+    trace's stored text written in as it is (`read_traces(as_text=True)`), not parsed again."""
+    by_item = _evaluations(scope, marks)
+    traces = trace_store.read_traces(scope, as_text=True)
+    for row in rows:
+        evaluations = by_item.get(row[0], {})
+        judged = row_verdict(row, evaluations)
+        yield entry_line(row, judged, evaluations, traces.get(row[0]), labelled.get(row[0], []))
+
+
+def _evaluations(scope: RawSQL, marks: dict[str, float]) -> dict[int, dict[str, Any]]:
+    """The evaluation entries of the items of `scope` (a subquery of their ids), by item id
+    and evaluator, with their judge calls."""
     by_item: dict[int, dict[str, Any]] = defaultdict(dict)
     judged: set[int] = set()  # items with an evaluation that called a model (or its cache)
     with connection.cursor() as cursor:
@@ -451,12 +499,7 @@ def _entries(
             if tokens or rest[4]:  # rest[4]: cached
                 judged.add(item_id)
     _add_judge_calls(by_item, judged)
-    # The results file writes a trace's stored text in as it is (`Stored`), not parsed again.
-    traces = trace_store.read_traces(scope, as_text=decode == Stored.of)
-    for row in rows:
-        entry = row_entry(row, by_item.get(row[0], {}), traces.get(row[0]), decode=decode)
-        entry["labels"] = labelled.get(row[0], [])
-        yield {"id": row[0], **entry} if with_id else entry
+    return by_item
 
 
 def _add_judge_calls(by_item: dict[int, dict[str, Any]], judged: set[int]) -> None:
@@ -572,8 +615,8 @@ def results_document(run: Run) -> Iterator[str]:
     header, labelled = labelled_header(run)
     head = json.dumps(header, ensure_ascii=False, indent=2, default=str)
     yield head[:-2] + ',\n  "items": ['
-    entries = iter_item_entries(run, labelled=labelled, stored=True)
-    for position, batch in enumerate(_batches(entries, ",\n    ")):
+    lines = iter_item_entries(run, labelled=labelled, as_lines=True)
+    for position, batch in enumerate(_batches(lines, ",\n    ")):
         yield ("\n    " if position == 0 else ",\n    ") + batch
     yield "\n  ]\n}\n"
 
@@ -583,20 +626,20 @@ def results_lines(run: Run) -> Iterator[str]:
     line, then one item entry per line."""
     header, labelled = labelled_header(run)
     yield json.dumps(header, ensure_ascii=False, default=str) + "\n"
-    for batch in _batches(iter_item_entries(run, labelled=labelled, stored=True), "\n"):
+    for batch in _batches(iter_item_entries(run, labelled=labelled, as_lines=True), "\n"):
         yield batch + "\n"
 
 
-def _batches(entries: Iterable[dict[str, Any]], separator: str) -> Iterator[str]:
-    """WRITE_BATCH entries at a time, each batch as their lines joined by `separator`."""
-    batch: list[dict[str, Any]] = []
-    for entry in entries:
-        batch.append(entry)
+def _batches(lines: Iterable[str], separator: str) -> Iterator[str]:
+    """WRITE_BATCH lines at a time, joined by `separator`."""
+    batch: list[str] = []
+    for line in lines:
+        batch.append(line)
         if len(batch) >= WRITE_BATCH:
-            yield dumped_joined(batch, separator)
+            yield separator.join(batch)
             batch = []
     if batch:
-        yield dumped_joined(batch, separator)
+        yield separator.join(batch)
 
 
 def iso(value: datetime | None = None) -> str:

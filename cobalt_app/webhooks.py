@@ -17,9 +17,7 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from cobalt.config import Config
 from cobalt.redaction import redact
@@ -27,6 +25,9 @@ from cobalt.version import __version__
 from cobalt_app import storable
 from cobalt_app.ratelimit import retry_after
 from cobalt_app.results import iso
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("cobalt.webhooks")
 
@@ -155,6 +156,8 @@ async def deliver(hook: Mapping[str, Any], event: str, payload: Mapping[str, Any
     retries = int(hook.get("retries", DEFAULT_RETRIES))
     timeout = float(hook.get("timeout", DEFAULT_TIMEOUT))
     problem = ""
+    import httpx  # here: a `cobalt run` whose project has no webhook never imports it (~45 ms)
+
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
         for attempt in range(retries + 1):
             response: httpx.Response | None = None

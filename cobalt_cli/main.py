@@ -585,10 +585,19 @@ for _module in (
     _module.register(commands)
 
 
+GC_YOUNG = 20_000
+
+
 def main() -> None:
     # Skip the interpreter's final garbage collection of everything still alive (a third of
     # a second after a large run): the process is exiting anyway.
     atexit.register(gc.freeze)
+    # A young collection every GC_YOUNG allocations, not Python's 700: a run makes millions
+    # of short-lived rows, outcomes and entries, and its collections traversed the survivors
+    # (its dataset, a chunk's rows) each time: 0.33 s of CPU of a 50,000-item `cobalt run`,
+    # 0.05 s so (issue 41). Only cyclic garbage waits longer; the older generations' counts
+    # stay Python's.
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     # A closed output (`cobalt run | head`) stops the command, whichever thread printed.
     sys.stdout = interrupts.GuardedOutput(sys.stdout)
     sys.stderr = interrupts.GuardedOutput(sys.stderr)

@@ -302,42 +302,50 @@ def test_valid_results_settings_are_kept(tmp_path):
     assert config.get("results") == {"format": "auto", "compress": True, "large_run": 0}
 
 
-def test_an_entry_is_written_with_its_stored_json_as_if_decoded_and_encoded_again():
-    from cobalt_app.results_json import Stored, dumped_joined
+def test_an_entry_line_is_the_entry_encoded_with_its_stored_json_as_it_is():
+    from cobalt_app.results_json import entry_line
+    from cobalt_app.trace_store import Trace
 
-    def dumped(entry):
-        return dumped_joined([entry], "")
+    def encoded(value):
+        return json.dumps(value, ensure_ascii=False)
 
     values = [
-        {"answer": 'é "quoted" \\ back\nline\t', "n": [1, 2.5, None, True], "empty": {}},
+        {"answer": 'é "quoted" \\ back\nline\t\x00', "n": [1, 2.5, None, True], "empty": {}},
         "plain",
         None,
         12345678901234567890,
         {"nested": {"deep": ["x", {"y": 1e-7}]}},
     ]
-    for value in values:
-        text = json.dumps(value, ensure_ascii=False)
-        entry = {
-            "index": 0,
-            "error": None,
-            "input": Stored(text),
-            "output": {"output": Stored(text), "metadata": Stored("{}")},
-            "labels": [],
-        }
-        decoded = {
-            **entry,
-            "input": value,
-            "output": {"output": value, "metadata": {}},
-        }
-        assert dumped(entry) == json.dumps(decoded, ensure_ascii=False)
-    # A NUL of another string of the entry reads as the place-holder: decoded instead.
-    entry = {"error": "\x00", "input": Stored('"q"'), "output": {"output": None}}
-    assert json.loads(dumped(entry)) == {
-        "error": "\x00",
-        "input": "q",
-        "output": {"output": None},
-    }
-    # Entries encoded together: the one with a NUL decoded, its neighbours' texts still theirs.
-    entries = [{"input": Stored('"a"')}, entry, {"input": Stored('["b"]')}]
-    lines = dumped_joined(entries, "\n").split("\n")
-    assert [json.loads(line)["input"] for line in lines] == ["a", "q", ["b"]]
+    numbers = [0.0, -0.0, 0.1 + 0.2, 1e-7, 5e-324, 1e300, float("nan"), float("inf"), None, 7]
+    evaluations = [
+        {},
+        {"fn": results.evaluation_entry(0.6, "why \x00", "ok", "", False, mark=0.8)},
+        {
+            "a": results.evaluation_entry(1.0, "", "ok", "", True, "thought", "m", mark=0.5),
+            "b": results.evaluation_entry(None, "", "error", "boom\n", False, mark=0.5),
+        },
+    ]
+    traces = [None, Trace([STEP]), Trace(encoded([STEP])), Trace([], 'not sent: "x"')]
+    label_lists = [[], [{"label": "pass", "reviewer": "ann \u2603", "stale": False}]]
+    for n, value in enumerate(values * 2):
+        status = ["ok", "error", "timeout", "pending"][n % 4]
+        row = (
+            n,
+            n,
+            n % 3,
+            ["k", "é\x00\u2028", 'q"uote'][n % 3],
+            status,
+            ["", "RuntimeError: x\ny", None][n % 3],
+            encoded(value),
+            None if n % 4 == 1 else encoded(value),
+            encoded({"model": value}),
+            numbers[n % len(numbers)],
+            n * 10,
+            numbers[(n + 3) % len(numbers)],
+        )
+        evaluated = evaluations[n % 3]
+        trace, labelled = traces[n % 4], label_lists[n % 2]
+        entry = results.row_entry(row, evaluated, trace)
+        judged = results.row_verdict(row, evaluated)
+        line = entry_line(row, judged, evaluated, trace, labelled)
+        assert line == encoded({**entry, "labels": labelled}), row

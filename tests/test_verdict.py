@@ -397,3 +397,14 @@ def test_results_entries_state_the_verdict_of_what_did_not_run(tmp_path: Path):
     assert results.row_entry(row, {})["verdict"] == "error"
     pending = (1, 0, 0, "k", "pending", "", "{}", "null", "{}", None, 0, 0.0)
     assert results.row_entry(pending, {})["verdict"] == "none"
+
+
+@pytest.mark.parametrize("threshold", [None, 0.0, 0.3, 0.5, 0.8, 1.0])
+def test_the_pass_rate_of_sorted_scores_counts_as_the_one_at_a_time(threshold):
+    import numpy as np
+
+    marks = [0.0, 0.3, 0.4, 0.4999999, 0.5, 0.7999999, 0.8, 0.9, 1.0, float("nan")]
+    for n in range(len(marks) * 3):
+        scores = np.sort(np.array([marks[(n * k) % len(marks)] for k in range(n)], dtype=float))
+        expected = verdict.pass_rate(scores, threshold)
+        assert verdict.sorted_pass_rate(scores, threshold) == expected, (scores, threshold)
