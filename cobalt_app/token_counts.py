@@ -16,7 +16,7 @@ would read complete. Its span still holds the messages sent and the text receive
   `tokensEstimated: "unknown"`, and the run's cost says "unknown" rather than $0.
 
 The run summary names the estimated calls (`estimatedUsage`) and its cost is then not
-complete (`costComplete: false`), see `results.compute_summary`.
+complete (`costComplete: false`), see `run_summary.compute_summary`.
 """
 
 from __future__ import annotations

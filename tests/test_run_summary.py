@@ -17,7 +17,7 @@ from django.utils import timezone
 from cobalt import Dataset, Evaluator, experiment, significance, stats, verdict
 from cobalt.experiments import collecting
 from cobalt.run_settings import RunSettings
-from cobalt_app import results, selectors, services, trace_store
+from cobalt_app import results, run_summary, selectors, services, trace_store
 from cobalt_app.engine import ItemOutcome
 from cobalt_app.evaluators import EvalOutcome
 from cobalt_app.models import Evaluation, ItemResult, Run
@@ -85,7 +85,7 @@ def test_the_summary_has_the_figures_of_the_summary_by_item_key(seed, runs):
     expected = summary_by_item_key(run)
     assert run.summary == json.loads(json.dumps(expected))
     # Every figure the same, to the last bit, and in the same order.
-    assert json.dumps(results.compute_summary(run)) == json.dumps(expected)
+    assert json.dumps(run_summary.compute_summary(run)) == json.dumps(expected)
     scores = run.summary["scores"]
     assert scores["exact"]["ci95"]["method"] == "wilson" if runs == 1 else "t"
     assert scores["quality"]["ci95"]["method"] == "t"
@@ -104,7 +104,7 @@ def test_the_summary_holds_8_bytes_a_score_not_a_python_object_an_item():
     for n in (5000, 15000):  # above twice the 2,000 rows read at a time
         run = record_run(n, n, errors=False, batch=1000)
         tracemalloc.start()
-        results.compute_summary(run)
+        run_summary.compute_summary(run)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
     per_item = (peaks[1] - peaks[0]) / 10000
@@ -158,7 +158,7 @@ def summary_by_item_key(run: Run) -> dict[str, Any]:
     latency = old_latency_stats(latencies)
     return {
         "totalItems": run.total_items,
-        "totalDurationMs": results.run_duration_ms(run),
+        "totalDurationMs": run_summary.run_duration_ms(run),
         "avgLatencyMs": latency["avg"],
         "latency": latency,
         "totalTokens": agent_tokens + judge_tokens,
@@ -167,7 +167,7 @@ def summary_by_item_key(run: Run) -> dict[str, Any]:
         "estimatedCost": agent_cost + judge_cost,
         "agentCost": agent_cost,
         "judgeCost": judge_cost,
-        **results.cost_completeness(run),
+        **run_summary.cost_completeness(run),
         "cachedEvaluations": cached,
         "itemStatus": {
             s: status_counts.get(s, 0) for s in ("ok", "error", "timeout", "cancelled", "pending")
@@ -176,7 +176,7 @@ def summary_by_item_key(run: Run) -> dict[str, Any]:
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
         "traceNotCaptured": trace_store.not_captured(run.id),
-        **results.intercept_summary(run),
+        **run_summary.intercept_summary(run),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
     }
