@@ -481,6 +481,8 @@ def check_finite(items: list[Item], *, path: StrPath | None, first_index: int = 
     """NaN and infinities (`float("nan")` in code) cannot be stored: JSON has neither.
     (`first_index`: the first item's index in its dataset, when `items` are some of them.)"""
     for index, item in enumerate(items, start=first_index):
+        if all(type(value) in _PLAIN for value in item.values()):
+            continue  # flat text, integers, booleans and None: nothing to find (issue 41)
         found = find_value(item, is_non_finite)
         if found is not None:
             field, value = found
@@ -490,6 +492,9 @@ def check_finite(items: list[Item], *, path: StrPath | None, first_index: int = 
                 'or a string such as "NaN" instead.',
                 path=path,
             )
+
+
+_PLAIN = frozenset((str, int, bool, type(None)))
 
 
 def is_non_finite(value: Any) -> bool:

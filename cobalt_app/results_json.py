@@ -57,7 +57,7 @@ def entry_line(
     their stored text, with `labels`) as one line of JSON; `judged`: its verdict. One format
     string where building the entry's dicts and encoding them took twice the CPU, a third of
     it the garbage collector's (`tests/test_results_file.py` holds the two to the same
-    bytes)."""
+    bytes). Its index, repetition, key and status are never NULL: integers and text."""
     _, index, repetition, key, status, error, item, output, metadata, latency, tokens, cost = row
     if trace is None:
         steps, missing = "[]", "null"
@@ -65,8 +65,8 @@ def entry_line(
         steps = trace.steps if type(trace.steps) is str else _encoded(trace.steps)
         missing = _text(trace.missing) if trace.missing else "null"
     return (
-        f'{{"index": {_value(index)}, "runIndex": {_value(repetition)}, "key": {_value(key)}, '
-        f'"status": {_value(status)}, "verdict": {_text(judged)}, '
+        f'{{"index": {int.__repr__(index)}, "runIndex": {int.__repr__(repetition)}, '
+        f'"key": {_text(key)}, "status": {_text(status)}, "verdict": {_text(judged)}, '
         f'"error": {_value(error) if error else "null"}, "input": {_stored(item)}, '
         f'"output": {{"output": {_stored(output)}, "metadata": {_stored(metadata)}}}, '
         f'"latencyMs": {_value(latency)}, "tokens": {_value(tokens)}, "cost": {_value(cost)}, '
