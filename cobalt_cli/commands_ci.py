@@ -65,16 +65,18 @@ class CiOptions:
 
 def make_reporter(options: CiOptions, console: Console, *, quiet: bool = False) -> Any:
     """The run reporter: JSON lines, the minimal CI console, or the live console."""
-    from cobalt_cli.ci_reporters import CiConsoleReporter, JsonLinesReporter
+    options.check()
+    if options.json or options.ci:
+        # A CI reporter's modules (gates, baselines, JUnit) only for them (issue 41).
+        from cobalt_cli.ci_reporters import CiConsoleReporter, JsonLinesReporter
+
+        if options.json:
+            reporter = JsonLinesReporter()
+            reporter.claim_stdout()
+            return reporter
+        return CiConsoleReporter(console)
     from cobalt_cli.reporter import ConsoleReporter
 
-    options.check()
-    if options.json:
-        reporter = JsonLinesReporter()
-        reporter.claim_stdout()
-        return reporter
-    if options.ci:
-        return CiConsoleReporter(console)
     return ConsoleReporter(console, quiet=quiet)
 
 
