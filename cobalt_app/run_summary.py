@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from cobalt import stats, usage_notes, verdict
@@ -135,15 +136,20 @@ def intercept_summary(run: Run) -> dict[str, Any]:
     Nothing when there were none."""
     found: dict[str, Any] = {}
     counted: dict[str, int] = defaultdict(int)
-    rows = ItemResult.objects.filter(run=run, metadata__has_key="intercepted").values_list(
-        "metadata__intercepted", flat=True
+    budget = Q(error__startswith=BUDGET_EXCEEDED)
+    # One scan of the run's items for both (issue 41): a row without the key reads None.
+    rows = (
+        ItemResult.objects.filter(Q(metadata__has_key="intercepted") | budget, run=run)
+        .annotate(stopped=ExpressionWrapper(budget, output_field=BooleanField()))
+        .values_list("metadata__intercepted", "stopped")
     )
-    for marks in rows:
+    stopped = 0
+    for marks, was_stopped in rows:
+        stopped += bool(was_stopped)
         for mark, n in (marks if isinstance(marks, dict) else {}).items():
             counted[str(mark)] += int(n) if isinstance(n, int) else 0
     if counted:
         found["intercepted"] = dict(sorted(counted.items()))
-    stopped = ItemResult.objects.filter(run=run, error__startswith=BUDGET_EXCEEDED).count()
     if stopped:
         found["budgetStopped"] = stopped
     return found
