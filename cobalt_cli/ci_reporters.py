@@ -19,7 +19,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 
-from cobalt import verdict
+from cobalt import usage_notes, verdict
 from cobalt.gates import Check, fmt_number
 from cobalt.run_settings import RunSettings
 from cobalt.version import __version__
@@ -429,9 +429,13 @@ def repo_path(project_dir: Path, relative: str) -> str:
 
 
 def unpriced_note(summary: dict) -> str:
-    """` (+ unpriced: m1, m2)` when models of the run have no price, else ''."""
-    models = summary.get("unpricedModels") or []
-    return f" (+ unpriced: {', '.join(models)})" if models else ""
+    """` (+ unpriced: m1, m2)` when models of the run have no price, ` (+ unknown: no model
+    named)` for tokens that named none, else ''."""
+    models = usage_notes.unpriced_named(summary)
+    notes = [f"unpriced: {', '.join(models)}"] if models else []
+    if usage_notes.NO_MODEL in (summary.get("unpricedModels") or []):
+        notes.append("unknown: no model named")
+    return f" (+ {'; '.join(notes)})" if notes else ""
 
 
 def traceback_line(traceback_text: str, file: str) -> int | None:

@@ -430,6 +430,16 @@ def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_er
     assert summary["judgeCost"] > 0 and summary["unpricedModels"] == []
 
 
+def test_the_job_summary_says_tokens_that_named_no_model_cost_unknown():
+    from cobalt.usage_notes import NO_MODEL
+    from cobalt_cli.ci_reporters import unpriced_note
+
+    assert unpriced_note({"unpricedModels": [NO_MODEL]}) == " (+ unknown: no model named)"
+    both = unpriced_note({"unpricedModels": ["acme-llm-2", NO_MODEL]})
+    assert both == " (+ unpriced: acme-llm-2; unknown: no model named)"
+    assert unpriced_note({"unpricedModels": []}) == ""
+
+
 def test_a_malformed_price_names_the_key(project, cobalt_cli):
     project.write("cobalt.toml", 'test_dir = "experiments"\n[prices]\n"m" = [1.0]\n')
     project.write("experiments/u.cobalt.py", unpriced_file("m", "gpt-4o-mini"))
