@@ -5,7 +5,8 @@
 `POST /v1/traces` with the same function as `cobalt serve`'s view (`otlp.answer`). After the
 last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
 exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
-exports costs that much), and the summaries of the runs whose items still have none say so
+exports costs that much), then while they still export (a batch within SETTLE seconds:
+an item's spans may come in two batches), and the summaries of the runs whose items still have none say so
 (`not_arrived`). A port already taken (a `cobalt serve`, a collector) is left alone, with a
 notice: spans sent there are stored by whoever listens.
 """
@@ -36,6 +37,7 @@ POLL = 0.05  # seconds between looks for the last spans
 # (OTEL_BSP_SCHEDULE_DELAY in Python, Node.js, Go, Java), so a shorter wait lost every span of a
 # run that took less than that, from a service set up as their guides say.
 NO_EXPORT_WAIT = 6.0
+SETTLE = 0.5  # seconds without a batch after which a service's spans are taken as all here
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -162,7 +164,21 @@ def wait_for_spans(grace: float, since: Any, server: _Server) -> float | None:
         if time.monotonic() - started >= limit:
             return limit
         time.sleep(POLL)
+    _settle(server, started + grace)
     return None
+
+
+def _settle(server: _Server, deadline: float) -> None:
+    """While the services still export (a batch within SETTLE seconds), until `deadline`: an
+    item's spans may come in two batches (its tool and model calls ended before the export, its
+    agent span just after), and the receiver closes when the run ends."""
+    if not server.received:
+        return
+    seen, quiet_since = server.received, time.monotonic()
+    while time.monotonic() - quiet_since < SETTLE and time.monotonic() < deadline:
+        time.sleep(POLL)
+        if server.received != seen:
+            seen, quiet_since = server.received, time.monotonic()
 
 
 def not_arrived(receiver: RunReceiver, waited: float, dashboard: str | None) -> dict[str, str]:
