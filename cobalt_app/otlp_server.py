@@ -6,9 +6,9 @@
 last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
 exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
 exports costs that much), then while they still export (a batch within SETTLE seconds:
-an item's spans may come in two batches), and the summaries of the runs whose items still have none say so
-(`not_arrived`). A port already taken (a `cobalt serve`, a collector) is left alone, with a
-notice: spans sent there are stored by whoever listens.
+an item's spans may come in two batches), and the summaries of the runs whose items still
+have none say so (`not_arrived`). A port already taken (a `cobalt serve`, a collector) is
+left alone, with a notice: spans sent there are stored by whoever listens.
 """
 
 from __future__ import annotations
