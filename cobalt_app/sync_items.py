@@ -57,21 +57,6 @@ from cobalt_app.evaluators import (
 from cobalt_app.evaluators.basic import function_evaluator
 from cobalt_app.models import ItemResult
 
-# Built-in evaluators that read the output and call nothing: their coroutines never wait.
-CHECKS = frozenset(
-    {
-        "contains",
-        "not-contains",
-        "regex",
-        "json-valid",
-        "json-schema",
-        "levenshtein",
-        "latency",
-        "cost",
-        "exact-match",
-    }
-)
-CHECK_MODULES = frozenset({"cobalt_app.evaluators.deterministic", "cobalt_app.evaluators.basic"})
 # A thread wakes the loop for what landed once LAND outcomes wait, or LINGER seconds after
 # its last wake-up; the loop looks every LINGER × 10 seconds (an item that takes long).
 LAND = 64
@@ -100,7 +85,7 @@ def _sync(evaluator: Evaluator) -> bool:
             and options.get("context") is None
             and not is_coroutine_function(evaluator.fn)
         )
-    return evaluator.type in CHECKS and registered.implementation.__module__ in CHECK_MODULES
+    return registered.calls_nothing
 
 
 class Phase:

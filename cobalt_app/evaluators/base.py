@@ -117,6 +117,9 @@ class EvaluatorType:
     # option the user gives reaches it, none is refused.
     options_declared: bool = True
     calls_provider: bool = False
+    # A built-in check that reads the output and calls nothing: its coroutine never waits, so
+    # `sync_items` may run it on a runner thread.
+    calls_nothing: bool = False
     provider_uses: ProviderUses | None = None
     validate: Validator | None = None
 
@@ -135,6 +138,7 @@ def register(
     *,
     options: Iterable[str] | None = None,
     calls_provider: bool = False,
+    calls_nothing: bool = False,
     providers: ProviderUses | None = None,
     validate: Validator | None = None,
 ) -> Callable[[Implementation], Implementation]:
@@ -144,7 +148,8 @@ def register(
     (`prompt`, `field`, `threshold` ... included); an evaluator given any other is refused
     before its run starts. Without `options` (the original's plugins declare none), the
     type takes whatever options it is given, unchecked; `options=()` declares it reads none.
-    `calls_provider`: it calls an LLM provider's SDK.
+    `calls_provider`: it calls an LLM provider's SDK; `calls_nothing`: it reads the output and
+    awaits nothing (a built-in check).
     `providers(evaluator, judge_config)`: the provider APIs an evaluator of this type will
     call, so that a missing API key stops the run before the first item.
     `validate(evaluator)`: the problems of a definition (as messages), found before the run
@@ -173,6 +178,7 @@ def register(
             names,
             options_declared=options is not None,
             calls_provider=calls_provider or providers is not None,
+            calls_nothing=calls_nothing,
             provider_uses=providers,
             validate=validate,
         )

@@ -64,7 +64,7 @@ def output_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, sort_keys=True, default=str)
 
 
-@register("exact-match", options=("field", "case_sensitive"))
+@register("exact-match", options=("field", "case_sensitive"), calls_nothing=True)
 async def exact_match(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     expected = field_value(evaluator, target, "expected_output")
     actual_text = output_text(target.output).strip()

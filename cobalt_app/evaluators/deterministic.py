@@ -95,7 +95,7 @@ def found(needle: str, haystack: str, sensitive: bool) -> bool:
     return needle in haystack if sensitive else needle.casefold() in haystack.casefold()
 
 
-@register("contains", options=NEEDLE_OPTIONS)
+@register("contains", options=NEEDLE_OPTIONS, calls_nothing=True)
 async def contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     text, sensitive = nonempty_output(target), case_sensitive(evaluator)
     wanted = needles(evaluator, target)
@@ -107,7 +107,7 @@ async def contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOu
     return EvalOutcome(evaluator.name, 1.0, reason=f"the output contains {shown}")
 
 
-@register("not-contains", options=NEEDLE_OPTIONS)
+@register("not-contains", options=NEEDLE_OPTIONS, calls_nothing=True)
 async def not_contains(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     text, sensitive = nonempty_output(target), case_sensitive(evaluator)
     unwanted = needles(evaluator, target)
@@ -140,7 +140,7 @@ def compile_pattern(pattern: str, flags: str) -> re.Pattern[str]:
         ) from None
 
 
-@register("regex", options=("pattern", "flags", "case_sensitive"))
+@register("regex", options=("pattern", "flags", "case_sensitive"), calls_nothing=True)
 async def regex(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     pattern = option(evaluator, "pattern", r'pattern=r"\d{4}-\d{2}-\d{2}"')
     flags = evaluator.options.get("flags", "")
@@ -185,7 +185,7 @@ def parse_output_json(target: EvalTarget) -> tuple[Any, str | None]:
         )
 
 
-@register("json-valid", options=())
+@register("json-valid", options=(), calls_nothing=True)
 async def json_valid(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     value, problem = parse_output_json(target)
     if problem:
@@ -210,7 +210,7 @@ def schema_validator(schema_json: str) -> Any:
     return validator_class(schema)
 
 
-@register("json-schema", options=("schema",))
+@register("json-schema", options=("schema",), calls_nothing=True)
 async def json_schema(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     schema = option(evaluator, "schema", 'schema={"type": "object", "required": ["answer"]}')
     if not isinstance(schema, dict | bool):
@@ -247,7 +247,7 @@ def levenshtein_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-@register("levenshtein", options=("field", "case_sensitive", "threshold"))
+@register("levenshtein", options=("field", "case_sensitive", "threshold"), calls_nothing=True)
 async def levenshtein(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     name = evaluator.field or "expected_output"
     expected = field_value(evaluator, target, name)
@@ -283,7 +283,7 @@ async def levenshtein(evaluator: Evaluator, target: EvalTarget, env: Any) -> Eva
 # ---------------------------------------------------------------------- budgets
 
 
-@register("latency", options=("max_ms",))
+@register("latency", options=("max_ms",), calls_nothing=True)
 async def latency(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     budget = number_option(evaluator, "max_ms", "max_ms=2000")
     if target.latency_ms is None:
@@ -301,7 +301,7 @@ def cost_is_known(metadata: dict[str, Any]) -> bool:
     return price_of(metadata.get("model")) is not None and agent_usage(metadata)[2] > 0
 
 
-@register("cost", options=("max_usd",))
+@register("cost", options=("max_usd",), calls_nothing=True)
 async def cost(evaluator: Evaluator, target: EvalTarget, env: Any) -> EvalOutcome:
     budget = number_option(evaluator, "max_usd", "max_usd=0.01")
     if not cost_is_known(target.metadata):
