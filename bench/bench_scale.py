@@ -226,7 +226,7 @@ def dashboard(args: argparse.Namespace, tmp_path: Path) -> list[Row]:
         "trends": "trends",
     }
     rows = []
-    for name, first, median, p95, _worst, target, _size in found["rows"]:
+    for name, first, median, p95, _worst, target, *_size_and_cpu in found["rows"]:
         if name not in wanted:
             continue
         rows.append(
