@@ -15,12 +15,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from cobalt import span_notes
 from cobalt_app import bulk_sql, trace_spans
-from cobalt_app.models import ItemResult, ReceivedSpan, ReceivedTrace
+from cobalt_app.models import ItemResult, ReceivedSpan, ReceivedTrace, Run
 from cobalt_app.storable import process_secrets
 
 TEXT_LIMIT = 100_000  # characters of a trace's input, output and attributes kept
@@ -59,15 +60,18 @@ def ingest(spans: Sequence[Received]) -> set[str]:
     with transaction.atomic(), connection.cursor() as cursor:
         ids: dict[str, int] = {}
         linked: set[int] = set()  # traces of items: their usage counts in the item's
+        awaiting: dict[int, str] = {}  # of items' traces: the client spans without their root
         for chunk in _chunks(rows, TRACE_ROWS):
             cursor.execute(
                 TRACE_UPSERT.format(values=", ".join([TRACE_VALUES] * len(chunk))),
                 [value for row in chunk for value in (*row, received_at)],
             )
-            for pk, trace_id, item_id in cursor.fetchall():
+            for pk, trace_id, item_id, waiting in cursor.fetchall():
                 ids[trace_id] = pk
                 if item_id is not None:
                     linked.add(pk)
+                    if waiting:
+                        awaiting[pk] = waiting
         counts: dict[int, int] = {}
         span_rows = [
             (ids[s.trace_id], s.span_id, s.parent_span_id, s.start_ns, json.dumps(s.step))
@@ -89,6 +93,7 @@ def ingest(spans: Sequence[Received]) -> set[str]:
                 + ")",
                 [*(v for item in counts.items() for v in item), *counts],
             )
+        _roots_arrived(cursor, awaiting, [(ids[s.trace_id], s.parent_span_id) for s in spans])
         return count_usage(linked.intersection(counts))
 
 
@@ -114,7 +119,7 @@ TRACE_UPSERT = (
     f"THEN excluded.output ELSE {_T}.output END, "
     f"attributes = CASE WHEN excluded.name <> '' THEN excluded.attributes "
     f"ELSE {_T}.attributes END "
-    "RETURNING id, trace_id, item_id"
+    "RETURNING id, trace_id, item_id, awaiting"
 )
 SPAN_INSERT = (
     "INSERT INTO cobalt_app_receivedspan (trace_id, span_id, parent_span_id, start_ns, step) "
@@ -162,27 +167,60 @@ def _said(a: dict[str, Any]) -> tuple[Any, Any]:
     return given_input, given_output
 
 
-def link_items(links: Iterable[tuple[int, str]]) -> None:
-    """Items' trace ids (from their HTTP target calls): those traces are the items' (their
-    rows made now when no span has arrived yet)."""
-    pairs = list({trace_id: item_id for item_id, trace_id in links}.items())
-    if not pairs:
+def link_items(links: Iterable[tuple[int, str, str]]) -> None:
+    """Items' HTTP calls, (item id, trace id, client span id) each (`linked_requests`): those
+    traces are the items' (their rows made now when no span has arrived yet), awaiting the
+    span their service makes under each call's client span (`awaiting`, see `_roots_arrived`)."""
+    by_trace: dict[str, tuple[int, set[str]]] = {}
+    for item_id, trace_id, span_id in links:
+        calls = by_trace.setdefault(trace_id, (item_id, set()))[1]
+        if span_id:
+            calls.add(span_id)
+    if not by_trace:
         return
+    rows = [(t, item_id, " ".join(sorted(calls))) for t, (item_id, calls) in by_trace.items()]
     received_at = bulk_sql.datetime_adapter()(timezone.now())
-    arrived: list[int] = []  # traces whose spans came before the link: their usage counts now
-    # One statement per chunk (a run records its items in batches): 4 parameters a row.
+    arrived: dict[int, str] = {}  # traces whose spans came before the link
+    # One statement per chunk (a run records its items in batches): 5 parameters a row.
     with connection.cursor() as cursor:
-        for chunk in _chunks(pairs, 240):
+        for chunk in _chunks(rows, 190):
             cursor.execute(
-                f"INSERT INTO {_T} (trace_id, item_id, service, name, status, span_count, input, "
-                "output, attributes, received_at) VALUES "
-                + ", ".join(["(%s, %s, '', '', 'ok', 0, '', '', %s, %s)"] * len(chunk))
-                + " ON CONFLICT (trace_id) DO UPDATE SET item_id = excluded.item_id "
-                "RETURNING id, span_count",
-                [v for trace_id, item_id in chunk for v in (trace_id, item_id, "{}", received_at)],
+                f"INSERT INTO {_T} (trace_id, item_id, awaiting, service, name, status, "
+                "span_count, input, output, attributes, received_at) VALUES "
+                + ", ".join(["(%s, %s, %s, '', '', 'ok', 0, '', '', %s, %s)"] * len(chunk))
+                + " ON CONFLICT (trace_id) DO UPDATE SET item_id = excluded.item_id, "
+                "awaiting = excluded.awaiting RETURNING id, span_count, awaiting",
+                [v for row in chunk for v in (*row, "{}", received_at)],
             )
-            arrived.extend(pk for pk, spans in cursor.fetchall() if spans)
+            arrived.update((pk, waiting) for pk, spans, waiting in cursor.fetchall() if spans)
+        if arrived:
+            parents = ReceivedSpan.objects.filter(trace_id__in=list(arrived))
+            _roots_arrived(cursor, arrived, parents.values_list("trace_id", "parent_span_id"))
     count_usage(arrived)  # the items' run has not finished: finishing sums its items
+
+
+def _roots_arrived(cursor: Any, awaiting: dict[int, str], spans: Iterable[tuple[int, str]]) -> None:
+    """Take from items' traces' `awaiting` (trace pk → client span ids) the client spans that
+    these (trace pk, parent span id) now have a child of: their service's root span, which it
+    ends after the rest of its spans, is in. One statement, for the traces it changed."""
+    if not awaiting:
+        return
+    left = {pk: set(waiting.split()) for pk, waiting in awaiting.items()}
+    changed: set[int] = set()
+    for pk, parent in spans:
+        if parent and parent in left.get(pk, ()):
+            left[pk].discard(parent)
+            changed.add(pk)
+    if not changed:
+        return
+    cursor.execute(
+        f"UPDATE {_T} SET awaiting = CASE id "
+        + " ".join(["WHEN %s THEN %s"] * len(changed))
+        + " ELSE awaiting END WHERE id IN ("
+        + ", ".join(["%s"] * len(changed))
+        + ")",
+        [*(v for pk in changed for v in (pk, " ".join(sorted(left[pk])))), *changed],
+    )
 
 
 def count_usage(trace_pks: Iterable[int]) -> set[str]:
@@ -227,6 +265,19 @@ def count_usage(trace_pks: Iterable[int]) -> set[str]:
 
 def linked_trace_ids(steps: Sequence[dict[str, Any]]) -> list[str]:
     return [s["traceId"] for s in steps if s.get("traceId")]
+
+
+def linked_requests(steps: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (trace id, client span id) of each HTTP call of an item's steps."""
+    return [(s["traceId"], s.get("spanId") or "") for s in steps if s.get("traceId")]
+
+
+def incomplete_items(since: Any) -> Any:
+    """Items' traces linked since `since` that are not complete: no span yet, or a client span
+    still awaiting its service's root span (`awaiting`)."""
+    return ReceivedTrace.objects.filter(item__isnull=False, received_at__gte=since).filter(
+        Q(span_count=0) | ~Q(awaiting="")
+    )
 
 
 def merge(traces: dict[int, Any]) -> None:
@@ -291,6 +342,45 @@ def tree_order(rows: list[Any], *, span: Any, parent: Any) -> list[Any]:
         placed = {id(row) for row in ordered}
         ordered.extend(row for row in rows if id(row) not in placed)
     return ordered
+
+
+CONTEXT = ("waitedS", "receiver", "serve")  # of `serviceSpans`: the receiver that waited
+
+
+def service_spans(run_id: str, stored: dict[str, Any] | None = None, **context: Any) -> dict:
+    """The summary's `serviceSpans` of a run whose items called services (nothing for another
+    run): how many of its items' traces are `linked`, have `noSpans`, or are `incomplete`
+    (spans, but not the service's root under each request: `awaiting`), with what the run's
+    receiver said when it closed (`CONTEXT`: given, else as `stored` before) and the warning
+    they make (`note`, `cobalt.span_notes`). One query, by the items' run index."""
+    counts = ReceivedTrace.objects.filter(item__run_id=run_id).aggregate(
+        linked=Count("id"),
+        noSpans=Count("id", filter=Q(span_count=0)),
+        incomplete=Count("id", filter=Q(span_count__gt=0) & ~Q(awaiting="")),
+    )
+    if not counts["linked"]:
+        return {}
+    facts: dict[str, Any] = {**counts, **dict.fromkeys(CONTEXT)}
+    facts.update({k: v for k, v in (stored or {}).items() if k in CONTEXT})
+    facts.update(context)
+    facts["note"] = span_notes.missing_spans_note(facts)
+    return {"serviceSpans": facts}
+
+
+def store_service_spans(run_ids: Iterable[str], **context: Any) -> dict[str, str]:
+    """Store again the `serviceSpans` of these runs' summaries (finished ones), with what the
+    run's receiver says as it closes (`CONTEXT`); their warnings, by run id."""
+    notes = {}
+    for run_id, summary in Run.objects.filter(
+        id__in=list(run_ids), finished_at__isnull=False
+    ).values_list("id", "summary"):
+        summary = dict(summary or {})
+        summary.update(service_spans(run_id, summary.get("serviceSpans"), **context))
+        Run.objects.filter(id=run_id).update(summary=summary)
+        note = (summary.get("serviceSpans") or {}).get("note")
+        if note:
+            notes[run_id] = note
+    return notes
 
 
 def production_traces() -> Any:

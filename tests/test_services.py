@@ -392,24 +392,30 @@ def test_a_service_that_exports_no_spans_is_a_warning_naming_where_to_export(
 def test_each_run_is_told_how_many_of_its_items_had_no_spans_when_some_did(tmp_path):
     from cobalt.config import load_config
     from cobalt_app import otlp_server
-    from cobalt_app.models import ItemResult
+    from cobalt_app.models import ItemResult, Run
     from tests.test_pages import keys, make_run
 
     receiver = otlp_server.RunReceiver(otlp_server.start(0), grace=0.2)
     run, other = make_run("one", keys=keys(3), evaluators=()), make_run("two", keys=keys(1))
     items = ItemResult.objects.filter(run__in=[run, other]).order_by("run__name", "item_index")
-    received.link_items([(item.id, f"{n + 1:032x}") for n, item in enumerate(items)])
-    # The first item's service exported (to a `cobalt serve`: this receiver got nothing), and
-    # the other run's.
-    ReceivedTrace.objects.filter(item__in=[items[0], items[3]]).update(span_count=2)
+    received.link_items([(item.id, f"{n + 1:032x}", "c" * 16) for n, item in enumerate(items)])
+    # The first item's service exported all its spans (to a `cobalt serve`: this receiver got
+    # nothing), and the other run's.
+    ReceivedTrace.objects.filter(item__in=[items[0], items[3]]).update(span_count=2, awaiting="")
     host, port = receiver.server.server_address[:2]
     notices = receiver.finish(load_config(tmp_path))
-    assert notices == {
-        run.id: "2 items had no span from their service 0.2 s after the last item "
+    note = (
+        "2 items had no span from their service 0.2 s after the last item "
         "([receiver] grace): tokens and cost count none of their service's model calls. Spans "
         f"sent later to http://{host}:{port}/v1/traces join the items only if a `cobalt serve` "
         "of this project listens there"
-    }
+    )
+    assert notices == {run.id: note}
+    # Stored in the run's summary, for every door: the other run's items all had theirs.
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["linked"], stored["noSpans"], stored["incomplete"]) == (3, 2, 0)
+    assert stored["note"] == note and stored["receiver"] == f"http://{host}:{port}"
+    assert Run.objects.get(id=other.id).summary["serviceSpans"]["note"] is None
 
 
 def call(target, item):
