@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import F, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -347,39 +348,52 @@ def tree_order(rows: list[Any], *, span: Any, parent: Any) -> list[Any]:
 CONTEXT = ("waitedS", "receiver", "serve")  # of `serviceSpans`: the receiver that waited
 
 
-def service_spans(run_id: str, stored: dict[str, Any] | None = None, **context: Any) -> dict:
+def service_spans(run: Run, **context: Any) -> dict:
     """The summary's `serviceSpans` of a run whose items called services (nothing for another
     run): how many of its items' traces are `linked`, have `noSpans`, or are `incomplete`
     (spans, but not the service's root under each request: `awaiting`), with what the run's
-    receiver said when it closed (`CONTEXT`: given, else as `stored` before) and the warning
-    they make (`note`, `cobalt.span_notes`). One query, by the items' run index."""
-    counts = ReceivedTrace.objects.filter(item__run_id=run_id).aggregate(
-        linked=Count("id"),
-        noSpans=Count("id", filter=Q(span_count=0)),
-        incomplete=Count("id", filter=Q(span_count__gt=0) & ~Q(awaiting="")),
-    )
-    if not counts["linked"]:
+    receiver said when it closed (`CONTEXT`: given, else as the run's summary had it) and the
+    warning they make (`note`, `cobalt.span_notes`). One query (`SERVICE_SPANS_SQL`)."""
+    since = bulk_sql.datetime_adapter()(run.created_at - CLOCK_SKEW)
+    with connection.cursor() as cursor:
+        cursor.execute(SERVICE_SPANS_SQL, [since, run.id])
+        linked, none, partial = cursor.fetchone()
+    if not linked:
         return {}
-    facts: dict[str, Any] = {**counts, **dict.fromkeys(CONTEXT)}
-    facts.update({k: v for k, v in (stored or {}).items() if k in CONTEXT})
+    facts: dict[str, Any] = {"linked": linked, "noSpans": none, "incomplete": partial}
+    facts.update(dict.fromkeys(CONTEXT))
+    stored = (run.summary or {}).get("serviceSpans") or {}
+    facts.update({k: v for k, v in stored.items() if k in CONTEXT})
     facts.update(context)
     facts["note"] = span_notes.missing_spans_note(facts)
     return {"serviceSpans": facts}
+
+
+# A run's items' traces were all linked (or received) after the run was created: read from the
+# traces received since then (their `received_at` index), each joined to its item by its key.
+# By the run's items instead (the join the ORM writes), a run of 50,000 quick items that called
+# no service probed the traces' index 50,000 times: 18 ms at its end (SQLite, a loaded
+# machine), not ~0.1 ms. CROSS JOIN keeps SQLite's loop order; PostgreSQL plans it as a join.
+CLOCK_SKEW = timedelta(minutes=10)  # between the process that made the run and the receiver's
+SERVICE_SPANS_SQL = (
+    "SELECT COUNT(*), COALESCE(SUM(CASE WHEN t.span_count = 0 THEN 1 ELSE 0 END), 0), "
+    "COALESCE(SUM(CASE WHEN t.span_count > 0 AND t.awaiting <> '' THEN 1 ELSE 0 END), 0) "
+    f"FROM {_T} t CROSS JOIN cobalt_app_itemresult i "
+    "WHERE t.received_at >= %s AND t.item_id IS NOT NULL AND i.id = t.item_id AND i.run_id = %s"
+)
 
 
 def store_service_spans(run_ids: Iterable[str], **context: Any) -> dict[str, str]:
     """Store again the `serviceSpans` of these runs' summaries (finished ones), with what the
     run's receiver says as it closes (`CONTEXT`); their warnings, by run id."""
     notes = {}
-    for run_id, summary in Run.objects.filter(
-        id__in=list(run_ids), finished_at__isnull=False
-    ).values_list("id", "summary"):
-        summary = dict(summary or {})
-        summary.update(service_spans(run_id, summary.get("serviceSpans"), **context))
-        Run.objects.filter(id=run_id).update(summary=summary)
+    finished = Run.objects.filter(id__in=list(run_ids), finished_at__isnull=False)
+    for run in finished.only("id", "created_at", "summary"):
+        summary = {**(run.summary or {}), **service_spans(run, **context)}
+        Run.objects.filter(id=run.id).update(summary=summary)
         note = (summary.get("serviceSpans") or {}).get("note")
         if note:
-            notes[run_id] = note
+            notes[run.id] = note
     return notes
 
 

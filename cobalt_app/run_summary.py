@@ -86,7 +86,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
         "traceNotCaptured": trace_store.not_captured(run.id),
-        **received.service_spans(run.id, (run.summary or {}).get("serviceSpans")),
+        **received.service_spans(run),
         **intercept_summary(run),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),
