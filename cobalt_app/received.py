@@ -42,17 +42,25 @@ class Received(NamedTuple):
     attributes: dict[str, Any]
 
 
-def ingest(spans: Sequence[Received]) -> set[str]:
+class Changed(NamedTuple):
+    """What a batch of spans changed: `totals`, the runs whose items' usage it added to
+    (`count_usage`); `spans`, the runs whose items' traces got their first spans or their
+    service's root (`awaiting`): their `serviceSpans` say less is missing."""
+
+    totals: set[str]
+    spans: set[str]
+
+
+def ingest(spans: Sequence[Received]) -> Changed:
     """Store received spans (a span received twice is kept once) and fold them into their
-    traces' rows, in one transaction; the runs whose items' usage they added to
-    (`count_usage`).
+    traces' rows, in one transaction; the runs it changed (`Changed`).
 
     Raw SQL, three statements a batch whatever its size (an upsert of the traces, an insert of
     the spans, the new spans counted): through the ORM (a get and a save per trace) a batch of
     100 spans took ~65 ms, here ~6 ms (bench/bench_receiver.py). `ON CONFLICT ... RETURNING`
     is the same on SQLite (3.35+) and PostgreSQL."""
     if not spans:
-        return set()
+        return Changed(set(), set())
     by_trace: dict[str, list[Received]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -62,17 +70,20 @@ def ingest(spans: Sequence[Received]) -> set[str]:
         ids: dict[str, int] = {}
         linked: set[int] = set()  # traces of items: their usage counts in the item's
         awaiting: dict[int, str] = {}  # of items' traces: the client spans without their root
+        empty: set[int] = set()  # items' traces without a span before this batch
         for chunk in _chunks(rows, TRACE_ROWS):
             cursor.execute(
                 TRACE_UPSERT.format(values=", ".join([TRACE_VALUES] * len(chunk))),
                 [value for row in chunk for value in (*row, received_at)],
             )
-            for pk, trace_id, item_id, waiting in cursor.fetchall():
+            for pk, trace_id, item_id, waiting, had in cursor.fetchall():
                 ids[trace_id] = pk
                 if item_id is not None:
                     linked.add(pk)
                     if waiting:
                         awaiting[pk] = waiting
+                    if not had:
+                        empty.add(pk)
         counts: dict[int, int] = {}
         span_rows = [
             (ids[s.trace_id], s.span_id, s.parent_span_id, s.start_ns, json.dumps(s.step))
@@ -94,8 +105,15 @@ def ingest(spans: Sequence[Received]) -> set[str]:
                 + ")",
                 [*(v for item in counts.items() for v in item), *counts],
             )
-        _roots_arrived(cursor, awaiting, [(ids[s.trace_id], s.parent_span_id) for s in spans])
-        return count_usage(linked.intersection(counts))
+        rooted = _roots_arrived(
+            cursor, awaiting, [(ids[s.trace_id], s.parent_span_id) for s in spans]
+        )
+        totals = count_usage(linked.intersection(counts))
+        completed = rooted | empty.intersection(counts)
+        if not completed:
+            return Changed(totals, set())
+        runs = ReceivedTrace.objects.filter(pk__in=completed).values_list("item__run_id")
+        return Changed(totals, {run_id for (run_id,) in runs.distinct()})
 
 
 TRACE_ROWS = 80  # 12 parameters a row: under SQLite's oldest limit (999)
@@ -120,7 +138,7 @@ TRACE_UPSERT = (
     f"THEN excluded.output ELSE {_T}.output END, "
     f"attributes = CASE WHEN excluded.name <> '' THEN excluded.attributes "
     f"ELSE {_T}.attributes END "
-    "RETURNING id, trace_id, item_id, awaiting"
+    "RETURNING id, trace_id, item_id, awaiting, span_count"
 )
 SPAN_INSERT = (
     "INSERT INTO cobalt_app_receivedspan (trace_id, span_id, parent_span_id, start_ns, step) "
@@ -200,12 +218,15 @@ def link_items(links: Iterable[tuple[int, str, str]]) -> None:
     count_usage(arrived)  # the items' run has not finished: finishing sums its items
 
 
-def _roots_arrived(cursor: Any, awaiting: dict[int, str], spans: Iterable[tuple[int, str]]) -> None:
+def _roots_arrived(
+    cursor: Any, awaiting: dict[int, str], spans: Iterable[tuple[int, str]]
+) -> set[int]:
     """Take from items' traces' `awaiting` (trace pk → client span ids) the client spans that
     these (trace pk, parent span id) now have a child of: their service's root span, which it
-    ends after the rest of its spans, is in. One statement, for the traces it changed."""
+    ends after the rest of its spans, is in. One statement, for the traces it changed (their
+    pks, returned)."""
     if not awaiting:
-        return
+        return set()
     left = {pk: set(waiting.split()) for pk, waiting in awaiting.items()}
     changed: set[int] = set()
     for pk, parent in spans:
@@ -213,7 +234,7 @@ def _roots_arrived(cursor: Any, awaiting: dict[int, str], spans: Iterable[tuple[
             left[pk].discard(parent)
             changed.add(pk)
     if not changed:
-        return
+        return changed
     cursor.execute(
         f"UPDATE {_T} SET awaiting = CASE id "
         + " ".join(["WHEN %s THEN %s"] * len(changed))
@@ -222,6 +243,7 @@ def _roots_arrived(cursor: Any, awaiting: dict[int, str], spans: Iterable[tuple[
         + ")",
         [*(v for pk in changed for v in (pk, " ".join(sorted(left[pk])))), *changed],
     )
+    return changed
 
 
 def count_usage(trace_pks: Iterable[int]) -> set[str]:

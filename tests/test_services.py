@@ -416,6 +416,59 @@ def test_each_run_is_told_how_many_of_its_items_had_no_spans_when_some_did(tmp_p
     assert (stored["linked"], stored["noSpans"], stored["incomplete"]) == (3, 2, 0)
     assert stored["note"] == note and stored["receiver"] == f"http://{host}:{port}"
     assert Run.objects.get(id=other.id).summary["serviceSpans"]["note"] is None
+    shown_everywhere(run.id, tmp_path, note)
+    # The third item's service exports later, to a `cobalt serve` (its tool span, then its root
+    # under the run's request): the stored warning counts one item less, then none.
+    third = f"{3:032x}"
+    otlp.receive(_export(third, [("d1" * 8, "d0" * 8)]), "application/x-protobuf", "")
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["noSpans"], stored["incomplete"]) == (1, 1)
+    otlp.receive(_export(third, [("d0" * 8, "c" * 16)]), "application/x-protobuf", "")
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["noSpans"], stored["incomplete"]) == (1, 0)
+    assert stored["note"].startswith("1 item had no span from their service 0.2 s after")
+
+
+def _export(trace_id: str, spans: list[tuple[str, str]]) -> bytes:
+    """An OTLP export of (span id, parent span id) spans of one trace."""
+    export = ExportTraceServiceRequest()
+    scope = export.resource_spans.add().scope_spans.add()
+    for n, (span_id, parent) in enumerate(spans):
+        span = scope.spans.add()
+        span.trace_id, span.span_id = bytes.fromhex(trace_id), bytes.fromhex(span_id)
+        span.parent_span_id = bytes.fromhex(parent)
+        span.name = f"span {n}"
+        span.start_time_unix_nano = 1_700_000_000_000_000_000 + n
+        span.end_time_unix_nano = span.start_time_unix_nano + 1000
+    return export.SerializeToString()
+
+
+def shown_everywhere(run_id: str, project_dir, note: str) -> None:
+    """The run's stored warning in its API detail (and the schema's field), its MCP header and
+    summary, its page and the terminal's summary."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from cobalt.config import load_config
+    from cobalt_app.models import Run
+    from cobalt_cli.mcp.project import Project as McpProject
+    from cobalt_cli.mcp.reports import describe_run, header_of
+    from cobalt_cli.reporter import warnings
+
+    run = Run.objects.get(id=run_id)
+    api = APIClient(HTTP_HOST="127.0.0.1")
+    api.force_authenticate(user=get_user_model().objects.create_user("reader"))
+    detail = api.get(f"/api/runs/{run_id}/").json()
+    assert detail["serviceSpans"]["note"] == note and detail["serviceSpans"]["noSpans"] == 2
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    fields = schema["components"]["schemas"]["ServiceSpans"]["properties"]
+    assert {"linked", "noSpans", "incomplete", "note"} <= set(fields)
+    header = header_of(run, McpProject(load_config(project_dir)), 1000)
+    assert header["serviceSpans"]["note"] == note
+    assert f"Warning: {note}." in describe_run(header, [], 3, {})
+    page = Client(HTTP_HOST="127.0.0.1").get(f"/runs/{run_id}/").content.decode()
+    assert note[:60] in page and "service-spans" in page
+    assert note in warnings(run)
 
 
 def call(target, item):
