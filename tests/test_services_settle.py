@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import cli_env, free_port
 from tests.helpers import run_id_of
 from tests.test_services import wait_until_up
@@ -103,3 +105,33 @@ def test_a_service_that_never_sends_its_root_span_ends_at_the_grace_with_a_warni
     assert exported["serviceSpans"] == facts
     for item in exported["items"]:  # the tool spans that came are there
         assert [s["name"] for s in item["trace"] if s.get("service")] == ["get_weather"]
+
+
+@pytest.mark.django_db
+def test_a_trace_is_complete_once_each_request_has_its_services_root_in_either_order():
+    from cobalt_app import otlp, received
+    from cobalt_app.models import ItemResult, ReceivedTrace
+    from tests.test_pages import keys, make_run
+    from tests.test_services import _export
+
+    early, late = ItemResult.objects.filter(
+        run=make_run("svc", keys=keys(2), evaluators=())
+    ).order_by("item_index")
+    first, second = "e1" * 16, "e2" * 16
+
+    def incomplete() -> list[str]:
+        since = ReceivedTrace.objects.order_by("received_at")[0].received_at
+        return sorted(received.incomplete_items(since).values_list("trace_id", flat=True))
+
+    # Its root (under the first request) came before the item's result linked the trace, two
+    # requests (turns) of one item: the second still awaits its root.
+    otlp.receive(_export(first, [("a0" * 8, "c1" * 8)]), "application/x-protobuf", "")
+    received.link_items([(early.id, first, "c1" * 8), (early.id, first, "c2" * 8)])
+    assert ReceivedTrace.objects.get(trace_id=first).awaiting == "c2" * 8
+    # Linked first, then a child span (not under the request), then the roots.
+    received.link_items([(late.id, second, "c3" * 8)])
+    otlp.receive(_export(second, [("b1" * 8, "b0" * 8)]), "application/x-protobuf", "")
+    assert incomplete() == [first, second]
+    otlp.receive(_export(second, [("b0" * 8, "c3" * 8)]), "application/x-protobuf", "")
+    otlp.receive(_export(first, [("a9" * 8, "c2" * 8)]), "application/x-protobuf", "")
+    assert incomplete() == []
