@@ -223,8 +223,8 @@ def _roots_arrived(
 ) -> set[int]:
     """Take from items' traces' `awaiting` (trace pk → client span ids) the client spans that
     these (trace pk, parent span id) now have a child of: their service's root span, which it
-    ends after the rest of its spans, is in. One statement, for the traces it changed (their
-    pks, returned)."""
+    ends after the rest of its spans, is in. One statement for up to 300 traces it changed
+    (their pks, returned)."""
     if not awaiting:
         return set()
     left = {pk: set(waiting.split()) for pk, waiting in awaiting.items()}
@@ -233,16 +233,15 @@ def _roots_arrived(
         if parent and parent in left.get(pk, ()):
             left[pk].discard(parent)
             changed.add(pk)
-    if not changed:
-        return changed
-    cursor.execute(
-        f"UPDATE {_T} SET awaiting = CASE id "
-        + " ".join(["WHEN %s THEN %s"] * len(changed))
-        + " ELSE awaiting END WHERE id IN ("
-        + ", ".join(["%s"] * len(changed))
-        + ")",
-        [*(v for pk in changed for v in (pk, " ".join(sorted(left[pk])))), *changed],
-    )
+    for chunk in _chunks(sorted(changed), 300):  # 3 parameters a trace
+        cursor.execute(
+            f"UPDATE {_T} SET awaiting = CASE id "
+            + " ".join(["WHEN %s THEN %s"] * len(chunk))
+            + " ELSE awaiting END WHERE id IN ("
+            + ", ".join(["%s"] * len(chunk))
+            + ")",
+            [*(v for pk in chunk for v in (pk, " ".join(sorted(left[pk])))), *chunk],
+        )
     return changed
 
 
