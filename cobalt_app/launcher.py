@@ -170,7 +170,6 @@ async def launch(
     runs: list[Run] = []
     receiver = otlp_server.open_for(experiments, config)  # HTTP targets' services' spans
     summaries = None
-    notices: dict[str, str] = {}  # run id → why its items have no spans from their service
     if receiver is not None and options.get("reporter") is not None:
         summaries = options["reporter"] = AfterSpans(options["reporter"])
     try:
@@ -190,13 +189,13 @@ async def launch(
             if receiver is not None:
                 try:
                     notices = await db(receiver.finish, config)
+                    if summaries is None:
+                        otlp_server.log_notices(notices)
                     # Spans that came after a run ended added their model calls' tokens and cost.
                     runs = [await db(lifecycle.results_written, r.id, config) for r in runs]
                 finally:
                     if summaries is not None:
-                        await db(summaries.release, runs, notices)
-                    else:
-                        otlp_server.log_notices(notices)
+                        await db(summaries.release, runs)
         finally:
             db.close()
     return runs
@@ -220,15 +219,12 @@ class AfterSpans:
     def run_finished(self, run: Run) -> None:
         self.finished.append(run)
 
-    def release(self, runs: list[Run], notices: dict[str, str]) -> None:
-        """Each finished run's summary, as `runs` (read again) have it, with the receiver's
-        notice of its items' missing spans (`otlp_server.not_arrived`) as `run.notices`: a
-        warning of this process's, not stored (a reporter shows it among its warnings)."""
+    def release(self, runs: list[Run]) -> None:
+        """Each finished run's summary, as `runs` (read again) have it: with what the
+        receiver stored of its items' spans (`serviceSpans`)."""
         latest = {run.id: run for run in runs}
         for run in self.finished:
-            told = latest.get(run.id, run)
-            told.notices = [notices[run.id]] if run.id in notices else []
-            self.reporter.run_finished(told)
+            self.reporter.run_finished(latest.get(run.id, run))
         self.finished = []
 
 

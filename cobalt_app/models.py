@@ -409,6 +409,9 @@ class ReceivedTrace(models.Model):
     start_ns = models.BigIntegerField(null=True, blank=True)  # of its first span, Unix ns
     end_ns = models.BigIntegerField(null=True, blank=True)  # of its last
     span_count = models.IntegerField(default=0)
+    # An item's trace: the ids of its HTTP calls' client spans whose service has not sent the
+    # span it made under them (its root, which ends last); complete when empty and span_count.
+    awaiting = models.TextField(db_default="", blank=True)
     input = models.TextField(blank=True)  # the root span's (redacted, cut)
     output = models.TextField(blank=True)
     attributes = models.JSONField(default=dict, blank=True)  # the root span's (redacted)

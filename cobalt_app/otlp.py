@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import StatusCode
 
 from cobalt.errors import CobaltError
-from cobalt_app import results, trace_recordings, trace_spans
+from cobalt_app import received, results, trace_recordings, trace_spans
 from cobalt_app.received import Received, ingest
 from cobalt_app.storable import clean_text, process_secrets
 
@@ -91,10 +91,13 @@ def receive(body: bytes, content_type: str, encoding: str, gate: Gate = GATE) ->
 
 
 def store(spans: list[Received]) -> None:
-    """Ingest spans; the totals of finished runs whose items' usage they added to."""
+    """Ingest spans; the summaries of finished runs whose items' usage they added to (whole:
+    `results.refresh_totals`), or whose items' traces they completed (`serviceSpans`)."""
     changed = ingest(spans)
-    if changed:
-        results.refresh_totals(changed)
+    if changed.totals:
+        results.refresh_totals(changed.totals)
+    if changed.spans - changed.totals:
+        received.store_service_spans(changed.spans - changed.totals)
 
 
 class Writer:

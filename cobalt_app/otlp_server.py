@@ -3,11 +3,11 @@
 `during_run(experiments, config)` listens on 127.0.0.1:`receiver.port` (OTLP/HTTP's standard
 4318, where OpenTelemetry SDKs export by default) for as long as the block runs, answering
 `POST /v1/traces` with the same function as `cobalt serve`'s view (`otlp.answer`). After the
-last item it waits up to `receiver.grace` seconds for the spans of items whose service has not
-exported yet (at most NO_EXPORT_WAIT while none has exported anything: a service that never
-exports costs that much), then while they still export (a batch within SETTLE seconds:
-an item's spans may come in two batches), and the summaries of the runs whose items still
-have none say so (`not_arrived`). A port already taken (a `cobalt serve`, a collector) is
+last item it waits up to `receiver.grace` seconds until every item's trace is complete: its
+service's span under each of the item's requests (its root, which ends last) has arrived
+(`received.incomplete_items`; at most NO_EXPORT_WAIT while no service has exported anything: a
+service that never exports costs that much). The summaries of runs whose items' traces are then
+incomplete say so (`serviceSpans`). A port already taken (a `cobalt serve`, a collector) is
 left alone, with a notice: spans sent there are stored by whoever listens.
 """
 
@@ -20,15 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from django.db import close_old_connections, connections
-from django.db.models import Count
 from django.utils import timezone
 
 from cobalt.dashboard import recorded_dashboard
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
 from cobalt.targets import HttpTarget
-from cobalt.wording import plural
-from cobalt_app import otlp
+from cobalt_app import otlp, received
 from cobalt_app.models import ReceivedTrace
 
 logger = logging.getLogger("cobalt.otlp")
@@ -37,7 +35,6 @@ POLL = 0.05  # seconds between looks for the last spans
 # (OTEL_BSP_SCHEDULE_DELAY in Python, Node.js, Go, Java), so a shorter wait lost every span of a
 # run that took less than that, from a service set up as their guides say.
 NO_EXPORT_WAIT = 6.0
-SETTLE = 0.5  # seconds without a batch after which a service's spans are taken as all here
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -140,82 +137,49 @@ class RunReceiver:
         self.opened = timezone.now()
 
     def finish(self, config: Any) -> dict[str, str]:
-        """Wait for the last spans (see the module's docstring), then stop listening. Returns
-        what the summary of each run (by id) whose items still have no spans then should say
-        (`not_arrived`). Reads the database: call it off the event loop."""
+        """Wait for the last spans (see the module's docstring), then stop listening; store
+        again the `serviceSpans` of the runs whose items it linked (`received.service_spans`),
+        with what it says of their traces still incomplete. Returns those warnings, by run id
+        (`cobalt.span_notes`). Reads the database: call it off the event loop."""
         try:
             waited = wait_for_spans(self.grace, self.opened, self.server)
         finally:
             self.server.shutdown()
             self.server.server_close()
+        runs = (
+            ReceivedTrace.objects.filter(item__isnull=False, received_at__gte=self.opened)
+            .values_list("item__run_id", flat=True)
+            .distinct()
+        )
         if waited is None:
-            return {}
-        return not_arrived(self, waited, recorded_dashboard(config))
+            return received.store_service_spans(runs)
+        host, port = self.server.server_address[:2]
+        return received.store_service_spans(
+            runs,
+            waitedS=waited,
+            receiver=f"http://{host}:{port}",
+            serve=recorded_dashboard(config),
+        )
 
 
 def wait_for_spans(grace: float, since: Any, server: _Server) -> float | None:
-    """Until every item trace linked since `since` has spans, or `grace` seconds passed
-    (NO_EXPORT_WAIT while no service has exported anything: one that never does); how long
-    it waited when some have none then, else None."""
+    """Until every item trace linked since `since` is complete (`received.incomplete_items`:
+    an item's spans may come in two batches, its tool and model calls before its service's
+    root span), or `grace` seconds passed (NO_EXPORT_WAIT while no service has exported
+    anything: one that never does); how long it waited when some are incomplete then, else
+    None."""
     started = time.monotonic()
-    waiting = ReceivedTrace.objects.filter(item__isnull=False, span_count=0, received_at__gte=since)
+    waiting = received.incomplete_items(since)
     while waiting.exists():
         limit = grace if server.received else min(grace, NO_EXPORT_WAIT)
         if time.monotonic() - started >= limit:
             return limit
         time.sleep(POLL)
-    _settle(server, started + grace)
     return None
 
 
-def _settle(server: _Server, deadline: float) -> None:
-    """While the services still export (a batch within SETTLE seconds), until `deadline`: an
-    item's spans may come in two batches (its tool and model calls ended before the export, its
-    agent span just after), and the receiver closes when the run ends."""
-    if not server.received:
-        return
-    seen, quiet_since = server.received, time.monotonic()
-    while time.monotonic() - quiet_since < SETTLE and time.monotonic() < deadline:
-        time.sleep(POLL)
-        if server.received != seen:
-            seen, quiet_since = server.received, time.monotonic()
-
-
-def not_arrived(receiver: RunReceiver, waited: float, dashboard: str | None) -> dict[str, str]:
-    """For each run whose items' traces have no span yet, a warning naming the addresses its
-    service may export to: this run's receiver and the project's `cobalt serve` (`dashboard`,
-    where it recorded it listens), whose spans join the items too."""
-    host, port = receiver.server.server_address[:2]
-    here = f"http://{host}:{port}"
-    serve = f"this project's `cobalt serve` ({dashboard}/v1/traces)" if dashboard else ""
-    traces = ReceivedTrace.objects.filter(item__isnull=False, received_at__gte=receiver.opened)
-    missing = traces.filter(span_count=0).values_list("item__run_id").annotate(Count("id"))
-    if receiver.server.received or traces.filter(span_count__gt=0).exists():
-        later = (
-            f"Spans sent later join the items if they go to {serve}; this run's receiver "
-            f"({here}/v1/traces) has closed"
-            if serve
-            else f"Spans sent later to {here}/v1/traces join the items only if a `cobalt serve` "
-            "of this project listens there"
-        )
-        return {
-            run_id: f"{plural(count, 'item')} had no span from their service {waited:g} s "
-            "after the last item ([receiver] grace): tokens and cost count none of their "
-            f"service's model calls. {later}"
-            for run_id, count in missing
-        }
-    text = (
-        f"no service exported spans within {waited:g} s of the last item to this run's "
-        f"receiver ({here}/v1/traces){' or ' + serve if serve else ''}: the items' timelines "
-        "show none of their services' own spans, and tokens and cost none of their model "
-        f"calls. Point the service's OTEL_EXPORTER_OTLP_ENDPOINT at {here}"
-        f"{f' (or {dashboard})' if dashboard else ''} and have it continue each request's "
-        "`traceparent`"
-    )
-    return {run_id: text for run_id, _ in missing}
-
-
 def log_notices(notices: dict[str, str]) -> None:
-    """`not_arrived`'s warnings when no summary tells them."""
+    """`RunReceiver.finish`'s warnings when no reporter tells them (they are in the runs'
+    summaries too)."""
     for text in dict.fromkeys(notices.values()):
         logger.warning("%s", text)

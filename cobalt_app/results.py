@@ -102,6 +102,7 @@ def run_header(run: Run) -> dict[str, Any]:
         "parentRunId": run.parent_id,
         "replay": recordings.label(config.get("replay")),
         "traceNotCaptured": trace_gaps(run),
+        "serviceSpans": (run.summary or {}).get("serviceSpans"),
         "config": {
             "runs": settings.runs,
             "concurrency": config.get("concurrency"),

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cobalt import stats, usage_notes, verdict
 from cobalt.run_settings import RunSettings
-from cobalt_app import big_blocks, trace_store
+from cobalt_app import big_blocks, received, trace_store
 from cobalt_app.intercepts import BUDGET_EXCEEDED
 from cobalt_app.models import Evaluation, ItemResult, Run
 from cobalt_app.selectors import scored_items
@@ -86,6 +86,7 @@ def compute_summary(run: Run) -> dict[str, Any]:
         "timeouts": status_counts.get(ItemResult.Status.TIMEOUT, 0),
         "evaluationErrors": sum(eval_errors.values()),
         "traceNotCaptured": trace_store.not_captured(run.id),
+        **received.service_spans(run),
         **intercept_summary(run),
         "scores": per_evaluator,
         **({"repetitions": extra["repetitions"]} if extra["repetitions"] else {}),

@@ -60,9 +60,9 @@ def write(traces: Sequence[tuple[int, str, Any, str]]) -> None:
                 [value for row in chunk for value in row],
             )
     received.link_items(
-        (item_id, trace_id)
+        (item_id, trace_id, span_id)
         for item_id, _, steps, _ in traces
-        for trace_id in received.linked_trace_ids(steps or [])
+        for trace_id, span_id in received.linked_requests(steps or [])
     )
 
 

@@ -202,7 +202,6 @@ class ConsoleReporter:
             f"tokens and cost count them as 0. Accepted: {ACCEPTED_USAGE}"
             for shape, count in self.usage_problems.items()
         ]
-        extra += getattr(run, "notices", [])  # this process's, not stored (`AfterSpans`)
         self.usage_problems = {}
         print_summary(self.console, run, extra_warnings=extra)
 
@@ -367,6 +366,9 @@ def warnings(run) -> list[str]:
     unnamed = no_model_note(summary)
     if unnamed:
         lines.append(unnamed)
+    spans_note = (summary.get("serviceSpans") or {}).get("note")
+    if spans_note:
+        lines.append(spans_note)
     for gap in summary.get("traceNotCaptured") or []:
         lines.append(
             f"the trace of {plural(gap['items'], 'item')} was not captured: {gap['why']}; "

@@ -30,6 +30,7 @@ HEADER_KEYS = [
     "parentRunId",
     "replay",
     "traceNotCaptured",
+    "serviceSpans",
     "config",
     "summary",
     "labels",

@@ -392,24 +392,83 @@ def test_a_service_that_exports_no_spans_is_a_warning_naming_where_to_export(
 def test_each_run_is_told_how_many_of_its_items_had_no_spans_when_some_did(tmp_path):
     from cobalt.config import load_config
     from cobalt_app import otlp_server
-    from cobalt_app.models import ItemResult
+    from cobalt_app.models import ItemResult, Run
     from tests.test_pages import keys, make_run
 
     receiver = otlp_server.RunReceiver(otlp_server.start(0), grace=0.2)
     run, other = make_run("one", keys=keys(3), evaluators=()), make_run("two", keys=keys(1))
     items = ItemResult.objects.filter(run__in=[run, other]).order_by("run__name", "item_index")
-    received.link_items([(item.id, f"{n + 1:032x}") for n, item in enumerate(items)])
-    # The first item's service exported (to a `cobalt serve`: this receiver got nothing), and
-    # the other run's.
-    ReceivedTrace.objects.filter(item__in=[items[0], items[3]]).update(span_count=2)
+    received.link_items([(item.id, f"{n + 1:032x}", "c" * 16) for n, item in enumerate(items)])
+    # The first item's service exported all its spans (to a `cobalt serve`: this receiver got
+    # nothing), and the other run's.
+    ReceivedTrace.objects.filter(item__in=[items[0], items[3]]).update(span_count=2, awaiting="")
     host, port = receiver.server.server_address[:2]
     notices = receiver.finish(load_config(tmp_path))
-    assert notices == {
-        run.id: "2 items had no span from their service 0.2 s after the last item "
+    note = (
+        "2 items had no span from their service 0.2 s after the last item "
         "([receiver] grace): tokens and cost count none of their service's model calls. Spans "
         f"sent later to http://{host}:{port}/v1/traces join the items only if a `cobalt serve` "
         "of this project listens there"
-    }
+    )
+    assert notices == {run.id: note}
+    # Stored in the run's summary, for every door: the other run's items all had theirs.
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["linked"], stored["noSpans"], stored["incomplete"]) == (3, 2, 0)
+    assert stored["note"] == note and stored["receiver"] == f"http://{host}:{port}"
+    assert Run.objects.get(id=other.id).summary["serviceSpans"]["note"] is None
+    shown_everywhere(run.id, tmp_path, note)
+    # The third item's service exports later, to a `cobalt serve` (its tool span, then its root
+    # under the run's request): the stored warning counts one item less, then none.
+    third = f"{3:032x}"
+    otlp.receive(_export(third, [("d1" * 8, "d0" * 8)]), "application/x-protobuf", "")
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["noSpans"], stored["incomplete"]) == (1, 1)
+    otlp.receive(_export(third, [("d0" * 8, "c" * 16)]), "application/x-protobuf", "")
+    stored = Run.objects.get(id=run.id).summary["serviceSpans"]
+    assert (stored["noSpans"], stored["incomplete"]) == (1, 0)
+    assert stored["note"].startswith("1 item had no span from their service 0.2 s after")
+
+
+def _export(trace_id: str, spans: list[tuple[str, str]]) -> bytes:
+    """An OTLP export of (span id, parent span id) spans of one trace."""
+    export = ExportTraceServiceRequest()
+    scope = export.resource_spans.add().scope_spans.add()
+    for n, (span_id, parent) in enumerate(spans):
+        span = scope.spans.add()
+        span.trace_id, span.span_id = bytes.fromhex(trace_id), bytes.fromhex(span_id)
+        span.parent_span_id = bytes.fromhex(parent)
+        span.name = f"span {n}"
+        span.start_time_unix_nano = 1_700_000_000_000_000_000 + n
+        span.end_time_unix_nano = span.start_time_unix_nano + 1000
+    return export.SerializeToString()
+
+
+def shown_everywhere(run_id: str, project_dir, note: str) -> None:
+    """The run's stored warning in its API detail (and the schema's field), its MCP header and
+    summary, its page and the terminal's summary."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    from cobalt.config import load_config
+    from cobalt_app.models import Run
+    from cobalt_cli.mcp.project import Project as McpProject
+    from cobalt_cli.mcp.reports import describe_run, header_of
+    from cobalt_cli.reporter import warnings
+
+    run = Run.objects.get(id=run_id)
+    api = APIClient(HTTP_HOST="127.0.0.1")
+    api.force_authenticate(user=get_user_model().objects.create_user("reader"))
+    detail = api.get(f"/api/runs/{run_id}/").json()
+    assert detail["serviceSpans"]["note"] == note and detail["serviceSpans"]["noSpans"] == 2
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    fields = schema["components"]["schemas"]["ServiceSpans"]["properties"]
+    assert {"linked", "noSpans", "incomplete", "note"} <= set(fields)
+    header = header_of(run, McpProject(load_config(project_dir)), 1000)
+    assert header["serviceSpans"]["note"] == note
+    assert f"Warning: {note}." in describe_run(header, [], 3, {})
+    page = Client(HTTP_HOST="127.0.0.1").get(f"/runs/{run_id}/").content.decode()
+    assert note[:60] in page and "service-spans" in page
+    assert note in warnings(run)
 
 
 def call(target, item):

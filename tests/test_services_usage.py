@@ -43,9 +43,9 @@ def test_service_usage_counts_in_the_item_whichever_comes_first_and_in_the_finis
     before = (run.total_tokens, early.tokens, early.cost, late.tokens, late.cost)
     # Spans before the item's result links their trace (a fast exporter) ...
     otlp.receive(export("a1" * 16, [(100, 20)]), "application/x-protobuf", "")
-    received.link_items([(early.id, "a1" * 16)])
+    received.link_items([(early.id, "a1" * 16, "c1" * 8)])
     # ... and after the run finished (its exporter's next batch, within the grace period).
-    received.link_items([(late.id, "b2" * 16)])
+    received.link_items([(late.id, "b2" * 16, "c2" * 8)])
     otlp.receive(export("b2" * 16, [(300, 40)]), "application/x-protobuf", "")
     otlp.receive(export("b2" * 16, [(5, 5)], first=3), "application/x-protobuf", "")
     otlp.receive(export("b2" * 16, [(5, 5)], first=3), "application/x-protobuf", "")  # a retry

@@ -196,6 +196,29 @@ class TraceGapSerializer(serializers.Serializer):
     items = serializers.IntegerField()
 
 
+class ServiceSpansSerializer(serializers.Serializer):
+    linked = serializers.IntegerField(help_text="Items' traces their requests started.")
+    noSpans = serializers.IntegerField(
+        help_text="Of those, traces no span of their service joined."
+    )
+    incomplete = serializers.IntegerField(
+        help_text="Traces with spans, but not their service's span under each of the item's "
+        "requests (its root, which ends last)."
+    )
+    waitedS = serializers.FloatField(
+        allow_null=True, help_text="How long the run's OTLP receiver waited after the last item."
+    )
+    receiver = serializers.CharField(
+        allow_null=True, help_text="Where the run's OTLP receiver listened (base URL)."
+    )
+    serve = serializers.CharField(
+        allow_null=True, help_text="Where the project's `cobalt serve` listened then (base URL)."
+    )
+    note = serializers.CharField(
+        allow_null=True, help_text="The warning the run's summary shows; null when none."
+    )
+
+
 class RunDetailSerializer(serializers.Serializer):
     """The header of the run's results file, plus progress and the failure reason."""
 
@@ -221,6 +244,11 @@ class RunDetailSerializer(serializers.Serializer):
         many=True,
         help_text="Why some items' traces were not captured, with how many items each (empty "
         "when every trace was): their evaluators that read the trace gave errors.",
+    )
+    serviceSpans = ServiceSpansSerializer(
+        allow_null=True,
+        help_text="An HTTP target's run (null for others): how many of its items' traces did "
+        "not get their service's spans (exported over OTLP) by the time its receiver closed.",
     )
     summary = serializers.JSONField(help_text="Statistics per evaluator, totals, cost.")
     labels = LabelSummarySerializer(help_text="People's labels of the run's items, now.")

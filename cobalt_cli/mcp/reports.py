@@ -275,6 +275,9 @@ def describe_run(
         rate = ((summary.get("scores") or {}).get(name) or {}).get("passRate")
         raw = "no" if rate is None else f"{rate:.1%}"
         lines.append(f"Judge {name} ({raw} raw pass rate): {found['line']}.")
+    spans_note = (summary.get("serviceSpans") or {}).get("note")
+    if spans_note:
+        lines.append(f"Warning: {spans_note}.")
     not_run = sum((summary.get("itemStatus") or {}).get(status, 0) for status in NOT_RUN)
     if not failing:
         passed = "No item that ran failed" if not_run else "All items passed"
