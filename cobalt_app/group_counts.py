@@ -23,6 +23,7 @@ the items' errors, not the evaluations').
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,12 +154,13 @@ def _in_table_order(rows: QuerySet) -> QuerySet:
 
 
 def _integers(rows: QuerySet) -> np.ndarray:
-    """The one integer column of `rows`, read with a plain cursor into an array (~4x faster
-    than a list of the ORM's rows at 500,000)."""
+    """The one integer column of `rows` as an array, read from the driver's own cursor: at
+    500,000 rows ~140 ms on SQLite, where iterating Django's cursor wrapper (which wraps each
+    row's errors) takes twice that and a list of the ORM's rows four times."""
     sql, params = rows.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return np.fromiter((row[0] for row in cursor), np.int64)
+        return np.fromiter(itertools.chain.from_iterable(cursor.cursor), np.int64)
 
 
 def _from_index(run: Run, key: str, table: ScoreTable) -> Positions | None:
@@ -179,7 +181,8 @@ def _from_index(run: Run, key: str, table: ScoreTable) -> Positions | None:
     sizes = [n for _, n in counts]
     if sum(sizes) != len(ids) or len(item_ids) != len(ids):
         return None
-    order = np.argsort(ids, kind="stable")
+    ascending = bool((ids[1:] > ids[:-1]).all())  # items written in key order: the usual case
+    order = np.arange(len(ids)) if ascending else np.argsort(ids, kind="stable")
     at = np.searchsorted(ids[order], item_ids)
     at = np.minimum(at, len(ids) - 1)
     if not (ids[order][at] == item_ids).all():
