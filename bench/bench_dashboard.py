@@ -1,7 +1,7 @@
 """Dashboard speed (issue 4): pages over real HTTP against `cobalt serve`, embedded SQLite.
 
     python bench/bench_dashboard.py [--items 50000] [--traces] [--small 20] [--repeat 9]
-                                    [--keep DIR] [--json FILE]
+                                    [--keep DIR] [--json FILE] [--tree DIR]
 
 Builds a project whose history holds three runs of `--items` items (same item keys, scores
 moved between them, 1% errors, two evaluators) plus `--small` runs of 100 items over three
@@ -370,6 +370,46 @@ def time_compare_three(project: Path, ids: dict[str, str], repeat: int, size: st
     )
 
 
+def time_compare_groups(project: Path, ids: dict[str, str], repeat: int, size: str) -> tuple:
+    """`page_compare.compare` of the first two big runs grouped by `category` (the compare page
+    with `?group=category`), in this process, each time with the groups' kept values dropped
+    (as on a first visit: runs' groups, group positions and counts, the runs' paired tests; the
+    score tables stay loaded, as after a visit of the plain compare). Says whether the runs'
+    search indexes were ready (the groups then read the fields' values from them). Its CPU
+    column is this process's."""
+    import importlib
+
+    from cobalt_app import page_compare, page_triage, score_tables
+    from cobalt_app.models import Run, SearchIndex
+
+    memos = [page_triage._lists, score_tables._remembered]
+    for module, names in (
+        ("group_counts", ["_positions", "_counts"]),
+        ("page_compare_groups", ["_codes"]),
+    ):
+        try:
+            found = importlib.import_module(f"cobalt_app.{module}")
+        except ImportError:  # a tree before it
+            continue
+        memos += [getattr(found, name) for name in names if hasattr(found, name)]
+    run_a, run_b = Run.objects.get(id=ids["a"]), Run.objects.get(id=ids["b"])
+    ready = SearchIndex.objects.filter(run__in=[run_a, run_b], ready=True).count()
+    times, cpu = [], []
+    for _ in range(repeat + 1):
+        for memo in memos:
+            memo.clear()
+        started, used = time.perf_counter(), time.process_time()
+        comparison = page_compare.compare(run_a, [run_b], group_by="category")
+        times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - used) * 1000)
+    first, times = times[0], sorted(times[1:])
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    length = len(json.dumps([row.regressed for row in comparison.groups.rows]))
+    name = f"grouped compare() cold, {ready}/2 ix"
+    median_cpu = statistics.median(cpu[1:])
+    return (name, first, statistics.median(times), p95, times[-1], 1000, length, median_cpu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, help="Items per big run (50,000; 500,000 --traces).")
@@ -378,7 +418,15 @@ def main() -> None:
     parser.add_argument("--traces", action="store_true", help="A 10-step trace per item.")
     parser.add_argument("--keep", type=Path, help="Build (or reuse) the project in this folder.")
     parser.add_argument("--json", type=Path, help="Also write the table's rows to this file.")
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="Time this checkout's code (another worktree, for an A/B on the same --keep).",
+    )
     args = parser.parse_args()
+    if args.tree:
+        global REPO
+        REPO = args.tree.resolve()
     items = args.items or (500_000 if args.traces else 50_000)
 
     project = prepare_project(args.keep)
@@ -388,10 +436,15 @@ def main() -> None:
     selectors = [time_compare_runs(project, ids["a"], ids["b"], args.repeat, scale)]
     if "c" in ids:  # absent from a project `--keep` built before it
         selectors.append(time_compare_three(project, ids, args.repeat, scale))
+    selectors.append(time_compare_groups(project, ids, args.repeat, scale))
     process, base = serve(project)
     try:
         cases = page_cases(ids, scale, traces=args.traces)
-        settle = lambda: wait_for_indexes(project, ids["a"])  # noqa: E731
+
+        def settle() -> None:
+            wait_for_indexes(project, ids["a"])
+            wait_for_indexes(project, ids["b"], claimed_only=True)
+
         rows = [*selectors, *time_pages(base, cases, ids["a"], args.repeat, process.pid, settle)]
     finally:
         process.terminate()
@@ -485,6 +538,7 @@ def page_cases(
             {**HTMX, "HX-Target": "pairs"},
             1000,
         ),
+        (f"compare by category, {scale}", f"/compare/?a={a}&b={b}&group=category", {}, 1000),
         *(
             [
                 (f"compare N=3, {scale} each", f"/compare/?a={a}&b={b}&b={c}", {}, 1000),
@@ -532,10 +586,14 @@ def server_cpu(pid: int) -> float:
     return sum(used.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_for_indexes(project: Path, run_id: str, deadline: float = 3600) -> None:
+def wait_for_indexes(
+    project: Path, run_id: str, deadline: float = 3600, *, claimed_only: bool = False
+) -> None:
     """Wait until the run's search index, which the warm-up's first visit of its page set the
     server building apart, is ready (`run_search`; a tree without it has no such table), so
-    that its build's CPU is not counted against the pages timed. Says how long it took."""
+    that its build's CPU is not counted against the pages timed. Says how long it took.
+    `claimed_only`: return at once when no build of it was claimed (the grouped compare's
+    other run: a tree whose compare page sets the runs' indexes building claims it)."""
     import sqlite3
 
     started = time.monotonic()
@@ -547,6 +605,8 @@ def wait_for_indexes(project: Path, run_id: str, deadline: float = 3600) -> None
                     [run_id],
                 ).fetchone()
             except sqlite3.OperationalError:  # no index in this tree
+                return
+            if row is None and claimed_only:
                 return
             if row and row[0]:
                 print(

@@ -3,9 +3,11 @@ category regressed?
 
 Per group (a value of the key in the baseline's items): each run's items, errors and pass
 rate per evaluator, as the run page's groups count them (`page_triage.group_table`, the one
-verdict rule), and per other run and evaluator the change and the paired test the compare
-page runs over all items (`cobalt.significance.paired_values` on the runs' score tables),
-run again over the group's items when it has at least `MIN_PAIRS` of them scored in both.
+verdict rule; counted from the run's score table by `group_counts` when it holds every item
+row of the run, the same numbers without reading every evaluation), and per other run and
+evaluator the change and the paired test the compare page runs over all items
+(`cobalt.significance.paired_values` on the runs' score tables), run again over the group's
+items when it has at least `MIN_PAIRS` of them scored in both.
 
 A key's value is the baseline's: a pair is in the group its item is in, in A. The compare
 table's rows are filtered to one group by the same positions (`group_positions`).
@@ -20,24 +22,15 @@ import numpy as np
 
 from cobalt import significance
 from cobalt.significance import IMPROVED, REGRESSED, format_p
-from cobalt_app import score_tables
-from cobalt_app.models import ItemResult, Run
-from cobalt_app.page_triage import LIST_SECONDS, MAX_GROUPS, ListState, run_groups
-from cobalt_app.run_memo import RunMemo
-from cobalt_app.run_search import field_value
+from cobalt_app import group_counts, score_tables
+from cobalt_app.models import Run
+from cobalt_app.page_triage import MAX_GROUPS, GroupTable, ListState, run_groups
 from cobalt_app.score_tables import Pairing, ScoreTable
 
 # A group's paired test needs this many items scored in both runs: below it, one or two
 # items decide the p-value, and the page says "too few items".
 MIN_PAIRS = 10
-CHUNK = 2000  # item rows read at a time
-NOT_IN_A = -1  # a position's code when no item of A has that key (or its value is not kept)
-
-# Each finished baseline's group per score table position, kept for the compare's next
-# visits and its filtered rows: an int32 per key (0.8 MB at 200,000 items).
-_codes: RunMemo[tuple[dict[str | None, int], np.ndarray]] = RunMemo(
-    entries=32, max_bytes=64 * 1024 * 1024, size=lambda kept: kept[1].nbytes, seconds=LIST_SECONDS
-)
+NOT_IN_A = group_counts.NOT_FOUND  # a position's code when no item of A has that key
 
 
 @dataclass
@@ -76,8 +69,8 @@ def compare_groups(
 ) -> CompareGroups:
     """The compare of `a` against `others` (`pairings`: A's score table joined with each),
     grouped by `key`'s value in A's items."""
-    everything = ListState()
-    tables = [run_groups(run, key, everything, None) for run in [a, *others]]
+    own = [pairings[0].a, *(pairing.b for pairing in pairings)]
+    tables = [_run_groups(run, key, table) for run, table in zip([a, *others], own, strict=True)]
     names = list(dict.fromkeys(name for table in tables for name in table.evaluators))
     labels = ["B"] if len(others) == 1 else [f"B{n + 1}" for n in range(len(others))]
     rows_of = [{row.value: row for row in table.rows} for table in tables]
@@ -94,6 +87,13 @@ def compare_groups(
         found = [by.get(value) for by in rows_of]
         rows.append(_row(value, found, names, labels, [t.get(value, {}) for t in tests]))
     return CompareGroups(key=key, labels=labels, evaluators=names, rows=rows, more=tables[0].more)
+
+
+def _run_groups(run: Run, key: str, table: ScoreTable) -> GroupTable:
+    """The run's groups by `key` with their rates: counted from its score table
+    (`group_counts`), or by `page_triage.group_table` for a run with repetitions."""
+    found = group_counts.counted(run, key, table)
+    return found if found is not None else run_groups(run, key, ListState(), None)
 
 
 def _row(
@@ -186,45 +186,11 @@ def _group_tests(
 def group_positions(
     run: Run, key: str, table: ScoreTable
 ) -> tuple[dict[str | None, int], np.ndarray]:
-    """Each value of `key` in the run's items (first repetitions) with its code, and the code
-    of each position of the run's score table (`NOT_IN_A` where no item has that key). Read
-    `CHUNK` rows at a time, kept for a finished run."""
-
-    def read() -> tuple[dict[str | None, int], np.ndarray]:
-        index: dict[str | None, int] = {}
-        codes = np.full(len(table.keys), NOT_IN_A, dtype=np.int32)
-        rows = (
-            ItemResult.objects.filter(run=run, run_index=0)
-            .annotate(group=field_value(key))
-            .values_list("item_key", "group")
-        )
-        chunk: list[tuple[str, str | None]] = []
-        for row in rows.iterator(chunk_size=CHUNK):
-            chunk.append(row)
-            if len(chunk) == CHUNK:
-                _place(chunk, table.keys, codes, index)
-                chunk = []
-        _place(chunk, table.keys, codes, index)
-        return index, codes
-
-    return _codes.get(run, ("group positions", key), read)
-
-
-def _place(
-    chunk: list[tuple[str, str | None]],
-    keys: np.ndarray,
-    codes: np.ndarray,
-    index: dict[str | None, int],
-) -> None:
-    if not chunk or not len(keys):
-        return
-    read = np.array([item_key.encode() for item_key, _ in chunk], dtype=bytes)
-    at = np.minimum(np.searchsorted(keys, read), len(keys) - 1)
-    found = keys[at] == read
-    values = np.fromiter(
-        (index.setdefault(value, len(index)) for _, value in chunk), np.int32, len(chunk)
-    )
-    codes[at[found]] = values[found]
+    """Each value of `key` in the run's items with its code, and the code of each position of
+    the run's score table (`NOT_IN_A` where no first repetition of its key was read):
+    `group_counts.positions`, kept a few minutes for a finished run."""
+    found = group_counts.positions(run, key, table)
+    return found.index, found.codes
 
 
 def within_group(run: Run, key: str, value: str, table: ScoreTable) -> np.ndarray:

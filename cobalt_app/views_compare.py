@@ -90,6 +90,9 @@ def compare(request: HtmxHttpRequest) -> HttpResponse:
         else:
             data = form.cleaned_data
             a, others = runs[0], runs[1:]
+            if data["group"]:  # the runs' indexes hold their fields' values (`group_counts`)
+                for run in runs:
+                    run_search.prepare(run)
             key = data["key"]
             context |= {"a": a, "b": others[0], "key": key, "runs_query": runs_query(a, others)}
             if request.htmx and request.htmx.target == "side" and key:
