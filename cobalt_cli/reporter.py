@@ -17,7 +17,7 @@ from rich.table import Table
 from cobalt import verdict
 from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
-from cobalt.usage_notes import cost_text, estimated_usage_note, no_model_note, unpriced_named
+from cobalt.usage_notes import cost_line, estimated_usage_note, no_model_note, unpriced_named
 from cobalt.version import __version__
 from cobalt.wording import plural
 from cobalt_app import recordings, traces
@@ -254,7 +254,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
     console.print(f"  Avg latency:    {fmt_ms(summary.get('avgLatencyMs'))}")
     tokens = summary.get("totalTokens", 0)
     console.print(
-        f"  Total tokens:   {tokens:,} (estimated cost: {cost_text(summary)};"
+        f"  Total tokens:   {tokens:,} (estimated cost: {cost_line(summary)};"
         f" agent {summary.get('agentTokens', 0):,}, judge {summary.get('judgeTokens', 0):,})"
     )
     no_usage = estimated_usage_note(summary)
