@@ -442,8 +442,25 @@ def test_an_import_error_is_shown_from_the_users_own_line(project):
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1] == f'  File "{path}", line 8, in <module>'  # not importlib's, not Cobalt's
     assert f'  File "{path}", line 5, in load' in lines
-    assert "cobalt/dataset.py" in loaded.traceback  # below the user's code, the frames stay
+    # A CobaltError's message says what to do: Cobalt's frames below the user's add nothing.
+    last = lines.index(f'  File "{path}", line 5, in load')
+    assert "File" not in "".join(lines[last + 1 :])  # the user's line is the last frame
+    assert "cobalt/dataset.py" not in loaded.traceback
     assert lines[-1].startswith("cobalt.dataset.DatasetError: item at index 1 has the id 1")
+
+
+def test_a_file_that_does_not_parse_is_shown_by_its_own_line_without_importlib(project):
+    from cobalt_app import discovery
+
+    path = project.write("experiments/typo.cobalt.py", "x = 1\n\n\ndef answer(q)\n    return q\n")
+    loaded = discovery.load_file(path, project.path)
+    assert loaded.error == "SyntaxError: expected ':' (typo.cobalt.py, line 4)"
+    assert loaded.traceback.splitlines() == [
+        f'  File "{path}", line 4',
+        "    def answer(q)",
+        "                 ^",
+        "SyntaxError: expected ':'",
+    ]
 
 
 def test_the_harness_is_cobalt_and_the_standard_library_not_the_packages_installed_in_it():
