@@ -336,6 +336,26 @@ def test_an_edited_agent_is_reimported_and_compare_explains_the_change(
     assert "Regressed: japan · correct 1.00 → 0.00" in seen["diff"].content[0].text
 
 
+def test_a_runner_error_names_the_project_line_to_fix(initialised, fake_provider_server):
+    example = initialised.path / "experiments" / "example.cobalt.py"
+    source = example.read_text()
+    broken = 'output = answr(ctx.item["input"])'
+    example.write_text(source.replace('output = answer(ctx.item["input"])', broken))
+    line = source.splitlines().index('    output = answer(ctx.item["input"])') + 1
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        seen["run"] = await session.call_tool("cobalt_run", {})
+
+    run_session(initialised, fake_provider_server, scenario)
+    text = text_of(seen["run"]).splitlines()
+    assert text[2:4] == [
+        "  - #1 capital-france: error: NameError: name 'answr' is not defined",
+        f"      at experiments/example.cobalt.py:{line} in run: {broken}",
+    ]
+    assert "^^^^^" not in "\n".join(text)  # no carets, no repeated exception line
+
+
 def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provider_server):
     config = initialised.path / "cobalt.toml"
     config.write_text(f'{config.read_text()}\n[judge]\napi_key = "{CONFIG_KEY}"\n')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -87,13 +88,33 @@ def entries(run: Any) -> Iterator[dict[str, Any]]:
     return iter_item_entries(run)
 
 
-def error_tracebacks(run: Any) -> dict[int, str]:
-    """The last lines of the first failing items' tracebacks, by item index."""
+def error_tracebacks(run: Any, project: Project) -> dict[int, str]:
+    """Where the first failing items raised (`error_line`), by item index."""
     from cobalt_app.models import ItemResult
     from cobalt_app.selectors import failed_items
 
     errored = failed_items(run, statuses=[ItemResult.Status.ERROR], traced=True)
-    return {item.item_index: item.traceback for item in errored[:FAILING_SHOWN]}
+    found = {
+        item.item_index: error_line(item.traceback, project) for item in errored[:FAILING_SHOWN]
+    }
+    return {index: line for index, line in found.items() if line}
+
+
+FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
+
+
+def error_line(traceback_text: str, project: Project) -> str | None:
+    """`experiments/qa.cobalt.py:53 in run: output = answr(q)`: the traceback's last frame in
+    the project's files (else its last frame), the line an agent opens to fix the error."""
+    lines = (traceback_text or "").splitlines()
+    frames = [(i, m) for i, text in enumerate(lines) if (m := FRAME.match(text))]
+    if not frames:
+        return None
+    inside = [(i, m) for i, m in frames if project.owns(m["file"])]
+    i, frame = (inside or frames)[-1]
+    code = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
+    where = f"{project.relative(frame['file'])}:{frame['line']} in {frame['name']}"
+    return f"{where}: {one_line(code, 160)}" if code else where
 
 
 def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
@@ -130,7 +151,7 @@ def run_document(
         else:
             counts["passing"] += 1
     counts["failing"] = len(failing)
-    text = describe_run(header, failing, counts["total"], error_tracebacks(run))
+    text = describe_run(header, failing, counts["total"], error_tracebacks(run, project))
     room = tokens - value_tokens(header) - estimate_tokens(text) - RESERVED
     passed = (
         entry
@@ -293,8 +314,7 @@ def describe_run(
             line += f" | output: {shown!r}"
         lines.append(one_line(line, 400))
         if entry["index"] in tracebacks:
-            tail = tracebacks[entry["index"]].strip().splitlines()[-3:]
-            lines.extend(f"      {one_line(text, 200)}" for text in tail)
+            lines.append(f"      at {tracebacks[entry['index']]}")
     if len(failing) > FAILING_SHOWN:
         lines.append(
             f"  … and {len(failing) - FAILING_SHOWN} more (in the structured content's `items`, "
