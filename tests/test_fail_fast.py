@@ -77,7 +77,8 @@ REFUSED = {
         'Evaluator(name="judge", prompt="Rate {{output}}")',
         NO_KEY,
         "evaluator 'judge': OPENAI_API_KEY is not set: the llm-judge 'judge' calls the openai "
-        "API. Set OPENAI_API_KEY in your environment (or `api_key` under [judge] in cobalt.toml).",
+        "API. Set OPENAI_API_KEY in your environment (`export OPENAI_API_KEY=...`, or a CI "
+        "secret), not in cobalt.toml: it is committed.",
     ),
     "anthropic-judge-key": (
         'Evaluator(name="claude", prompt="Rate {{output}}", provider="anthropic")',
