@@ -12,9 +12,11 @@ its `SyntaxError` shows the line and a caret by itself, without importlib's fram
 
 from __future__ import annotations
 
+import re
 import sysconfig
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 from cobalt import version
 
@@ -50,3 +52,36 @@ def is_harness(filename: str) -> bool:
     if filename.startswith(OWN) or filename.startswith("<frozen "):
         return True
     return filename.startswith(STDLIB) and not any(part in filename for part in INSTALLED)
+
+
+FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
+
+
+class RaisedAt(NamedTuple):
+    """Where an item's error was raised: `where` reads `experiments/qa.cobalt.py:53 in run`."""
+
+    where: str
+    code: str  # the line's source, stripped ('' when the traceback has none)
+
+
+def raised_at(traceback_text: str, project_dir: Path) -> RaisedAt | None:
+    """The stored traceback's last frame in the project's own files (not a virtualenv inside
+    it), else its last frame: the line to open to fix an item's error. The terminal summary and
+    `cobalt_run`'s summary both say it."""
+    lines = (traceback_text or "").splitlines()
+    frames = [(i, m) for i, text in enumerate(lines) if (m := FRAME.match(text))]
+    if not frames:
+        return None
+    root = project_dir.resolve()
+
+    def own(file: str) -> bool:
+        path = Path(file)
+        inside = path.is_absolute() and path.resolve().is_relative_to(root)
+        return inside and not any(part in file for part in INSTALLED)
+
+    i, frame = ([(i, m) for i, m in frames if own(m["file"])] or frames)[-1]
+    file = Path(frame["file"])
+    shown = file.resolve().relative_to(root).as_posix() if own(frame["file"]) else str(file)
+    following = lines[i + 1] if i + 1 < len(lines) else ""
+    code = following.strip() if following.startswith("    ") else ""
+    return RaisedAt(f"{shown}:{frame['line']} in {frame['name']}", code)

@@ -338,7 +338,12 @@ def repetition_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def warnings(run) -> list[str]:
+    from pathlib import Path
+
+    from django.conf import settings
+
     from cobalt_app.selectors import evaluation_errors, failed_items, low_scores, runaway_items
+    from cobalt_app.tracebacks import raised_at
 
     lines: list[str] = []
     left = runaway_items(run) if run.summary.get("timeouts") else []
@@ -360,7 +365,9 @@ def warnings(run) -> list[str]:
     failed = list(failed_items(run)[:5])
     for item in failed:
         first = (item.error or item.status).splitlines()[0]
-        lines.append(f"item #{item.item_index + 1} {item.status}: {first}")
+        found = raised_at(item.traceback, Path(settings.PROJECT_DIR))
+        at = f" (at {found.where})" if found else ""
+        lines.append(f"item #{item.item_index + 1} {item.status}: {first}{at}")
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
         lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")

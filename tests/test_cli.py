@@ -104,6 +104,28 @@ def test_an_experiment_file_that_fails_to_import_is_named_and_fails_the_command(
     assert "Run ID:" in result.stdout  # the good file still ran
 
 
+def test_an_items_error_names_the_line_of_the_project_that_raised_it(project, cobalt_cli):
+    project.write("agents/__init__.py", "")
+    project.write("agents/lookup.py", "def answer(question):\n    return CAPITALS[question]\n")
+    project.write(
+        "experiments/lookup.cobalt.py",
+        """
+        from agents.lookup import answer
+        from cobalt import Dataset, experiment
+
+        def run(ctx):
+            return answer(ctx.item["input"])
+
+        experiment("lookup", Dataset([{"id": "fr", "input": "France"}]), run)
+        """,
+    )
+    result = cobalt_cli(project, "run")
+    assert (
+        "⚠ item #1 error: NameError: name 'CAPITALS' is not defined (at agents/lookup.py:2 in "
+        "answer)\n"
+    ) in result.stdout
+
+
 def test_a_project_folder_hidden_by_an_installed_package_is_explained(project, cobalt_cli):
     # The OpenAI Agents SDK installs a package named `agents`: it wins over a folder `agents/`
     # without __init__.py, so `from agents.support import answer` fails.

@@ -464,6 +464,25 @@ def test_a_file_that_does_not_parse_is_shown_by_its_own_line_without_importlib(p
     ]
 
 
+def test_an_error_is_placed_at_the_projects_last_frame_not_a_library_in_its_virtualenv(tmp_path):
+    from cobalt_app.tracebacks import raised_at
+
+    text = (
+        "Traceback (most recent call last):\n"
+        f'  File "{tmp_path}/experiments/qa.cobalt.py", line 9, in run\n'
+        "    return ask(q)\n"
+        "    ^^^^^^^^^^^^^\n"
+        f'  File "{tmp_path}/.venv/lib/python3.11/site-packages/openai/_client.py", line 4, in ask\n'
+        "    raise RateLimitError(...)\n"
+        "openai.RateLimitError: 429\n"
+    )
+    found = raised_at(text, tmp_path)
+    assert found == ("experiments/qa.cobalt.py:9 in run", "return ask(q)")
+    elsewhere = raised_at(text, tmp_path / "other")  # no frame of that project: the last one
+    assert elsewhere.where.endswith("site-packages/openai/_client.py:4 in ask")
+    assert raised_at("", tmp_path) is None
+
+
 def test_the_harness_is_cobalt_and_the_standard_library_not_the_packages_installed_in_it():
     import sysconfig
 

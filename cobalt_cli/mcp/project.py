@@ -75,11 +75,6 @@ class Project:
             )
         return value
 
-    def owns(self, path: str) -> bool:
-        """Whether `path` (absolute, as a traceback names it) is a file of this project."""
-        inside = Path(path).is_absolute() and Path(path).resolve().is_relative_to(self.dir)
-        return inside and "/site-packages/" not in path
-
     def relative(self, path: str | Path | None) -> str | None:
         if not path:
             return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -100,21 +99,14 @@ def error_tracebacks(run: Any, project: Project) -> dict[int, str]:
     return {index: line for index, line in found.items() if line}
 
 
-FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
-
-
 def error_line(traceback_text: str, project: Project) -> str | None:
-    """`experiments/qa.cobalt.py:53 in run: output = answr(q)`: the traceback's last frame in
-    the project's files (else its last frame), the line an agent opens to fix the error."""
-    lines = (traceback_text or "").splitlines()
-    frames = [(i, m) for i, text in enumerate(lines) if (m := FRAME.match(text))]
-    if not frames:
+    """`experiments/qa.cobalt.py:53 in run: output = answr(q)` (`tracebacks.raised_at`)."""
+    from cobalt_app.tracebacks import raised_at
+
+    found = raised_at(traceback_text, project.dir)
+    if found is None:
         return None
-    inside = [(i, m) for i, m in frames if project.owns(m["file"])]
-    i, frame = (inside or frames)[-1]
-    code = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
-    where = f"{project.relative(frame['file'])}:{frame['line']} in {frame['name']}"
-    return f"{where}: {one_line(code, 160)}" if code else where
+    return f"{found.where}: {one_line(found.code, 160)}" if found.code else found.where
 
 
 def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
