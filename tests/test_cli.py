@@ -4,10 +4,12 @@ import json
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import cli_env
 
 SECRET = "SECRET-0001"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_init_creates_a_project_that_runs_offline(tmp_path, cobalt_cli):
@@ -18,6 +20,9 @@ def test_init_creates_a_project_that_runs_offline(tmp_path, cobalt_cli):
     assert result.returncode == 0, result.stderr
     for name in ("cobalt.toml", "experiments/example.cobalt.py", "datasets/example.jsonl"):
         assert (folder / name).is_file()
+    # The new folder has no README: the configuration names the page of Cobalt's own docs.
+    pointer = (folder / "cobalt.toml").read_text().splitlines()[0].split("What each does: ")[1]
+    assert (REPO / pointer).is_file()
     assert (folder / ".gitignore").read_text() == "node_modules/\n.cobalt/\n"
     again = cobalt_cli(folder, "init")
     assert "kept" in again.stdout and (folder / ".gitignore").read_text().count(".cobalt/") == 1
