@@ -173,6 +173,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(
         assert "cobalt_generate with agentFile='agents/bot.py'" in generate.messages[0].content.text
         regression = await session.get_prompt("regression-check", {})
         assert "cobalt_compare" in regression.messages[0].content.text
+        assert "CI gate (the run's `gate`" in regression.messages[0].content.text
         with pytest.raises(Exception, match="threshold must be a number"):
             await session.get_prompt("improve-agent", {"experiment": "x", "threshold": "high"})
 
@@ -349,11 +350,39 @@ def test_a_runner_error_names_the_project_line_to_fix(initialised, fake_provider
 
     run_session(initialised, fake_provider_server, scenario)
     text = text_of(seen["run"]).splitlines()
-    assert text[2:4] == [
+    assert text[3:5] == [
         "  - #1 capital-france: error: NameError: name 'answr' is not defined",
         f"      at experiments/example.cobalt.py:{line} in run: {broken}",
     ]
     assert "^^^^^" not in "\n".join(text)  # no carets, no repeated exception line
+
+
+def test_a_run_says_whether_it_passes_the_ci_gate(initialised, fake_provider_server, cobalt_cli):
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        seen["default"] = await session.call_tool("cobalt_run", {})
+        config = initialised.path / "cobalt.toml"
+        text = config.read_text().replace("# [ci.thresholds.exact]\n# avg = 0.8", "")
+        config.write_text(text + "[ci.thresholds.exact]\navg = 0.8\n")
+        seen["gated"] = await session.call_tool("cobalt_run", {})
+        run_id = seen["gated"].structured_content["runs"][0]["id"]
+        seen["read"] = await session.call_tool("cobalt_results", {"runId": run_id})
+
+    run_session(initialised, fake_provider_server, scenario)
+    default = seen["default"].structured_content["runs"][0]["gate"]
+    assert default == {"passed": True, "checks": 4, "violations": []}
+    assert text_of(seen["default"]).splitlines()[1] == (
+        "CI gate (cobalt run --ci, no baseline): passes its 4 checks."
+    )
+    gated = seen["gated"].structured_content["runs"][0]["gate"]
+    assert gated == {"passed": False, "checks": 5, "violations": ["exact avg 0.5 < 0.8"]}
+    assert text_of(seen["gated"]).splitlines()[1] == (
+        "CI gate (cobalt run --ci, no baseline): FAILS: exact avg 0.5 < 0.8."
+    )
+    assert seen["read"].structured_content["gate"] == gated
+    ci = cobalt_cli(initialised, "run", "--ci")  # the same verdict as the command's
+    assert ci.returncode == 1 and "exact avg 0.5 < 0.8" in ci.stdout
 
 
 def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provider_server):

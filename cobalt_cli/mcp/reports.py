@@ -121,6 +121,29 @@ def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
     }
 
 
+def gate_of(run: Any, project: Project) -> dict[str, Any] | None:
+    """What `cobalt run --ci` decides for this run alone (no baseline): whether it passes, how
+    many checks it made, and each failed one's line (`exact avg 0.5 < 0.8`); None while the
+    run is not finished."""
+    from cobalt_app.ci_verdict import gate_runs
+    from cobalt_app.models import Run
+
+    if run.status not in Run.FINISHED:
+        return None
+    outcome = gate_runs([run], project.config())
+    checks = len(outcome.global_checks) + sum(len(r.checks) for r in outcome.reports)
+    failed = [check.line() for check in outcome.violations] + outcome.config_errors
+    return {"passed": not failed, "checks": checks, "violations": failed}
+
+
+def gate_text(gate: dict[str, Any] | None) -> str | None:
+    if gate is None:
+        return None
+    if gate["passed"]:
+        return f"CI gate (cobalt run --ci, no baseline): passes its {gate['checks']} checks."
+    return "CI gate (cobalt run --ci, no baseline): FAILS: " + "; ".join(gate["violations"]) + "."
+
+
 def run_document(
     run: Any, project: Project, tokens: int, *, budget: int | None = None, passing: bool = True
 ) -> tuple[str, dict[str, Any]]:
@@ -129,7 +152,7 @@ def run_document(
     (unless `passing` is false) the passing items in order. Items that did not run are
     counted, not listed."""
     budget = budget or tokens
-    header = header_of(run, project, budget)
+    header = {**header_of(run, project, budget), "gate": gate_of(run, project)}
     failing: list[dict[str, Any]] = []
     counts = {"total": 0, "failing": 0, "passing": 0, "notRun": 0}
     not_run = dict.fromkeys(NOT_RUN, 0)
@@ -284,6 +307,9 @@ def describe_run(
         f"{header['name']} — run {header['id']} ({header.get('status')}, {total} items"
         f"{duration_text(summary.get('totalDurationMs'))}): {score_line(summary)}."
     ]
+    gate = gate_text(header.get("gate"))
+    if gate:
+        lines.append(gate)
     for name, found in (header.get("calibration") or {}).items():
         rate = ((summary.get("scores") or {}).get(name) or {}).get("passRate")
         raw = "no" if rate is None else f"{rate:.1%}"
