@@ -385,6 +385,31 @@ def test_a_run_says_whether_it_passes_the_ci_gate(initialised, fake_provider_ser
     assert ci.returncode == 1 and "exact avg 0.5 < 0.8" in ci.stdout
 
 
+def test_a_page_of_failing_items_lists_them_in_its_text(initialised, fake_provider_server):
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        run = await session.call_tool("cobalt_run", {})
+        run_id = run.structured_content["runs"][0]["id"]
+        seen["page"] = await session.call_tool(
+            "cobalt_results", {"runId": run_id, "status": "failing", "limit": 3}
+        )
+
+    run_session(initialised, fake_provider_server, scenario)
+    lines = text_of(seen["page"]).splitlines()
+    assert lines[0].endswith(
+        "items 1–3 of 4 matching (status=failing); 1 more: call cobalt_results again with offset 3."
+    )
+    assert lines[1:] == [
+        "  - #4 capital-canada: exact 0.00 — output differs from expected 'Ottawa'; "
+        "mentions-answer 0.00 — answer missing | output: 'Toronto'",
+        "  - #5 capital-australia: exact 0.00 — output differs from expected 'Canberra'; "
+        "mentions-answer 0.00 — answer missing | output: 'Sydney'",
+        "  - #6 capital-brazil: exact 0.00 — output differs from expected 'Brasília'; "
+        'mentions-answer 0.00 — answer missing | output: "I don\'t know"',
+    ]
+
+
 def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provider_server):
     config = initialised.path / "cobalt.toml"
     config.write_text(f'{config.read_text()}\n[judge]\napi_key = "{CONFIG_KEY}"\n')

@@ -246,7 +246,9 @@ def item_page(
         if matched >= offset and len(window) < limit:
             window.append(with_problems(entry))
         matched += 1
+    listed = [entry for entry in window if entry.get("problems")][:FAILING_SHOWN]
     room = tokens - value_tokens(header) - RESERVED
+    room -= estimate_tokens("\n".join(failing_line(entry) for entry in listed))
     fitted = fit(window, [], room)
     returned = fitted.kept_first
     following = offset + returned if offset + returned < matched else None
@@ -274,8 +276,13 @@ def item_page(
         )
     if any("shortened" in item for item in fitted.items):
         text += f". Long strings cut to {fitted.limit} characters (see each item's `shortened`)"
+    text += "."
+    failing = [entry for entry in fitted.items if entry.get("problems")]
+    text += "".join(f"\n{failing_line(entry)}" for entry in failing[:FAILING_SHOWN])
+    if len(failing) > FAILING_SHOWN:
+        text += f"\n  … and {len(failing) - FAILING_SHOWN} more failing in `items`."
     document = {**header, "items": fitted.items, "page": page}
-    return text + ".", document
+    return text, document
 
 
 def score_line(summary: dict[str, Any]) -> str:
@@ -296,6 +303,16 @@ def duration_text(milliseconds: float | None) -> str:
 
 def one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def failing_line(entry: dict[str, Any]) -> str:
+    """`  - #4 capital-canada: exact 0.00 — output differs … | output: 'Toronto'`."""
+    output = (entry.get("output") or {}).get("output")
+    shown = one_line(output if isinstance(output, str) else json.dumps(output, default=str), 120)
+    line = f"  - #{entry['index'] + 1} {entry.get('key')}: {'; '.join(entry['problems'])}"
+    if entry.get("status") == "ok":
+        line += f" | output: {shown!r}"
+    return one_line(line, 400)
 
 
 def describe_run(
@@ -323,14 +340,7 @@ def describe_run(
     if not_run:
         lines.append(f"{not_run} items did not run (cancelled or pending).")
     for entry in failing[:FAILING_SHOWN]:
-        output = entry.get("output", {}).get("output")
-        shown = one_line(
-            output if isinstance(output, str) else json.dumps(output, default=str), 120
-        )
-        line = f"  - #{entry['index'] + 1} {entry.get('key')}: {'; '.join(entry['problems'])}"
-        if entry.get("status") == "ok":
-            line += f" | output: {shown!r}"
-        lines.append(one_line(line, 400))
+        lines.append(failing_line(entry))
         if entry["index"] in tracebacks:
             lines.append(f"      at {tracebacks[entry['index']]}")
     if len(failing) > FAILING_SHOWN:
