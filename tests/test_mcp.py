@@ -477,11 +477,25 @@ def test_file_arguments_outside_the_project_are_refused(
         broken = await session.call_tool("cobalt_run", {"file": "experiments/broken.cobalt.py"})
         assert broken.is_error
         assert "failed to import: RuntimeError: boom at import" in text_of(broken)
+        # An argument the schema refuses: one line saying which and why, no pydantic report.
         bad_argument = await session.call_tool("cobalt_run", {"concurrency": 0})
-        assert bad_argument.is_error and "concurrency" in text_of(bad_argument)
+        assert bad_argument.is_error and text_of(bad_argument) == (
+            "Error executing tool cobalt_run: concurrency: input should be greater than or "
+            "equal to 1 (got 0)"
+        )
         unknown = await session.call_tool("cobalt_run", {"fiel": "experiments/example.cobalt.py"})
-        assert unknown.is_error and "fiel" in text_of(unknown)
-        assert "Extra inputs are not permitted" in text_of(unknown)
+        assert unknown.is_error and text_of(unknown) == (
+            "Error executing tool cobalt_run: fiel is not an argument; the arguments are: "
+            "file, filter, concurrency, replay, maxLlmCalls, maxToolCalls, maxTokens, maxCost, "
+            "project"
+        )
+        status = await session.call_tool("cobalt_results", {"runId": "x", "status": "failed"})
+        assert text_of(status) == (
+            "Error executing tool cobalt_results: status: input should be 'failing', 'passing', "
+            "'ok', 'error', 'timeout', 'cancelled' or 'pending' (got 'failed')"
+        )
+        half = await session.call_tool("cobalt_compare", {"runA": "x"})
+        assert text_of(half) == "Error executing tool cobalt_compare: runB is required"
         paging_a_list = await session.call_tool("cobalt_results", {"status": "failing"})
         assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 
