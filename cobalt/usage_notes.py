@@ -58,6 +58,18 @@ def unpriced_named(summary: dict[str, Any]) -> list[str]:
     return [m for m in summary.get("unpricedModels") or [] if m != NO_MODEL]
 
 
+def cost_line(summary: dict[str, Any]) -> str:
+    """The run's cost as every door words it: `cost_text`, then what it leaves out —
+    `$0.0123 + unpriced: m1, m2 + unknown (no model named)` (the run page shows the same)."""
+    parts = [cost_text(summary)]
+    named = unpriced_named(summary)
+    if named:
+        parts.append(f"unpriced: {', '.join(named)}")
+    if NO_MODEL in (summary.get("unpricedModels") or []):
+        parts.append("unknown (no model named)")
+    return " + ".join(parts)
+
+
 def no_model_note(summary: dict[str, Any]) -> str | None:
     """NO_MODEL_NOTE when some of the run's tokens named no model, else None."""
     return NO_MODEL_NOTE if NO_MODEL in (summary.get("unpricedModels") or []) else None

@@ -2,8 +2,9 @@
 
 The OpenAI SDK honours `OPENAI_BASE_URL`, the Anthropic SDK `ANTHROPIC_BASE_URL`; a `base_url`
 in the judge configuration or on an evaluator points at any OpenAI-compatible server
-(Ollama, vLLM, LM Studio). Keys come from the environment (or `judge.api_key`) and are never
-stored or printed.
+(Ollama, vLLM, LM Studio). Keys come from the environment (or `judge.api_key`, which the
+error for a missing key does not suggest: cobalt.toml is committed) and are never stored or
+printed.
 
 Parameters sent per model family (`chat_params`): the judge asks for `temperature: 0`, except
 of OpenAI's reasoning models (`gpt-5*`, `o1`, `o3`, `o4*`), which refuse any temperature but
@@ -90,7 +91,8 @@ def resolve_api_key(
     if not key:
         raise MissingApiKey(
             f"{variable} is not set: {purpose} calls the {provider} API. "
-            f"Set {variable} in your environment (or `api_key` under [judge] in cobalt.toml)."
+            f"Set {variable} in your environment (`export {variable}=...`, or a CI secret), "
+            "not in cobalt.toml: it is committed."
         )
     return key
 

@@ -428,16 +428,6 @@ def repo_path(project_dir: Path, relative: str) -> str:
     return relative
 
 
-def unpriced_note(summary: dict) -> str:
-    """` (+ unpriced: m1, m2)` when models of the run have no price, ` (+ unknown: no model
-    named)` for tokens that named none, else ''."""
-    models = usage_notes.unpriced_named(summary)
-    notes = [f"unpriced: {', '.join(models)}"] if models else []
-    if usage_notes.NO_MODEL in (summary.get("unpricedModels") or []):
-        notes.append("unknown: no model named")
-    return f" (+ {'; '.join(notes)})" if notes else ""
-
-
 def traceback_line(traceback_text: str, file: str) -> int | None:
     """The last line number the traceback reports inside `file`."""
     name = Path(file).name
@@ -558,7 +548,7 @@ def step_summary(outcome: CiOutcome) -> str:
         out.append(
             f"{summary.get('totalItems', 0)} items: {status.get('ok', 0)} ok, "
             f"{status.get('error', 0)} errors, {status.get('timeout', 0)} timeouts · "
-            f"cost ${summary.get('estimatedCost', 0):.4f}" + unpriced_note(summary)
+            f"cost {usage_notes.cost_line(summary)}"
         )
         out.append("")
         out.append("| Evaluator | Avg | Min | P50 | P95 | Pass rate | Errors | Gate |")

@@ -17,7 +17,7 @@ from rich.table import Table
 from cobalt import verdict
 from cobalt.config import active_config
 from cobalt.run_settings import RunSettings
-from cobalt.usage_notes import cost_text, estimated_usage_note, no_model_note, unpriced_named
+from cobalt.usage_notes import cost_line, estimated_usage_note, no_model_note, unpriced_named
 from cobalt.version import __version__
 from cobalt.wording import plural
 from cobalt_app import recordings, traces
@@ -253,7 +253,7 @@ def print_summary(console: Console, run, *, extra_warnings: list[str] | None = N
     console.print(f"  Avg latency:    {fmt_ms(summary.get('avgLatencyMs'))}")
     tokens = summary.get("totalTokens", 0)
     console.print(
-        f"  Total tokens:   {tokens:,} (estimated cost: {cost_text(summary)};"
+        f"  Total tokens:   {tokens:,} (estimated cost: {cost_line(summary)};"
         f" agent {summary.get('agentTokens', 0):,}, judge {summary.get('judgeTokens', 0):,})"
     )
     no_usage = estimated_usage_note(summary)
@@ -337,7 +337,12 @@ def repetition_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def warnings(run) -> list[str]:
+    from pathlib import Path
+
+    from django.conf import settings
+
     from cobalt_app.selectors import evaluation_errors, failed_items, low_scores, runaway_items
+    from cobalt_app.tracebacks import raised_at
 
     lines: list[str] = []
     left = runaway_items(run) if run.summary.get("timeouts") else []
@@ -359,7 +364,9 @@ def warnings(run) -> list[str]:
     failed = list(failed_items(run)[:5])
     for item in failed:
         first = (item.error or item.status).splitlines()[0]
-        lines.append(f"item #{item.item_index + 1} {item.status}: {first}")
+        found = raised_at(item.traceback, Path(settings.PROJECT_DIR))
+        at = f" (at {found.where})" if found else ""
+        lines.append(f"item #{item.item_index + 1} {item.status}: {first}{at}")
     extra = summary.get("errors", 0) + summary.get("timeouts", 0) - len(failed)
     if extra > 0:
         lines.append(f"… and {extra} more failed {'item' if extra == 1 else 'items'}")

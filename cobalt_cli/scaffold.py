@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 CONFIG = """\
-# Cobalt configuration — every key is optional. See README.md.
+# Cobalt configuration — every key is optional. What each does: docs/concepts/configuration.md
+# in Cobalt's checkout (or its docs site).
 test_dir = "experiments"
 concurrency = 5
 timeout = 30            # seconds per item

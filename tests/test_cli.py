@@ -4,10 +4,12 @@ import json
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import cli_env
 
 SECRET = "SECRET-0001"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_init_creates_a_project_that_runs_offline(tmp_path, cobalt_cli):
@@ -18,6 +20,9 @@ def test_init_creates_a_project_that_runs_offline(tmp_path, cobalt_cli):
     assert result.returncode == 0, result.stderr
     for name in ("cobalt.toml", "experiments/example.cobalt.py", "datasets/example.jsonl"):
         assert (folder / name).is_file()
+    # The new folder has no README: the configuration names the page of Cobalt's own docs.
+    pointer = (folder / "cobalt.toml").read_text().splitlines()[0].split("What each does: ")[1]
+    assert (REPO / pointer).is_file()
     assert (folder / ".gitignore").read_text() == "node_modules/\n.cobalt/\n"
     again = cobalt_cli(folder, "init")
     assert "kept" in again.stdout and (folder / ".gitignore").read_text().count(".cobalt/") == 1
@@ -102,6 +107,28 @@ def test_an_experiment_file_that_fails_to_import_is_named_and_fails_the_command(
     assert "experiments/broken.cobalt.py failed to import" in result.stderr
     assert "ModuleNotFoundError" in result.stderr
     assert "Run ID:" in result.stdout  # the good file still ran
+
+
+def test_an_items_error_names_the_line_of_the_project_that_raised_it(project, cobalt_cli):
+    project.write("agents/__init__.py", "")
+    project.write("agents/lookup.py", "def answer(question):\n    return CAPITALS[question]\n")
+    project.write(
+        "experiments/lookup.cobalt.py",
+        """
+        from agents.lookup import answer
+        from cobalt import Dataset, experiment
+
+        def run(ctx):
+            return answer(ctx.item["input"])
+
+        experiment("lookup", Dataset([{"id": "fr", "input": "France"}]), run)
+        """,
+    )
+    result = cobalt_cli(project, "run")
+    assert (
+        "⚠ item #1 error: NameError: name 'CAPITALS' is not defined (at agents/lookup.py:2 in "
+        "answer)\n"
+    ) in result.stdout
 
 
 def test_a_project_folder_hidden_by_an_installed_package_is_explained(project, cobalt_cli):

@@ -397,7 +397,8 @@ def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_er
     github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(job_summary)}
     result = cobalt_cli(project, "run", "--ci", "--no-cache", env=github)
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "(+ unpriced: acme-llm-2, judge-9000)" in job_summary.read_text()
+    cost = f"cost ${results(project)['summary']['estimatedCost']:.4f} + unpriced: acme-llm-2, "
+    assert cost + "judge-9000\n" in job_summary.read_text()
     assert (
         "experiment 'priced' has a cost threshold, but acme-llm-2, judge-9000 spent tokens and "
         "have no price, so the cost is unknown. Add prices (USD per million input and output "
@@ -430,14 +431,15 @@ def test_unpriced_models_are_named_and_a_cost_gate_on_them_is_a_configuration_er
     assert summary["judgeCost"] > 0 and summary["unpricedModels"] == []
 
 
-def test_the_job_summary_says_tokens_that_named_no_model_cost_unknown():
-    from cobalt.usage_notes import NO_MODEL
-    from cobalt_cli.ci_reporters import unpriced_note
+def test_every_door_words_the_cost_of_unpriced_and_nameless_tokens_alike():
+    from cobalt.usage_notes import NO_MODEL, cost_line
 
-    assert unpriced_note({"unpricedModels": [NO_MODEL]}) == " (+ unknown: no model named)"
-    both = unpriced_note({"unpricedModels": ["acme-llm-2", NO_MODEL]})
-    assert both == " (+ unpriced: acme-llm-2; unknown: no model named)"
-    assert unpriced_note({"unpricedModels": []}) == ""
+    nameless = {"estimatedCost": 0.0, "unpricedModels": [NO_MODEL]}
+    assert cost_line(nameless) == "$0.0000 + unknown (no model named)"
+    both = {"estimatedCost": 0.5, "unpricedModels": ["acme-llm-2", NO_MODEL]}
+    assert cost_line(both) == "$0.5000 + unpriced: acme-llm-2 + unknown (no model named)"
+    unknown_usage = {"estimatedUsage": [{"model": "m", "calls": 1, "method": "unknown"}]}
+    assert cost_line({**unknown_usage, "unpricedModels": []}) == "unknown"
 
 
 def test_a_malformed_price_names_the_key(project, cobalt_cli):
@@ -668,6 +670,7 @@ def test_tokens_that_named_no_model_are_a_warning_saying_how_to_price_them(proje
     print_summary(console, run)
     said = console.export_text()
     assert "unpriced:" not in said
+    assert "(estimated cost: $0.0000 + unknown (no model named); agent 30," in said
     assert "⚠ a model call named no model: its tokens count, but its cost is unknown" in said
 
 

@@ -79,6 +79,15 @@ def test_every_builtin_type_is_registered():
 # ---------------------------------------------------------------------- contains
 
 
+def test_a_misspelt_field_lists_the_fields_the_item_has():
+    item = {"id": "fr", "input": "Capital of France?", "expected_output": "Paris"}
+    outcome = check(Evaluator(name="exact", type="exact-match", field="expected"), "Paris", item)
+    assert outcome.status == "error" and outcome.error == (
+        "the item has no field 'expected' to compare with (its fields: id, input, "
+        "expected_output); set the evaluator's `field=` to one of them"
+    )
+
+
 def test_contains_finds_a_value_and_names_it():
     ok(check(Evaluator("c", "contains", value="Paris"), "It is Paris."), 1.0, "'Paris'")
 

@@ -77,7 +77,8 @@ REFUSED = {
         'Evaluator(name="judge", prompt="Rate {{output}}")',
         NO_KEY,
         "evaluator 'judge': OPENAI_API_KEY is not set: the llm-judge 'judge' calls the openai "
-        "API. Set OPENAI_API_KEY in your environment (or `api_key` under [judge] in cobalt.toml).",
+        "API. Set OPENAI_API_KEY in your environment (`export OPENAI_API_KEY=...`, or a CI "
+        "secret), not in cobalt.toml: it is committed.",
     ),
     "anthropic-judge-key": (
         'Evaluator(name="claude", prompt="Rate {{output}}", provider="anthropic")',
@@ -442,8 +443,44 @@ def test_an_import_error_is_shown_from_the_users_own_line(project):
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1] == f'  File "{path}", line 8, in <module>'  # not importlib's, not Cobalt's
     assert f'  File "{path}", line 5, in load' in lines
-    assert "cobalt/dataset.py" in loaded.traceback  # below the user's code, the frames stay
+    # A CobaltError's message says what to do: Cobalt's frames below the user's add nothing.
+    last = lines.index(f'  File "{path}", line 5, in load')
+    assert "File" not in "".join(lines[last + 1 :])  # the user's line is the last frame
+    assert "cobalt/dataset.py" not in loaded.traceback
     assert lines[-1].startswith("cobalt.dataset.DatasetError: item at index 1 has the id 1")
+
+
+def test_a_file_that_does_not_parse_is_shown_by_its_own_line_without_importlib(project):
+    from cobalt_app import discovery
+
+    path = project.write("experiments/typo.cobalt.py", "x = 1\n\n\ndef answer(q)\n    return q\n")
+    loaded = discovery.load_file(path, project.path)
+    assert loaded.error == "SyntaxError: expected ':' (typo.cobalt.py, line 4)"
+    assert loaded.traceback.splitlines() == [
+        f'  File "{path}", line 4',
+        "    def answer(q)",
+        "                 ^",
+        "SyntaxError: expected ':'",
+    ]
+
+
+def test_an_error_is_placed_at_the_projects_last_frame_not_a_library_in_its_virtualenv(tmp_path):
+    from cobalt_app.tracebacks import raised_at
+
+    text = (
+        "Traceback (most recent call last):\n"
+        f'  File "{tmp_path}/experiments/qa.cobalt.py", line 9, in run\n'
+        "    return ask(q)\n"
+        "    ^^^^^^^^^^^^^\n"
+        f'  File "{tmp_path}/.venv/lib/python3.11/site-packages/openai/_client.py", line 4, in ask\n'
+        "    raise RateLimitError(...)\n"
+        "openai.RateLimitError: 429\n"
+    )
+    found = raised_at(text, tmp_path)
+    assert found == ("experiments/qa.cobalt.py:9 in run", "return ask(q)")
+    elsewhere = raised_at(text, tmp_path / "other")  # no frame of that project: the last one
+    assert elsewhere.where.endswith("site-packages/openai/_client.py:4 in ask")
+    assert raised_at("", tmp_path) is None
 
 
 def test_the_harness_is_cobalt_and_the_standard_library_not_the_packages_installed_in_it():

@@ -173,6 +173,7 @@ def test_a_session_lists_every_tool_resource_and_prompt(
         assert "cobalt_generate with agentFile='agents/bot.py'" in generate.messages[0].content.text
         regression = await session.get_prompt("regression-check", {})
         assert "cobalt_compare" in regression.messages[0].content.text
+        assert "CI gate (the run's `gate`" in regression.messages[0].content.text
         with pytest.raises(Exception, match="threshold must be a number"):
             await session.get_prompt("improve-agent", {"experiment": "x", "threshold": "high"})
 
@@ -336,6 +337,79 @@ def test_an_edited_agent_is_reimported_and_compare_explains_the_change(
     assert "Regressed: japan · correct 1.00 → 0.00" in seen["diff"].content[0].text
 
 
+def test_a_runner_error_names_the_project_line_to_fix(initialised, fake_provider_server):
+    example = initialised.path / "experiments" / "example.cobalt.py"
+    source = example.read_text()
+    broken = 'output = answr(ctx.item["input"])'
+    example.write_text(source.replace('output = answer(ctx.item["input"])', broken))
+    line = source.splitlines().index('    output = answer(ctx.item["input"])') + 1
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        seen["run"] = await session.call_tool("cobalt_run", {})
+
+    run_session(initialised, fake_provider_server, scenario)
+    text = text_of(seen["run"]).splitlines()
+    assert text[3:5] == [
+        "  - #1 capital-france: error: NameError: name 'answr' is not defined",
+        f"      at experiments/example.cobalt.py:{line} in run: {broken}",
+    ]
+    assert "^^^^^" not in "\n".join(text)  # no carets, no repeated exception line
+
+
+def test_a_run_says_whether_it_passes_the_ci_gate(initialised, fake_provider_server, cobalt_cli):
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        seen["default"] = await session.call_tool("cobalt_run", {})
+        config = initialised.path / "cobalt.toml"
+        text = config.read_text().replace("# [ci.thresholds.exact]\n# avg = 0.8", "")
+        config.write_text(text + "[ci.thresholds.exact]\navg = 0.8\n")
+        seen["gated"] = await session.call_tool("cobalt_run", {})
+        run_id = seen["gated"].structured_content["runs"][0]["id"]
+        seen["read"] = await session.call_tool("cobalt_results", {"runId": run_id})
+
+    run_session(initialised, fake_provider_server, scenario)
+    default = seen["default"].structured_content["runs"][0]["gate"]
+    assert default == {"passed": True, "checks": 4, "violations": []}
+    assert text_of(seen["default"]).splitlines()[1] == (
+        "CI gate (cobalt run --ci, no baseline): passes its 4 checks."
+    )
+    gated = seen["gated"].structured_content["runs"][0]["gate"]
+    assert gated == {"passed": False, "checks": 5, "violations": ["exact avg 0.5 < 0.8"]}
+    assert text_of(seen["gated"]).splitlines()[1] == (
+        "CI gate (cobalt run --ci, no baseline): FAILS: exact avg 0.5 < 0.8."
+    )
+    assert seen["read"].structured_content["gate"] == gated
+    ci = cobalt_cli(initialised, "run", "--ci")  # the same verdict as the command's
+    assert ci.returncode == 1 and "exact avg 0.5 < 0.8" in ci.stdout
+
+
+def test_a_page_of_failing_items_lists_them_in_its_text(initialised, fake_provider_server):
+    seen: dict[str, Any] = {}
+
+    async def scenario(session: ClientSession) -> None:
+        run = await session.call_tool("cobalt_run", {})
+        run_id = run.structured_content["runs"][0]["id"]
+        seen["page"] = await session.call_tool(
+            "cobalt_results", {"runId": run_id, "status": "failing", "limit": 3}
+        )
+
+    run_session(initialised, fake_provider_server, scenario)
+    lines = text_of(seen["page"]).splitlines()
+    assert lines[0].endswith(
+        "items 1–3 of 4 matching (status=failing); 1 more: call cobalt_results again with offset 3."
+    )
+    assert lines[1:] == [
+        "  - #4 capital-canada: exact 0.00 — output differs from expected 'Ottawa'; "
+        "mentions-answer 0.00 — answer missing | output: 'Toronto'",
+        "  - #5 capital-australia: exact 0.00 — output differs from expected 'Canberra'; "
+        "mentions-answer 0.00 — answer missing | output: 'Sydney'",
+        "  - #6 capital-brazil: exact 0.00 — output differs from expected 'Brasília'; "
+        'mentions-answer 0.00 — answer missing | output: "I don\'t know"',
+    ]
+
+
 def test_config_resource_and_logs_never_show_an_api_key(initialised, fake_provider_server):
     config = initialised.path / "cobalt.toml"
     config.write_text(f'{config.read_text()}\n[judge]\napi_key = "{CONFIG_KEY}"\n')
@@ -403,11 +477,25 @@ def test_file_arguments_outside_the_project_are_refused(
         broken = await session.call_tool("cobalt_run", {"file": "experiments/broken.cobalt.py"})
         assert broken.is_error
         assert "failed to import: RuntimeError: boom at import" in text_of(broken)
+        # An argument the schema refuses: one line saying which and why, no pydantic report.
         bad_argument = await session.call_tool("cobalt_run", {"concurrency": 0})
-        assert bad_argument.is_error and "concurrency" in text_of(bad_argument)
+        assert bad_argument.is_error and text_of(bad_argument) == (
+            "Error executing tool cobalt_run: concurrency: input should be greater than or "
+            "equal to 1 (got 0)"
+        )
         unknown = await session.call_tool("cobalt_run", {"fiel": "experiments/example.cobalt.py"})
-        assert unknown.is_error and "fiel" in text_of(unknown)
-        assert "Extra inputs are not permitted" in text_of(unknown)
+        assert unknown.is_error and text_of(unknown) == (
+            "Error executing tool cobalt_run: fiel is not an argument; the arguments are: "
+            "file, filter, concurrency, replay, maxLlmCalls, maxToolCalls, maxTokens, maxCost, "
+            "project"
+        )
+        status = await session.call_tool("cobalt_results", {"runId": "x", "status": "failed"})
+        assert text_of(status) == (
+            "Error executing tool cobalt_results: status: input should be 'failing', 'passing', "
+            "'ok', 'error', 'timeout', 'cancelled' or 'pending' (got 'failed')"
+        )
+        half = await session.call_tool("cobalt_compare", {"runA": "x"})
+        assert text_of(half) == "Error executing tool cobalt_compare: runB is required"
         paging_a_list = await session.call_tool("cobalt_results", {"status": "failing"})
         assert paging_a_list.is_error and "give runId" in text_of(paging_a_list)
 

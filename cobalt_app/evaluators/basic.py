@@ -52,7 +52,12 @@ def function_verdict(evaluator: Evaluator, value: Any) -> EvalOutcome:
 def field_value(evaluator: Evaluator, target: EvalTarget, default: str) -> Any:
     name = evaluator.field or default
     if name not in target.item:
-        raise EvaluationError(f"the item has no field {name!r} to compare with")
+        fields = [str(key) for key in target.item]
+        shown = ", ".join(fields[:12]) + (", …" if len(fields) > 12 else "")
+        raise EvaluationError(
+            f"the item has no field {name!r} to compare with (its fields: {shown or 'none'}); "
+            f"set the evaluator's `field=` to one of them"
+        )
     return target.item[name]
 
 

@@ -87,13 +87,26 @@ def entries(run: Any) -> Iterator[dict[str, Any]]:
     return iter_item_entries(run)
 
 
-def error_tracebacks(run: Any) -> dict[int, str]:
-    """The last lines of the first failing items' tracebacks, by item index."""
+def error_tracebacks(run: Any, project: Project) -> dict[int, str]:
+    """Where the first failing items raised (`error_line`), by item index."""
     from cobalt_app.models import ItemResult
     from cobalt_app.selectors import failed_items
 
     errored = failed_items(run, statuses=[ItemResult.Status.ERROR], traced=True)
-    return {item.item_index: item.traceback for item in errored[:FAILING_SHOWN]}
+    found = {
+        item.item_index: error_line(item.traceback, project) for item in errored[:FAILING_SHOWN]
+    }
+    return {index: line for index, line in found.items() if line}
+
+
+def error_line(traceback_text: str, project: Project) -> str | None:
+    """`experiments/qa.cobalt.py:53 in run: output = answr(q)` (`tracebacks.raised_at`)."""
+    from cobalt_app.tracebacks import raised_at
+
+    found = raised_at(traceback_text, project.dir)
+    if found is None:
+        return None
+    return f"{found.where}: {one_line(found.code, 160)}" if found.code else found.where
 
 
 def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
@@ -108,6 +121,29 @@ def header_of(run: Any, project: Project, tokens: int) -> dict[str, Any]:
     }
 
 
+def gate_of(run: Any, project: Project) -> dict[str, Any] | None:
+    """What `cobalt run --ci` decides for this run alone (no baseline): whether it passes, how
+    many checks it made, and each failed one's line (`exact avg 0.5 < 0.8`); None while the
+    run is not finished."""
+    from cobalt_app.ci_verdict import gate_runs
+    from cobalt_app.models import Run
+
+    if run.status not in Run.FINISHED:
+        return None
+    outcome = gate_runs([run], project.config())
+    checks = len(outcome.global_checks) + sum(len(r.checks) for r in outcome.reports)
+    failed = [check.line() for check in outcome.violations] + outcome.config_errors
+    return {"passed": not failed, "checks": checks, "violations": failed}
+
+
+def gate_text(gate: dict[str, Any] | None) -> str | None:
+    if gate is None:
+        return None
+    if gate["passed"]:
+        return f"CI gate (cobalt run --ci, no baseline): passes its {gate['checks']} checks."
+    return "CI gate (cobalt run --ci, no baseline): FAILS: " + "; ".join(gate["violations"]) + "."
+
+
 def run_document(
     run: Any, project: Project, tokens: int, *, budget: int | None = None, passing: bool = True
 ) -> tuple[str, dict[str, Any]]:
@@ -116,7 +152,7 @@ def run_document(
     (unless `passing` is false) the passing items in order. Items that did not run are
     counted, not listed."""
     budget = budget or tokens
-    header = header_of(run, project, budget)
+    header = {**header_of(run, project, budget), "gate": gate_of(run, project)}
     failing: list[dict[str, Any]] = []
     counts = {"total": 0, "failing": 0, "passing": 0, "notRun": 0}
     not_run = dict.fromkeys(NOT_RUN, 0)
@@ -130,7 +166,7 @@ def run_document(
         else:
             counts["passing"] += 1
     counts["failing"] = len(failing)
-    text = describe_run(header, failing, counts["total"], error_tracebacks(run))
+    text = describe_run(header, failing, counts["total"], error_tracebacks(run, project))
     room = tokens - value_tokens(header) - estimate_tokens(text) - RESERVED
     passed = (
         entry
@@ -210,7 +246,9 @@ def item_page(
         if matched >= offset and len(window) < limit:
             window.append(with_problems(entry))
         matched += 1
+    listed = [entry for entry in window if entry.get("problems")][:FAILING_SHOWN]
     room = tokens - value_tokens(header) - RESERVED
+    room -= estimate_tokens("\n".join(failing_line(entry) for entry in listed))
     fitted = fit(window, [], room)
     returned = fitted.kept_first
     following = offset + returned if offset + returned < matched else None
@@ -238,8 +276,13 @@ def item_page(
         )
     if any("shortened" in item for item in fitted.items):
         text += f". Long strings cut to {fitted.limit} characters (see each item's `shortened`)"
+    text += "."
+    failing = [entry for entry in fitted.items if entry.get("problems")]
+    text += "".join(f"\n{failing_line(entry)}" for entry in failing[:FAILING_SHOWN])
+    if len(failing) > FAILING_SHOWN:
+        text += f"\n  … and {len(failing) - FAILING_SHOWN} more failing in `items`."
     document = {**header, "items": fitted.items, "page": page}
-    return text + ".", document
+    return text, document
 
 
 def score_line(summary: dict[str, Any]) -> str:
@@ -262,6 +305,16 @@ def one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def failing_line(entry: dict[str, Any]) -> str:
+    """`  - #4 capital-canada: exact 0.00 — output differs … | output: 'Toronto'`."""
+    output = (entry.get("output") or {}).get("output")
+    shown = one_line(output if isinstance(output, str) else json.dumps(output, default=str), 120)
+    line = f"  - #{entry['index'] + 1} {entry.get('key')}: {'; '.join(entry['problems'])}"
+    if entry.get("status") == "ok":
+        line += f" | output: {shown!r}"
+    return one_line(line, 400)
+
+
 def describe_run(
     header: dict[str, Any], failing: list[dict[str, Any]], total: int, tracebacks: dict[int, str]
 ) -> str:
@@ -271,6 +324,9 @@ def describe_run(
         f"{header['name']} — run {header['id']} ({header.get('status')}, {total} items"
         f"{duration_text(summary.get('totalDurationMs'))}): {score_line(summary)}."
     ]
+    gate = gate_text(header.get("gate"))
+    if gate:
+        lines.append(gate)
     for name, found in (header.get("calibration") or {}).items():
         rate = ((summary.get("scores") or {}).get(name) or {}).get("passRate")
         raw = "no" if rate is None else f"{rate:.1%}"
@@ -287,17 +343,9 @@ def describe_run(
     if not_run:
         lines.append(f"{not_run} items did not run (cancelled or pending).")
     for entry in failing[:FAILING_SHOWN]:
-        output = entry.get("output", {}).get("output")
-        shown = one_line(
-            output if isinstance(output, str) else json.dumps(output, default=str), 120
-        )
-        line = f"  - #{entry['index'] + 1} {entry.get('key')}: {'; '.join(entry['problems'])}"
-        if entry.get("status") == "ok":
-            line += f" | output: {shown!r}"
-        lines.append(one_line(line, 400))
+        lines.append(failing_line(entry))
         if entry["index"] in tracebacks:
-            tail = tracebacks[entry["index"]].strip().splitlines()[-3:]
-            lines.extend(f"      {one_line(text, 200)}" for text in tail)
+            lines.append(f"      at {tracebacks[entry['index']]}")
     if len(failing) > FAILING_SHOWN:
         lines.append(
             f"  … and {len(failing) - FAILING_SHOWN} more (in the structured content's `items`, "

@@ -108,5 +108,6 @@ Run the cobalt experiments{scope} with cobalt_run. For each new run, find the pr
 the same experiment (cobalt_results with experiment=<name> lists runs newest first) and call \
 cobalt_compare with the previous run as runA and the new run as runB. Report every \
 regression: the item, the evaluator, the score change, the two outputs and the judges' \
-reasons. If there are regressions, identify the root cause (a change in the agent, its \
-prompt, the dataset or the evaluators) and propose a fix."""
+reasons. Say whether each new run passes its CI gate (the run's `gate`: what `cobalt run \
+--ci` decides) and name its failed checks. If there are regressions, identify the root cause \
+(a change in the agent, its prompt, the dataset or the evaluators) and propose a fix."""

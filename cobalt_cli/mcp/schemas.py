@@ -42,6 +42,12 @@ class Page(Open):
     fieldLimit: int
 
 
+class Gate(Open):
+    passed: bool
+    checks: int = Field(description="How many checks `cobalt run --ci` made on the run.")
+    violations: list[str] = Field(description="Each failed check: `exact avg 0.5 < 0.8`.")
+
+
 class RunDocument(Open):
     """One run in the results-file format, its items chosen to fit the token budget."""
 
@@ -59,6 +65,11 @@ class RunDocument(Open):
     )
     resultsFile: str | None = Field(None, description="Every item, in the project folder.")
     budgetTokens: int
+    gate: Gate | None = Field(
+        None,
+        description="What `cobalt run --ci` decides for this run alone (its thresholds, no "
+        "baseline); null while it runs.",
+    )
     items: list[dict[str, Any]] = Field(
         description="Items in dataset order; failing ones carry `problems`, shortened ones "
         "`shortened`."

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.types import CallToolResult
+from pydantic import ValidationError
 
 try:
     from mcp.server.mcpserver import Context, MCPServer
@@ -47,11 +48,39 @@ __all__ = [
 ]
 
 
+class Server(MCPServer):
+    """The SDK's server, whose tool errors for arguments that fail the input schema say what
+    is wrong in one line per argument, not as pydantic's report with its links."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any) -> Any:
+        try:
+            return await super().call_tool(name, arguments, *args)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            tool = self._tool_manager.get_tool(name)
+            known = list((tool.parameters.get("properties") or {}) if tool else [])
+            problems = "; ".join(argument_problem(e, known) for e in exc.__cause__.errors())
+            raise ToolError(f"Error executing tool {name}: {problems}") from exc.__cause__
+
+
+def argument_problem(error: Any, known: list[str]) -> str:
+    """`status: input should be 'failing', 'passing' … (got 'failed')`, or `fiel is not an
+    argument; the arguments are: file, filter, …`."""
+    name = ".".join(str(part) for part in error.get("loc", ())) or "arguments"
+    if error.get("type") == "extra_forbidden":
+        return f"{name} is not an argument; the arguments are: {', '.join(known)}"
+    if error.get("type") == "missing":
+        return f"{name} is required"
+    message = str(error.get("msg", "invalid"))
+    return f"{name}: {message[:1].lower()}{message[1:]} (got {error.get('input')!r})"
+
+
 def new_server(name: str, *, version: str, **settings: Any) -> MCPServer:
     """The high-level server; mcp 1.x takes the version on its low-level server."""
     if SDK_MAJOR == 2:
-        return MCPServer(name, version=version, **settings)
-    server = MCPServer(name, **settings)
+        return Server(name, version=version, **settings)
+    server = Server(name, **settings)
     lowlevel(server).version = version
     return server
 
