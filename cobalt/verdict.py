@@ -6,7 +6,8 @@ detection and the pages — so a score means the same thing wherever it is read.
 
 An evaluation passes when its score reaches its evaluator's pass mark (`pass_threshold`, 0.5
 by default); a passing score less than `BORDERLINE_MARGIN` above the mark is borderline (it
-passes, only just). An evaluation error is neither a pass nor a fail.
+passes, only just). An evaluation error is neither a pass nor a fail; an item with one is not
+passed (its verdict is `ERROR` unless another evaluation failed).
 """
 
 from __future__ import annotations
@@ -69,18 +70,19 @@ def passes(score: float | None, threshold: float | None = None) -> bool | None:
 
 def item_verdict(evaluations: Iterable[Verdict], *, errored: bool = False) -> Verdict:
     """An item's verdict: `ERROR` when the item itself errored (or timed out); `FAIL` when any
-    evaluation failed; `PASS` (or `BORDERLINE`) when every judged evaluation passed; `ERROR`
-    when its evaluations only errored; `NONE` without evaluations."""
+    evaluation failed; `ERROR` when an evaluation errored and none failed (a check that could
+    not run leaves the item unproven, as an exception in a pytest test is an error, not a
+    pass); `PASS` (or `BORDERLINE`) when every evaluation passed; `NONE` without evaluations."""
     if errored:
         return Verdict.ERROR
     verdicts = list(evaluations)
     if Verdict.FAIL in verdicts:
         return Verdict.FAIL
+    if Verdict.ERROR in verdicts:
+        return Verdict.ERROR
     if Verdict.BORDERLINE in verdicts:
         return Verdict.BORDERLINE
-    if Verdict.PASS in verdicts:
-        return Verdict.PASS
-    return Verdict.ERROR if Verdict.ERROR in verdicts else Verdict.NONE
+    return Verdict.PASS if Verdict.PASS in verdicts else Verdict.NONE
 
 
 def pass_marks(evaluators: Iterable[Mapping[str, Any]]) -> dict[str, float]:

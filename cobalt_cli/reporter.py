@@ -24,6 +24,9 @@ from cobalt_app import recordings, traces
 from cobalt_app.pricing import ACCEPTED_USAGE, usage_problem
 from cobalt_cli.console import cli_console
 
+# An ok item's mark by its verdict (`cobalt.verdict.item_verdict`): ✓ otherwise.
+ITEM_MARKS = {verdict.Verdict.FAIL: ("✗", "red"), verdict.Verdict.ERROR: ("⚠", "yellow")}
+
 
 def fmt_score(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
@@ -108,9 +111,9 @@ class ConsoleReporter:
             label += f" · {plural(int(conversation.get('turns') or 0), 'turn')}"
         latency = fmt_ms(outcome.latency_ms)
         if outcome.status == "ok":
-            scores, suffix, failed = self.scores(outcome)
-            mark, colour = ("✗", "red") if failed else ("✓", "green")
-            if failed or suffix:
+            scores, suffix, judged = self.scores(outcome)
+            mark, colour = ITEM_MARKS.get(judged, ("✓", "green"))
+            if judged in ITEM_MARKS or suffix:
                 latency += steps_note(outcome)
             if not markup:
                 return f"  {mark} {label} — {scores}  {latency}{suffix}"
@@ -127,8 +130,8 @@ class ConsoleReporter:
             return f"  ✗ {label} — error: {error}  {latency}"
         return f"  [red]✗[/] {label} — [red]{escape(error)}[/]  [dim]{latency}[/]"
 
-    def scores(self, outcome) -> tuple[str, str, bool]:
-        """An item's scores, its warnings (low scores, evaluation errors), whether it failed."""
+    def scores(self, outcome) -> tuple[str, str, verdict.Verdict]:
+        """An item's scores, its warnings (low scores, evaluation errors), its verdict."""
         parts, verdicts, low = [], [], []
         for evaluation in outcome.evaluations:
             threshold = verdict.pass_mark(self.marks.get(evaluation.evaluator))
@@ -144,8 +147,8 @@ class ConsoleReporter:
                 low.append(f"{evaluation.evaluator} < {threshold:g}")
         suffix = f"  ⚠ low score ({', '.join(low)})" if low else ""
         suffix += "  ⚠ evaluation error" if verdict.Verdict.ERROR in verdicts else ""
-        failed = verdict.item_verdict(verdicts) is verdict.Verdict.FAIL
-        return " | ".join(parts) if parts else "no evaluators", suffix, failed
+        judged = verdict.item_verdict(verdicts)
+        return " | ".join(parts) if parts else "no evaluators", suffix, judged
 
     def item_finished(self, outcome, done: int, total: int) -> None:
         metadata = getattr(outcome, "metadata", None)

@@ -88,7 +88,8 @@ def test_an_item_fails_when_any_evaluation_fails():
     item = verdict.item_verdict
     assert item([Verdict.PASS, Verdict.FAIL]) is Verdict.FAIL
     assert item([Verdict.PASS, Verdict.BORDERLINE]) is Verdict.BORDERLINE
-    assert item([Verdict.PASS, Verdict.ERROR]) is Verdict.PASS
+    assert item([Verdict.PASS, Verdict.ERROR]) is Verdict.ERROR  # a check could not run
+    assert item([Verdict.ERROR, Verdict.FAIL]) is Verdict.FAIL
     assert item([Verdict.ERROR]) is Verdict.ERROR
     assert item([]) is Verdict.NONE
     assert item([Verdict.PASS], errored=True) is Verdict.ERROR
@@ -249,6 +250,48 @@ def test_the_pytest_plugin_fails_each_item_below_its_evaluators_mark(close_call)
         assert f"experiments/close.cobalt.py::close-call[{key}] FAILED" in result.stdout
     assert "quality scored 0.60 (pass mark 0.80): close, not quite" in result.stdout
     assert "4 failed" in result.stdout
+
+
+HALF_CHECKED = """
+from cobalt import Dataset, Evaluator, experiment
+
+dataset = Dataset(items=[{"id": "q0", "input": 0}])
+
+
+def broken(ctx):
+    raise RuntimeError("the judge's rubric file is missing")
+
+
+@experiment("half-checked", dataset, evaluators=[
+    Evaluator(name="exact", type="function", fn=lambda ctx: 1.0),
+    Evaluator(name="rubric", type="function", fn=broken),
+])
+def run(ctx):
+    return "answer"
+"""
+
+
+def test_every_door_reads_an_item_one_of_whose_checks_errored_as_not_passed(
+    project, cobalt_cli, fake_provider_server
+):
+    project.write("experiments/half.cobalt.py", HALF_CHECKED)
+    result = cobalt_cli(project, "run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "⚠ Item 1/1 — exact: 1.00 | rubric: eval error" in result.stdout
+    assert "✓ Item" not in result.stdout
+    (path,) = project.results_files()
+    (entry,) = json.loads(path.read_text())["items"]
+    assert entry["verdict"] == "error"
+    seen = {}
+
+    async def scenario(session) -> None:
+        arguments = {"runId": run_id_of(result.stdout), "status": "failing"}
+        seen["failing"] = await session.call_tool("cobalt_results", arguments)
+
+    run_session(project, fake_provider_server, scenario)
+    assert seen["failing"].structured_content["page"]["matched"] == 1
+    tested = pytest_in(project, "-v", "experiments")
+    assert "experiments/half.cobalt.py::half-checked[q0] FAILED" in tested.stdout, tested.stdout
 
 
 # Doors in this process (the engine, then the reads) ------------------------------------------
