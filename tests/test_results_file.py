@@ -64,7 +64,7 @@ GOLDEN_ITEMS = [
         "runIndex": 0,
         "key": "k001",
         "status": "ok",
-        "verdict": "pass",
+        "verdict": "error",  # exact passed, the judge errored: not passed (cobalt.verdict)
         "error": None,
         "input": {"id": "k001", "input": "question k001", "expected": "answer k001"},
         "output": {"output": "answer k001", "metadata": {"model": "m", "note": XSS}},
