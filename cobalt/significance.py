@@ -228,10 +228,13 @@ def run_statistics(
     names = list(evaluators)
     scores = {name: array("d") for name in names}
     means = {name: array("d") for name in names}
-    tallies: dict[str, Counter[tuple[int, int]] | None] = {name: Counter() for name in names}
+    # pass@k is for runs > 1: a single run's scores are not tallied (issue 41).
+    tallies: dict[str, Counter[tuple[int, int]] | None] = {
+        name: Counter() if runs > 1 else None for name in names
+    }
     repeated: dict[str, dict[str, dict[str, Any]]] = {}
     for key, by_name in items:
-        if any(len(values) > 1 for values in by_name.values()):
+        if by_name and max(map(len, by_name.values())) > 1:
             repeated[key] = {
                 name: describe_repetitions(values) for name, values in by_name.items() if values
             }

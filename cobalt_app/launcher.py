@@ -23,16 +23,7 @@ from cobalt.config import Config
 from cobalt.errors import CobaltError
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RUN_DEFAULTS
-from cobalt_app import (
-    aio,
-    discovery,
-    otlp_server,
-    plugins,
-    preflight,
-    sweeps,
-    team_wait,
-    traces,
-)
+from cobalt_app import aio, discovery, otlp_server, plugins, preflight, traces
 from cobalt_app.engine import Reporter
 from cobalt_app.models import Run
 from cobalt_app.run_options import RunOptions, relative_file
@@ -151,11 +142,12 @@ async def launch(
         # Off the loop: preflight may read the database, an SDK takes half a second to import.
         await db(prepare, experiments, config)
         if not options.get("resume_run_id"):  # a resumed run keeps its sweep
-            await db(sweeps.assign, experiments, file_of=lambda e: relative_file(config, e))
+            await db(assign_sweeps, experiments, config)
     except BaseException:
         db.close()
         raise
     if config.team_mode:
+        from cobalt_app import team_wait
         from cobalt_app.progress import ProgressReporter
 
         # Each experiment's on_progress hears of the items too.
@@ -163,7 +155,7 @@ async def launch(
         try:
             runs = await team_wait.follow(experiments, config, options, on_start=on_start)
             # The worker finalising a sweep's last run settles it too; the first one does.
-            await db(sweeps.settle, sweeps_of(experiments), config)
+            await db(settle_sweeps, experiments, config)
         finally:
             db.close()
         return runs
@@ -183,7 +175,7 @@ async def launch(
                 **options,
             )
             runs.append(run)
-        await db(sweeps.settle, sweeps_of(experiments), config)
+        await db(settle_sweeps, experiments, config)
     finally:
         try:
             if receiver is not None:
@@ -233,6 +225,25 @@ def sweeps_of(experiments: list[Experiment]) -> list[str]:
     return list(dict.fromkeys([e.sweep_id for e in experiments if e.sweep_id]))
 
 
+# `sweeps` (numpy, the sweeps' statistics) imported only for experiments with variants: an
+# ordinary run's numpy is loaded by `prewarm_statistics` while its items' rows are created,
+# not on the main thread before (issue 41).
+def assign_sweeps(experiments: list[Experiment], config: Config) -> None:
+    """`sweeps.assign` of the variant experiments (each gets its sweep); none for the others."""
+    if any(e.variant is not None for e in experiments):
+        from cobalt_app import sweeps
+
+        sweeps.assign(experiments, file_of=lambda e: relative_file(config, e))
+
+
+def settle_sweeps(experiments: list[Experiment], config: Config) -> None:
+    """`sweeps.settle` of the sweeps the runs belong to, if any."""
+    if swept := sweeps_of(experiments):
+        from cobalt_app import sweeps
+
+        sweeps.settle(swept, config)
+
+
 def execute(
     experiments: list[Experiment], config: Config, **options: Unpack[RunOptions]
 ) -> list[Run]:
@@ -245,6 +256,8 @@ def execute(
     except KeyboardInterrupt as exc:
         current = started[-1] if started else None
         if config.team_mode:
+            from cobalt_app import team_wait
+
             if current is not None and not isinstance(exc, team_wait.Detached):
                 raise team_wait.Detached(current) from None
             raise
@@ -289,6 +302,7 @@ def resume_sweep(
     """`cobalt run --resume SWEEP`: each variant whose run did not complete is resumed (its
     missing, failed or timed-out items), each variant without a run is run; completed
     variants are left as they are. Then the sweep is analysed again."""
+    from cobalt_app import sweeps
     from cobalt_app.models import Run
 
     sweep = sweeps.sweep_get(sweep_id)

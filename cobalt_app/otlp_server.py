@@ -26,7 +26,7 @@ from cobalt.dashboard import recorded_dashboard
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
 from cobalt.targets import HttpTarget
-from cobalt_app import otlp, received
+from cobalt_app import received
 from cobalt_app.models import ReceivedTrace
 
 logger = logging.getLogger("cobalt.otlp")
@@ -41,6 +41,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+        # Here, not at the top: protobuf and the OTLP messages (~15 ms) are for a receiver
+        # that is sent spans, and every `cobalt run` imports this module (issue 41).
+        from cobalt_app import otlp
+
         if self.path.split("?")[0] != otlp.PATH:
             self._send(404, "text/plain", b"the OTLP receiver listens at /v1/traces", {})
             return
@@ -64,6 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes | None:
         """The request's body (chunked, as Node.js sends it, or not); None past MAX_BYTES."""
+        from cobalt_app import otlp
+
         if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
             length = int(self.headers.get("Content-Length") or 0)
             return None if length > otlp.MAX_BYTES else self.rfile.read(length)

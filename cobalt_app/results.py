@@ -17,6 +17,7 @@ file is written from chunked reads, a few hundred items in memory at a time.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,7 @@ from cobalt import results_file, verdict
 from cobalt.run_settings import RunSettings
 from cobalt_app import calibration, labels, recordings, storable, trace_store
 from cobalt_app.models import Evaluation, ItemResult, JudgeCall, Run
-from cobalt_app.results_json import entry_line
+from cobalt_app.results_json import entry_line, json_text
 from cobalt_app.run_summary import compute_summary
 from cobalt_app.selectors import FAILED
 
@@ -237,6 +238,7 @@ def iter_item_entries(
     if first_repetition:
         where.append("run_index = 0")
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
+    known: dict[tuple, tuple[str, verdict.Verdict]] = {}  # `_lines`: evaluations encoded
     if labelled is None:
         labelled = labels.labels_by_item(run, item_ids=ids)
     # A row comparison: PostgreSQL seeks the (run, item_index, run_index) unique index with
@@ -259,7 +261,7 @@ def iter_item_entries(
         # file's database reads (issue 41).
         scope = RawSQL(f"SELECT id {chunk_of}", chunk_params)
         if as_lines:
-            yield from _lines(chunk, marks, labelled, scope)
+            yield from _lines(chunk, marks, labelled, scope, known)
         else:
             yield from _entries(chunk, marks, labelled, with_id, scope)
         if len(chunk) < EXPORT_CHUNK:
@@ -288,32 +290,80 @@ def _lines(
     marks: dict[str, float],
     labelled: dict[int, list[dict[str, Any]]],
     scope: RawSQL,
+    known: dict[tuple, tuple[str, verdict.Verdict]],
 ) -> Iterator[str]:
     """The entries of `rows` as lines of JSON text, `scope` a subquery of their ids; a
-    trace's stored text written in as it is (`read_traces(as_text=True)`), not parsed again."""
-    by_item = _evaluations(scope, marks)
+    trace's stored text written in as it is (`read_traces(as_text=True)`), not parsed again.
+
+    An item's evaluations are encoded once for all the items whose evaluation rows are the
+    same (`known`, by their rows: a function evaluator's same score and reason), with the
+    verdict they give: building, judging and encoding them for each item was a fifth of a
+    results file's CPU (issue 41). Judged items (their judge calls) are built each time."""
+    stored, judged, apart = _evaluation_rows(scope)
+    calls = {item_id: _entries_of(stored[item_id], marks) for item_id in judged}
+    _add_judge_calls(calls, judged)
     traces = trace_store.read_traces(scope, as_text=True)
+    label_of = labelled.get
     for row in rows:
-        evaluations = by_item.get(row[0], {})
-        judged = row_verdict(row, evaluations)
-        yield entry_line(row, judged, evaluations, traces.get(row[0]), labelled.get(row[0], []))
+        item_id = row[0]
+        if item_id in calls or item_id in apart:
+            evaluations = calls.get(item_id) or _entries_of(stored[item_id], marks)
+            judged_item = row_verdict(row, evaluations)
+            yield entry_line(
+                row, judged_item, evaluations, traces.get(item_id), label_of(item_id, [])
+            )
+            continue
+        its = stored.get(item_id, ())
+        found = known.get(its)
+        if found is None:
+            evaluations = _entries_of(its, marks)
+            scored = verdict.item_verdict([e["verdict"] for e in evaluations.values()])
+            found = (json_text(evaluations), scored)
+            if len(known) >= KNOWN_EVALUATIONS:
+                known.clear()
+            known[its] = found
+        text, scored = found
+        judged_item = verdict.Verdict.ERROR if row[4] in FAILED else scored
+        yield entry_line(row, judged_item, text, traces.get(item_id), label_of(item_id, []))
 
 
-def _evaluations(scope: RawSQL, marks: dict[str, float]) -> dict[int, dict[str, Any]]:
-    """The evaluation entries of the items of `scope` (a subquery of their ids), by item id
-    and evaluator, with their judge calls."""
-    by_item: dict[int, dict[str, Any]] = defaultdict(dict)
-    judged: set[int] = set()  # items with an evaluation that called a model (or its cache)
+# Distinct evaluation rows whose encoded text `_lines` keeps, at most (then it starts again).
+KNOWN_EVALUATIONS = 1024
+
+
+def _evaluation_rows(scope: RawSQL) -> tuple[dict[int, tuple], set[int], set[int]]:
+    """The evaluation rows (`EVALUATION_FIELDS` but the item id) of the items of `scope` (a
+    subquery of their ids), by item id in the order stored; the items with an evaluation
+    that called a model (or its cache), and those with a score of -0.0 (equal to 0.0, so
+    `_lines` must not take one for the other)."""
+    by_item: dict[int, list[tuple]] = defaultdict(list)
+    judged: set[int] = set()
+    apart: set[int] = set()
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(EVALUATION_FIELDS)}, tokens FROM {Evaluation._meta.db_table} "
             f"WHERE item_id IN ({scope.sql}) ORDER BY id",
             scope.params,
         )
-        for item_id, evaluator, *rest, tokens in cursor.fetchall():
-            by_item[item_id][evaluator] = evaluation_entry(*rest, mark=marks.get(evaluator))
-            if tokens or rest[4]:  # rest[4]: cached
-                judged.add(item_id)
+        for row in cursor.fetchall():
+            by_item[row[0]].append(row[1:-1])
+            if row[-1] or row[6]:  # tokens, cached
+                judged.add(row[0])
+            elif row[2] == 0.0 and math.copysign(1.0, row[2]) < 0:
+                apart.add(row[0])
+    return {item_id: tuple(rows) for item_id, rows in by_item.items()}, judged, apart
+
+
+def _entries_of(rows: tuple, marks: dict[str, float]) -> dict[str, Any]:
+    """An item's evaluation entries from its `_evaluation_rows`, by evaluator."""
+    return {row[0]: evaluation_entry(*row[1:], mark=marks.get(row[0])) for row in rows}
+
+
+def _evaluations(scope: RawSQL, marks: dict[str, float]) -> dict[int, dict[str, Any]]:
+    """The evaluation entries of the items of `scope` (a subquery of their ids), by item id
+    and evaluator, with their judge calls."""
+    stored, judged, _ = _evaluation_rows(scope)
+    by_item = {item_id: _entries_of(rows, marks) for item_id, rows in stored.items()}
     _add_judge_calls(by_item, judged)
     return by_item
 

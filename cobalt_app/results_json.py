@@ -46,15 +46,21 @@ def _stored(value: Any) -> str:
     return value if type(value) is str else _encoded(value)
 
 
+def json_text(value: Any) -> str:
+    """`value` as `json.dumps(value, ensure_ascii=False, default=str)` writes it."""
+    return _encoded(value)
+
+
 def entry_line(
     row: tuple,
     judged: str,
-    evaluations: dict[str, Any],
+    evaluations: dict[str, Any] | str,
     trace: Trace | None,
     labels: list[dict[str, Any]],
 ) -> str:
     """An item's entry (`results.row_entry` of its `ITEM_FIELDS` row, its JSON columns as
-    their stored text, with `labels`) as one line of JSON; `judged`: its verdict. One format
+    their stored text, with `labels`) as one line of JSON; `judged`: its verdict;
+    `evaluations` its evaluation entries, or their text already encoded. One format
     string where building the entry's dicts and encoding them took twice the CPU, a third of
     it the garbage collector's (`tests/test_results_file.py` holds the two to the same
     bytes). Its index, repetition, key and status are never NULL: integers and text."""
@@ -70,6 +76,6 @@ def entry_line(
         f'"error": {_value(error) if error else "null"}, "input": {_stored(item)}, '
         f'"output": {{"output": {_stored(output)}, "metadata": {_stored(metadata)}}}, '
         f'"latencyMs": {_value(latency)}, "tokens": {_value(tokens)}, "cost": {_value(cost)}, '
-        f'"evaluations": {_encoded(evaluations)}, "trace": {steps}, '
+        f'"evaluations": {_stored(evaluations)}, "trace": {steps}, '
         f'"traceNotCaptured": {missing}, "labels": {_encoded(labels) if labels else "[]"}}}'
     )

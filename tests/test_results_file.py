@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 
 import pytest
@@ -350,3 +351,41 @@ def test_an_entry_line_is_the_entry_encoded_with_its_stored_json_as_it_is():
         judged = results.row_verdict(row, evaluated)
         line = entry_line(row, judged, evaluated, trace, labelled)
         assert line == encoded({**entry, "labels": labelled}), row
+
+
+def test_items_scored_alike_are_written_as_if_each_was_alone(db, monkeypatch):
+    """The file's lines encode each distinct set of evaluation rows once (`results._lines`):
+    items scored alike, -0.0 beside 0.0, an evaluation error, a cached judge and a failed
+    item read as the entries built item by item."""
+    from cobalt_app.models import Evaluation, ItemResult
+
+    run = make_run(keys=keys(12), errors={"k003": "RuntimeError: agent crashed"})
+    Evaluation.objects.filter(run=run).update(reason="")
+    Evaluation.objects.filter(run=run, item__item_index__in=[0, 2, 4, 6]).update(score=0.0)
+    item = ItemResult.objects.filter(run=run)
+    Evaluation.objects.filter(item=item.get(item_index=1), evaluator="exact").update(score=-0.0)
+    Evaluation.objects.filter(item=item.get(item_index=5), evaluator="judge").update(
+        score=None, status="error", error="boom"
+    )
+    Evaluation.objects.filter(item=item.get(item_index=7), evaluator="judge").update(
+        cached=True, tokens=5
+    )
+    encoded = []
+    monkeypatch.setattr(
+        results,
+        "json_text",
+        lambda value: encoded.append(value) or json.dumps(value, ensure_ascii=False),
+    )
+
+    lines = list(results.iter_item_entries(run, as_lines=True))
+    entries = list(results.iter_item_entries(run))
+
+    assert lines == [json.dumps(entry, ensure_ascii=False) for entry in entries]
+    # SQLite stores -0.0 as 0 (so item 1 is encoded as any other); PostgreSQL keeps it.
+    kept = math.copysign(1.0, Evaluation.objects.get(item__item_index=1, evaluator="exact").score)
+    assert ('"exact": {"score": -0.0' in lines[1]) == (kept < 0)
+    assert '"exact": {"score": 0.0' in lines[0]
+    assert '"cached": true' in lines[7] and '"error": "boom"' in lines[5]
+    # Encoded once: 0, 2, 4 and 6; 8 to 11; 3 (none); 5; 1 unless its -0.0 sets it apart as
+    # the judge's call sets 7 apart.
+    assert len(encoded) == (4 if kept < 0 else 5)
