@@ -26,9 +26,7 @@ sync runner's are scored by its own thread: `thread_scoring`, `sync_items`).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
-import os
 import threading
 import time
 from typing import Any
@@ -106,89 +104,29 @@ class Batches:
 
     def _flush(self) -> None:
         jobs, self.pending = self.pending, []
-        if self.slow:  # a thread per item, as an evaluator thread would be
-            for job in jobs:
-                _Batch(self, [job], None)
-            return
-        scorer = _scorer()
-        for start in range(0, len(jobs), BATCH):
-            _Batch(self, jobs[start : start + BATCH], None if scorer.stuck() else scorer)
-
-
-class _Scorer:
-    """The process's thread for batches of quick verdicts, woken through a pipe: the loop
-    writes its byte without the GIL. (Handed a job through a queue, as `aio.Threads` are,
-    a thread is woken while the loop holds the GIL: on a busy machine the woken thread may
-    take the loop's core, the GIL still held — 0.2 ms a wake-up on average, measured.)"""
-
-    def __init__(self) -> None:
-        self.queued: collections.deque[_Batch] = collections.deque()
-        self.lock = threading.Lock()
-        self.idle = False  # waiting for a byte
-        self.running: _Job | None = None
-        self.reading, self.writing = os.pipe()
-        self.pid = os.getpid()
-        threading.Thread(target=self._serve, name="cobalt-scorer", daemon=True).start()
-
-    def hand(self, batch: _Batch) -> None:
-        with self.lock:
-            self.queued.append(batch)
-            woken, self.idle = self.idle, False
-        if woken:
-            os.write(self.writing, b"\0")
-
-    def stuck(self) -> bool:
-        """Whether the verdict it is scoring began longer than SLOW ago."""
-        running = self.running
-        return running is not None and time.monotonic() - running.begun >= SLOW
-
-    def _serve(self) -> None:
-        while True:
-            with self.lock:
-                batch = self.queued.popleft() if self.queued else None
-                self.idle = batch is None
-            if batch is None:
-                os.read(self.reading, 1)
-            else:
-                batch.work(self)
-
-
-_started: list[_Scorer] = []
-_starting = threading.Lock()
-
-
-def _scorer() -> _Scorer:
-    """The process's scorer (a forked child starts its own: its parent's thread is not in it)."""
-    if not _started or _started[0].pid != os.getpid():
-        with _starting:
-            if not _started or _started[0].pid != os.getpid():
-                _started[:] = [_Scorer()]
-    return _started[0]
+        size = 1 if self.slow else BATCH
+        for start in range(0, len(jobs), size):
+            _Batch(self, jobs[start : start + size])
 
 
 class _Batch:
-    """Jobs scored one after another by one thread: the process's scorer, else one of the
-    evaluator threads; the loop's timer watches it."""
+    """Jobs scored one after another by one evaluator thread; the loop's timer watches it."""
 
-    def __init__(self, owner: Batches, jobs: list[_Job], scorer: _Scorer | None) -> None:
+    def __init__(self, owner: Batches, jobs: list[_Job]) -> None:
         self.owner = owner
         self.jobs = jobs  # the thread's: it takes them in order
         self.next = 0  # the first job the thread has not taken
-        self.scorer = scorer
         self.running: _Job | None = None
         self.lock = threading.Lock()
-        self.landing = USER_THREADS.landing()
-        self.loop = self.landing.loop
-        if scorer is not None:
-            scorer.hand(self)
-        else:
-            USER_THREADS.start(self.work, None)
+        landing = USER_THREADS.landing()
+        self.loop = landing.loop
+        USER_THREADS.start(self._work, landing)
         self.timer = self.loop.call_later(SLOW, self.check)
 
     # The thread's side.
 
-    def work(self, scorer: _Scorer | None) -> None:
-        owner, landing = self.owner, self.landing
+    def _work(self, landing: Any) -> None:
+        owner = self.owner
         while True:
             with self.lock:
                 if self.next >= len(self.jobs):
@@ -200,16 +138,12 @@ class _Batch:
                     continue
                 job.begun = time.monotonic()
                 self.running = job
-            if scorer is not None:
-                scorer.running = job
             try:
                 verdict: Any = job.context.run(
                     thread_scoring.score_untraced, job.evaluator, job.target
                 )
             except BaseException as exc:  # noqa: BLE001 - as `settle` records it
                 verdict = failure(job.evaluator, exc)
-            if scorer is not None:
-                scorer.running = None
             owner.slow = time.monotonic() - job.begun > SLOW
             landing.land(job.future, True, verdict)
 
@@ -219,16 +153,13 @@ class _Batch:
         """The batch's timer: a slow evaluator's batch split, overdue verdicts timed out,
         and the next look set (none once every verdict is in)."""
         now = time.monotonic()
-        running = self.running
-        if running is None and self.scorer is not None:  # queued behind another batch
-            running = self.scorer.running
-        rest: list[_Job] = []
-        if running is not None and now - running.begun >= SLOW:
-            with self.lock:
+        with self.lock:
+            running, rest = self.running, []
+            if running is not None and now - running.begun >= SLOW and self.next < len(self.jobs):
                 rest, self.jobs = self.jobs[self.next :], self.jobs[: self.next]
         if rest:
             self.owner.slow = True
-            _Batch(self.owner, rest, None)
+            _Batch(self.owner, rest)
         later = self.loop.time()
         due = None
         for job in self.jobs:

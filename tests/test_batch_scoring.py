@@ -26,7 +26,7 @@ def batch_of_caller():
     """The batch (`_Batch`) whose thread runs the calling evaluator, or None."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_qualname == "_Batch.work":
+        if frame.f_code.co_qualname == "_Batch._work":
             return frame.f_locals["self"]
         frame = frame.f_back
     return None
@@ -52,7 +52,7 @@ def test_quick_items_are_scored_several_to_a_batch_with_what_they_returned(proje
 
     def check(ctx):
         batch = batch_of_caller()
-        batches.setdefault(batch, []).append(ctx.item["id"])
+        batches.setdefault(id(batch), []).append(ctx.item["id"])
         seen[ctx.item["id"]] = (ctx.output, ctx.metadata, ctx.latency_ms is not None)
         return 0.5 if ctx.output.endswith("7") else 1.0
 
