@@ -52,7 +52,7 @@ def test_quick_items_are_scored_several_to_a_batch_with_what_they_returned(proje
 
     def check(ctx):
         batch = batch_of_caller()
-        batches.setdefault(id(batch), []).append(ctx.item["id"])
+        batches.setdefault(batch, []).append(ctx.item["id"])
         seen[ctx.item["id"]] = (ctx.output, ctx.metadata, ctx.latency_ms is not None)
         return 0.5 if ctx.output.endswith("7") else 1.0
 
