@@ -293,12 +293,25 @@ class Threads:
         value (or exception) the future's: `fn` makes its own stoppable calls (`stoppable`)
         on the thread's `slot`, which `interrupt` and `abandon` reach one by one; the thread
         ends after `fn` if one was abandoned."""
+        return self._submit(fn, args, SLOT)
+
+    def start(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on one of the threads, in a copy of the caller's context, its value
+        (or exception) the future's: `call` for a caller on the loop that is no coroutine."""
+        return self._submit(fn, args, None)
+
+    def landing(self) -> _Landing:
+        """Where results from the threads land for the running loop (one wake-up for many)."""
         loop = asyncio.get_running_loop()
         landing = self._landings.get(loop)
         if landing is None:
             landing = self._landings.setdefault(loop, _Landing(loop))
-        future = loop.create_future()
-        self._jobs.put((future, landing, contextvars.copy_context(), fn, args, SLOT, None))
+        return landing
+
+    def _submit(self, fn: Callable[..., Any], args: tuple, running: object) -> asyncio.Future:
+        landing = self.landing()
+        future = landing.loop.create_future()
+        self._jobs.put((future, landing, contextvars.copy_context(), fn, args, running, None))
         try:
             self._idle.get_nowait()
         except queue.Empty:
@@ -306,7 +319,7 @@ class Threads:
         return future
 
 
-SLOT = object()  # a job of `call_with_slot`
+SLOT = object()  # a job of `start_with_slot`
 
 
 def stoppable(slot: _Slot, running: RunningCall, fn: Callable[..., Any], *args: Any) -> tuple:
@@ -407,7 +420,7 @@ class _Landing:
         self.woken = False  # before taking: a result landing from now on wakes the loop again
         while self.waiting:
             future, ok, value = self.waiting.popleft()
-            if future.cancelled():
+            if future.done():  # cancelled, or settled meanwhile by the loop (a deadline)
                 continue
             if ok:
                 future.set_result(value)

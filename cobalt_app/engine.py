@@ -23,6 +23,7 @@ from cobalt.experiments import Experiment, RunContext
 from cobalt.intercept import Stub, as_stubs
 from cobalt.run_settings import RUN_DEFAULTS, BudgetSettings
 from cobalt_app import (
+    batch_scoring,
     intercepts,
     recordings,
     runaway,
@@ -172,9 +173,11 @@ async def execute_item(
     threads: Threads,
     grace: float = RUN_DEFAULTS.timeout_grace,
     budget: BudgetSettings | None = None,
+    batches: batch_scoring.Batches | None = None,
 ) -> ItemOutcome:
     """Run the agent on one item, then score its output with every evaluator (its tools'
-    stubs, state and `budget`: `intercepts`)."""
+    stubs, state and `budget`: `intercepts`; `batches`: where the run's async runners' items
+    are scored, when `batch_scoring` applies)."""
     outcome = ItemOutcome.of(snapshot, started_at=timezone.now())
     context = RunContext(
         item=snapshot.item,
@@ -218,7 +221,11 @@ async def execute_item(
     outcome.finished_at = timezone.now()
     agent_done(experiment, outcome, traces.captured(collector, env.trace))
     if outcome.status == ItemResult.Status.OK and experiment.evaluators:
-        if evaluations is None:
+        if evaluations is None and batches is not None and outcome.output is not None:
+            (evaluator,) = experiment.evaluators
+            target = eval_target(snapshot.item, outcome)
+            evaluations = [await batches.score(evaluator, target)]
+        elif evaluations is None:
             with traces.untraced():
                 evaluations = await evaluate_item(
                     experiment, snapshot, outcome, env, timeout=timeout

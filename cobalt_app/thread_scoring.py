@@ -68,7 +68,7 @@ def applies(experiment: Any, env: Any) -> bool:
     if known is not None and known[0] is experiment and known[1] is evaluators:
         answer = known[2]
     else:
-        answer = len(evaluators) == 1 and _here(evaluators[0])
+        answer = len(evaluators) == 1 and here(evaluators[0])
         answer = answer and experiment.conversation is None and not experiment.is_async
         if len(_plans) > 256:
             _plans.clear()
@@ -79,7 +79,8 @@ def applies(experiment: Any, env: Any) -> bool:
 _plans: dict[int, tuple[Any, Any, bool]] = {}
 
 
-def _here(evaluator: Evaluator) -> bool:
+def here(evaluator: Evaluator) -> bool:
+    """Whether the evaluator is a sync function `score_here` scores (the module's terms)."""
     registered = evaluator_type(evaluator.type)
     options = evaluator.options
     return (
@@ -133,7 +134,7 @@ class Scoring:
         target = EvalTarget(
             item=self.item, output=output, metadata=metadata, latency_ms=self.latency_ms
         )
-        return self.context.run(_untraced, self.evaluator, target)
+        return self.context.run(score_untraced, self.evaluator, target)
 
     def abandon(self) -> None:
         """The evaluator is not to begin (the item ended otherwise, or time is up)."""
@@ -161,7 +162,7 @@ class Scoring:
         return [await settle(self.evaluator, awaited(self.evaluator, scored), timeout)]
 
 
-def _untraced(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
+def score_untraced(evaluator: Evaluator, target: EvalTarget) -> EvalOutcome | Awaitable[Any]:
     with traces.untraced():
         return score_here(evaluator, target)
 

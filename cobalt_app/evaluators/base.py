@@ -301,7 +301,7 @@ async def maybe_await(value: Any) -> Any:
     return value
 
 
-_user_threads = Threads("cobalt-eval", 256)
+USER_THREADS = Threads("cobalt-eval", 256)  # sync evaluator functions
 
 
 async def call_user_function(fn: Callable[..., Any], *args: Any) -> Any:
@@ -310,7 +310,7 @@ async def call_user_function(fn: Callable[..., Any], *args: Any) -> Any:
     returns. Threads are started on demand, up to many: they mostly wait on I/O."""
     if is_coroutine_function(fn):
         return await fn(*args)
-    return await maybe_await(await _user_threads.call(fn, *args))
+    return await maybe_await(await USER_THREADS.call(fn, *args))
 
 
 def is_coroutine_function(fn: Callable[..., Any]) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from cobalt.experiments import Experiment
 from cobalt.run_settings import RunSettings
-from cobalt_app import engine, sync_items
+from cobalt_app import batch_scoring, engine, sync_items
 from cobalt_app.aio import Threads
 from cobalt_app.models import ItemResult, Run
 from cobalt_app.runs.claims import Claim, items_claim, items_claim_next, run_status
@@ -56,6 +56,8 @@ def step_for(
 
         return rescore
 
+    batches = batch_scoring.Batches(timeout) if batch_scoring.applies(experiment, env) else None
+
     async def execute(claim: Claim) -> Any:
         return await engine.execute_item(
             experiment,
@@ -65,6 +67,7 @@ def step_for(
             threads=threads,
             grace=grace,
             budget=settings.budget,
+            batches=batches,
         )
 
     return execute
