@@ -179,12 +179,13 @@ class Runtime:
         try:
             # Imports happen here, on this thread, never on the loop.
             step, batches = self._step(info)
+            size = team.SYNC_CHUNK if batches is not None and then >= team.MAX_CHUNK else then
             end = self.on_loop(
                 run_lane(
                     run_id,
                     step,
                     dataclasses.replace(self._lane_host(slot), batches=batches),
-                    size=lambda: then,
+                    size=lambda: size,
                     first=item_ids,
                     deadline=time.monotonic() + lane_budget(),
                 )
