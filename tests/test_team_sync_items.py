@@ -50,14 +50,14 @@ def has_answer(ctx):
     Dataset(items=[{"id": f"q{i}"} for i in range(__ITEMS__)]),
     evaluators=[Evaluator(name="has-answer", type="function", fn=has_answer)],
     concurrency=__CONCURRENCY__,
-    timeout=30,
+    timeout=__TIMEOUT__,
 )
 def run(ctx):
     with LOG.open("a") as fh:
         fh.write(f"{ctx.item['id']} {os.getpid()} {batched()}\\n")
     end = "done"
     try:
-        for _ in range(__STEPS__):
+        for _ in range(__STEPS__ * (100 if ctx.item["id"] == "__SLOW__" else 1)):
             time.sleep(0.05)
     except BaseException:
         end = "stopped"
@@ -69,9 +69,13 @@ def run(ctx):
 """
 
 
-def write_sync(team: Team, *, items: int, concurrency: int, seconds: float) -> None:
+def write_sync(
+    team: Team, *, items: int, concurrency: int, seconds: float, timeout: float = 30, slow=""
+) -> None:
+    """The sync experiment: each item takes `seconds` (the `slow` one a hundred times that)."""
     source = SYNC.replace("__ITEMS__", str(items)).replace("__CONCURRENCY__", str(concurrency))
     source = source.replace("__STEPS__", str(round(seconds / 0.05)))
+    source = source.replace("__TIMEOUT__", repr(timeout)).replace("__SLOW__", slow)
     (team.folder / "experiments" / "demo.cobalt.py").write_text(source)
 
 
@@ -218,3 +222,46 @@ def test_a_stopping_worker_hands_back_the_batch_items_it_had_not_begun(team: Tea
     runs = [item for item, _, _ in executed(team)]
     assert sorted(set(runs)) == sorted(f"q{i}" for i in range(20))
     assert len(runs) == 20  # nothing began twice: the started items finished within the grace
+
+
+def test_a_batch_recorded_as_one_json_value_reads_back_as_the_values_sent(team: Team):
+    # `bulk_sql._records` / `_recordset`: what `items_record_claimed` sends PostgreSQL.
+    from datetime import UTC, datetime
+
+    from cobalt_app import bulk_sql
+
+    names = ("f", "t", "s", "j", "i", "b")
+    types = ("float8", "timestamptz", "text", "jsonb", "int4", "bool")
+    now = datetime.now(UTC)
+    rows = [
+        (float("nan"), now, 'é "q" \\ {x}', '{"k": [1, "é"]}', 3.0, True),
+        (float("-inf"), None, None, None, 2, False),
+        (0.5, now, "", "null", 0, None),
+    ]
+    sql = f"SELECT f::text, t, s, j::jsonb, i, b FROM {bulk_sql._recordset(names, types)}"
+    got = team.services.query(sql, [bulk_sql._records(rows, names, types)])
+    assert got == [
+        ("NaN", now, 'é "q" \\ {x}', {"k": [1, "é"]}, 3, True),
+        ("-Infinity", None, None, None, 2, False),
+        ("0.5", now, "", None, 0, None),
+    ]
+    assert bulk_sql._records([], names, types) == "[]"
+
+
+def test_an_item_timing_out_in_a_workers_batch_fails_as_through_the_loop_and_the_rest_run(
+    team: Team,
+):
+    write_sync(team, items=6, concurrency=1, seconds=0.1, timeout=1, slow="q2")
+    team.start_worker("--concurrency=1")
+    result = team.cli("run")
+    assert result.returncode == 0, result.stderr  # the run ends; its item failed alone
+    run_id = team.latest_run()
+    assert team.item_statuses(run_id) == {"ok": 5, "timeout": 1}
+    error = team.services.query(
+        "SELECT error FROM cobalt_app_itemresult WHERE run_id = %s AND status = 'timeout'",
+        [run_id],
+    )[0][0]
+    assert error == "timed out after 1s (its code was stopped)"
+    assert ends(team)["q2"] == ["stopped"]
+    assert all(batched for _, _, batched in executed(team))
+    assert sorted(item for item, _, _ in executed(team)) == [f"q{i}" for i in range(6)]
