@@ -7,7 +7,9 @@ while the event loop thread is busy each one waits for it (a claim measured 2.5 
 with `json_each`: one step per statement, whatever the batch's size. PostgreSQL keeps the
 statements of a row each for small batches; a big batch travels as one array per column,
 unpacked with `unnest` (an `executemany` is one statement executed per row: PostgreSQL
-parses, plans and runs each, several times the CPU of one statement for the batch).
+parses, plans and runs each, several times the CPU of one statement for the batch). Team
+workers record a batch as one JSON parameter too (`json_to_recordset`, `_records`): psycopg
+dumps an array parameter value by value in Python.
 """
 
 from __future__ import annotations
@@ -254,11 +256,11 @@ def items_record_claimed(
     columns = zip(ITEM_COLUMNS[:-1], ITEM_TYPES[:-1], strict=True)
     sets = ", ".join(f"{name} = {_value(name, kind)}" for name, kind in columns)
     updates = ", ".join(f"{name} = excluded.{name}" for name in EVALUATION_COLUMNS[3:])
-    evaluated = _unnest(EVALUATION_COLUMNS, EVALUATION_TYPES)
+    evaluated = _recordset(EVALUATION_COLUMNS, EVALUATION_TYPES)
     sql = (
         "WITH run AS (SELECT id FROM cobalt_app_run WHERE id = %s FOR UPDATE), "
         f"stored AS (UPDATE cobalt_app_itemresult AS i SET {sets}, lease_expires_at = NULL "
-        f"FROM run, {_unnest(item_names, item_types)} WHERE i.id = ANY(%s::int8[]) "
+        f"FROM run, {_recordset(item_names, item_types)} WHERE i.id = ANY(%s::int8[]) "
         "AND i.id = v.id "
         f"AND i.attempts = v.attempt AND i.status NOT IN ({', '.join(['%s'] * len(finished))})"
         " RETURNING i.id), "
@@ -271,13 +273,50 @@ def items_record_claimed(
         "SELECT ARRAY(SELECT id FROM stored), (SELECT done FROM counted)"
     )
     scores = list({(row[0], row[2]): row for row in evaluations}.values())
-    arrays = _arrays(once, item_types)
+    items = _records(once, item_names, item_types)
     # The ids again, as `id = ANY(...)`: the items read by primary key. Joined by id alone,
     # the planner reads every unfinished item of the table (or of the run) and hashes them.
-    params = [run_id, *arrays, arrays[len(ITEM_COLUMNS) - 1], *finished]
-    params += _arrays(scores, EVALUATION_TYPES) if scores else [[] for _ in EVALUATION_TYPES]
+    ids = "{" + ",".join(str(int(row[len(ITEM_COLUMNS) - 1])) for row in once) + "}"
+    params = [run_id, items, ids, *finished, _records(scores, EVALUATION_COLUMNS, EVALUATION_TYPES)]
     stored, done = _bound_row(sql, params)
     return set(stored), bool(done)
+
+
+def _recordset(names: Sequence[str], types: Sequence[str]) -> str:
+    """`json_to_recordset(%s::json) AS v(name type, ...)`: the rows of one JSON parameter
+    (`_records`); jsonb travels as text (the JSON Cobalt stored), parsed once it is a row."""
+    columns = ", ".join(
+        f"{name} {'text' if kind == 'jsonb' else kind}"
+        for name, kind in zip(names, types, strict=True)
+    )
+    return f"json_to_recordset(%s::json) AS v({columns})"
+
+
+def _records(rows: Sequence[Sequence[Any]], names: Sequence[str], types: Sequence[str]) -> str:
+    """The rows as one JSON array of objects (`_recordset`). psycopg dumps an array parameter
+    value by value in Python: the columns' arrays of a recorded batch were about a third of
+    a team worker's recording CPU (issue 41, `py-spy --gil`); `json.dumps` is one C call.
+    Non-finite floats travel as the strings PostgreSQL reads them from."""
+    if not rows:
+        return "[]"
+    columns = _arrays(rows, types)
+    for position, kind in enumerate(types):
+        if kind == "float8":
+            columns[position] = [_finite(value) for value in columns[position]]
+        elif kind == "timestamptz":
+            columns[position] = [_timestamp(value) for value in columns[position]]
+    records = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+    return json.dumps(records, ensure_ascii=False, separators=(",", ":"))
+
+
+def _finite(value: float | None) -> float | str | None:
+    if value is None or value - value == 0:
+        return value
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _timestamp(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _bound_row(sql: str, params: list[Any]) -> tuple[Any, ...]:

@@ -19,7 +19,8 @@ period is left, its item's error saying so, and the lane takes back the items it
 begun (`Batch.left`). An evaluator past the timeout is timed out and left to its thread, as
 on an evaluator thread; the item's other evaluators are scored as usual, and the rest of
 the batch taken back. A cancelled lane stops the running agent (`Batch.cancel`); a cancelled
-run lets the running item end and begins no other (`Batch.stop`).
+run lets the running item end and begins no other (`Batch.stop`); a team worker dropping
+one item (its lease lost, or handed back) skips it, or stops its agent (`Batch.drop`).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ class Batch:
         self.begun = 0  # items the thread has begun
         self.closed = False  # no item begins any more
         self.left: list[Any] = []  # the items taken back: the thread was left
+        self.skipped: set[int] = set()  # positions of the items dropped before they began
         self.phase: Phase | None = None
         self.landed: collections.deque[tuple[Any, ItemOutcome]] = collections.deque()
         self.woken = False
@@ -202,6 +204,26 @@ class Batch:
             phase.guard.stopped = "the item was cancelled"
             self.items.threads.interrupt(phase.call)
         return self._taken()
+
+    def drop(self, claim: Any, *, started: bool | None = None) -> bool:
+        """One item is dropped (team: its lease went to another worker, or the worker hands it
+        back): the thread does not begin it, or its running agent is stopped; `started` given:
+        only if it has (not) begun. Whether it was dropped (what lands of it is the lane's to
+        let go)."""
+        with self.lock:
+            position = next(i for i, held in enumerate(self.claims) if held is claim)
+            begun = position < self.begun
+            if started is not None and begun != started:
+                return False
+            if not begun:
+                self.skipped.add(position)
+                return True
+            phase = self.phase
+        if phase is not None and phase.claim is claim and phase.evaluator is None:
+            if phase.guard is not None:
+                phase.guard.stopped = "the item was cancelled"
+            self.items.threads.interrupt(phase.call)
+        return True
 
     def _end(self, *, cancelled: bool) -> None:
         self.looking.cancel()
@@ -309,6 +331,8 @@ class Batch:
         base = contextvars.copy_context()
         while True:
             with self.lock:
+                while self.begun in self.skipped:
+                    self.begun += 1
                 if self.closed or self.begun >= len(self.claims):
                     return
                 claim = self.claims[self.begun]

@@ -36,6 +36,7 @@ from cobalt_app import (
     discovery,
     engine,
     recordings,
+    sync_items,
     team,
     team_broker,
     team_cursor,
@@ -44,7 +45,16 @@ from cobalt_app import (
 )
 from cobalt_app.engine import EvalEnv
 from cobalt_app.runs import claims, lifecycle
-from cobalt_app.runs.lane import Held, LaneHost, RunStatuses, Step, failing_step, run_lane, step_for
+from cobalt_app.runs.lane import (
+    Held,
+    LaneHost,
+    RunStatuses,
+    Step,
+    failing_step,
+    run_lane,
+    step_for,
+    sync_items_for,
+)
 from cobalt_app.runs.recorder import Recorder
 
 logger = logging.getLogger("cobalt.worker")
@@ -167,13 +177,15 @@ class Runtime:
         if slot is None:
             return "the run's lanes are all executing"
         try:
-            step = self._step(info)  # imports happen here, on this thread, never on the loop
+            # Imports happen here, on this thread, never on the loop.
+            step, batches = self._step(info)
+            size = team.SYNC_CHUNK if batches is not None and then >= team.MAX_CHUNK else then
             end = self.on_loop(
                 run_lane(
                     run_id,
                     step,
-                    self._lane_host(slot),
-                    size=lambda: then,
+                    dataclasses.replace(self._lane_host(slot), batches=batches),
+                    size=lambda: size,
                     first=item_ids,
                     deadline=time.monotonic() + lane_budget(),
                 )
@@ -194,14 +206,19 @@ class Runtime:
             release=functools.partial(self._unhold, slot=slot),
         )
 
-    def _step(self, info: team.RunInfo) -> Step:
-        """The run's per-item step, or an error for each item saying why this worker cannot
-        load the run's experiment."""
+    def _step(self, info: team.RunInfo) -> tuple[Step, sync_items.SyncItems | None]:
+        """The run's per-item step, and its items' batches when the step is all sync
+        (`sync_items`); or an error for each item saying why this worker cannot load the
+        run's experiment."""
         try:
             experiment = self.experiment(info)
         except CobaltError as exc:  # the worker's one catch: each item fails saying why
-            return failing_step(str(exc))
-        return step_for(experiment, info.config, self.env_for(info), self.runners)
+            return failing_step(str(exc)), None
+        env = self.env_for(info)
+        return (
+            step_for(experiment, info.config, env, self.runners),
+            sync_items_for(experiment, info.config, env, self.runners),
+        )
 
     def _hold(self, entries: list[Held], slot: team_lanes.Slot | None = None) -> None:
         with self.lock:
@@ -247,12 +264,8 @@ class Runtime:
     async def _drop(self, *, started: bool) -> list[int]:
         """Drop the held items (started or not yet): on the loop, between two items' steps."""
         with self.lock:
-            entries = [e for e in self.held.values() if (e.task is not None) == started]
-        for entry in entries:
-            entry.dropped = True
-            if entry.task is not None:
-                entry.task.cancel()
-        return [entry.claim.item_id for entry in entries]
+            entries = list(self.held.values())
+        return [entry.claim.item_id for entry in entries if entry.drop(started=started)]
 
     def _release(self, item_ids: list[int]) -> None:
         if not item_ids:
@@ -314,8 +327,7 @@ class Runtime:
 
     def _drop_entry(self, entry: Held) -> None:
         entry.dropped = True
-        if entry.task is not None:
-            self.loop.call_soon_threadsafe(entry.task.cancel)
+        self.loop.call_soon_threadsafe(entry.drop)
 
     def _lost(self, slot: team_lanes.Slot) -> None:
         """Another lane took this lane's slot (this worker was silent for a whole grace

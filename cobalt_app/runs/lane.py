@@ -5,8 +5,8 @@ with the run's per-item step (`step_for`: the agent and the evaluators, or for a
 evaluators only), hands each outcome to the recorder, and claims again — until no item is
 left, the run was cancelled, or (team mode) its time is up and a continuation takes over.
 The embedded mode runs `concurrency` lanes on this process's loop (`embedded`); a team worker
-runs one lane per Celery message (`worker_runtime`). An embedded lane whose step is all sync
-hands its items to a runner thread in batches instead (`sync_items`).
+runs one lane per Celery message (`worker_runtime`). A lane whose step is all sync hands its
+items to a runner thread in batches instead (`sync_items`), in both modes.
 """
 
 from __future__ import annotations
@@ -109,6 +109,22 @@ class Held:
     claim: Claim
     task: asyncio.Future | None = None  # while its step runs
     dropped: bool = False  # cancelled, or its lease went to another worker
+    batch: sync_items.Batch | None = None  # the runner thread's batch it is part of
+
+    def drop(self, *, started: bool | None = None) -> bool:
+        """On the loop: drop the item (its lease went to another worker, or the worker hands
+        it back) — `started` given: only if it has (not) begun. Its step is cancelled: a
+        batch's thread does not begin it, or stops its agent; whatever lands of it is not
+        recorded (`_execute_batch`). Whether it was dropped."""
+        if self.batch is not None:
+            if not self.batch.drop(self.claim, started=started):
+                return False
+        elif started is not None and (self.task is not None) != started:
+            return False
+        self.dropped = True
+        if self.task is not None:
+            self.task.cancel()
+        return True
 
 
 class RunStatuses:
@@ -174,7 +190,7 @@ class LaneHost:
     claim_next: Callable[[str, str, int], list[Claim]] = items_claim_next
     # Embedded: up to n of the run's claimed items, from the lanes' shared pool (None: claim)
     take: Callable[[int], Awaitable[list[Claim]]] | None = None
-    # Embedded, an all-sync step: the claimed items run by a runner thread, one after another
+    # An all-sync step: the claimed items run by a runner thread, one after another
     batches: sync_items.SyncItems | None = None
 
 
@@ -289,7 +305,7 @@ async def _execute_claims(
     on_outcome: Callable[[Any], Awaitable[None]] | None,
 ) -> None:
     """The claimed items one after another; the others wait their turn, leased."""
-    if host.batches is not None and not host.drops_items:
+    if host.batches is not None:
         left: list[Claim] = []
         for start in range(0, len(claims), BATCH):
             if start and (await host.statuses.stopped(run_id) or host.stopping()):
@@ -336,18 +352,28 @@ async def _execute_batch(
     """The claimed items on a runner thread (`sync_items`), their outcomes recorded and
     reported as they land; returns the items it took back (its thread was left)."""
     await _caught_up(handed)
+    # Team: held (leases renewed, handed back at a warm shutdown) until recorded; a dropped
+    # item is skipped by the thread, or its agent stopped, and what lands of it let go.
+    entries = {claim.item_id: Held(claim) for claim in claims}
+    host.hold(list(entries.values()))
     batch = host.batches.start(claims)
+    for held in entries.values():
+        held.batch = batch
 
-    def record(claim: Claim, outcome: Any) -> None:
+    def record(claim: Claim, outcome: Any) -> bool:
+        held = entries[claim.item_id]
+        if held.dropped:
+            return False
         end.executed += 1
         recording = host.recorder.submit(claim, outcome)
         handed.setdefault(id(recording), (recording, []))[1].append(claim.item_id)
+        host.release([held])  # the recorder has it: no lease to renew, nothing to hand back
+        return True
 
     try:
         while (landed := await batch.outcomes()) is not None:
             for claim, outcome in landed:
-                record(claim, outcome)
-                if on_outcome is not None:
+                if record(claim, outcome) and on_outcome is not None:
                     await on_outcome(outcome)
             if await host.statuses.stopped(run_id) or host.stopping():
                 batch.stop()
@@ -355,7 +381,9 @@ async def _execute_batch(
         for claim, outcome in batch.cancel():  # finished before the lane was cancelled
             record(claim, outcome)
         raise
-    return batch.left
+    finally:
+        host.release(list(entries.values()))
+    return [claim for claim in batch.left if not entries[claim.item_id].dropped]
 
 
 async def _caught_up(handed: dict[int, tuple[Batch, list[int]]]) -> None:
