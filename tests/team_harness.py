@@ -238,6 +238,35 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def scratch_database(name: str):
+    """A new database for one test, dropped afterwards; its URL."""
+    url = create_database(name)
+    try:
+        yield url
+    finally:
+        drop_database(name)
+
+
+def script_on_postgres(script: str, database_url: str, folder: Path) -> Any:
+    """Run `script` in a Python process of its own whose Cobalt uses `database_url` (a project
+    folder `folder`); the JSON its last line printed."""
+    (folder / "cobalt.toml").write_text("")
+    env = cli_env(
+        {"DJANGO_SETTINGS_MODULE": "cobalt_project.settings", "COBALT_DATABASE_URL": database_url}
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def create_services() -> Services:
     name = f"cobalt_test_team_{os.getpid()}"
     url = create_database(name)

@@ -7,25 +7,21 @@ evaluation errors and evaluations never written included.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import psycopg
 import pytest
 
 from cobalt_app import group_counts, page_triage, results, run_search, score_tables
 from cobalt_app.models import Evaluation, ItemResult, Run
-from tests.conftest import cli_env
+from tests import team_harness as harness
 from tests.test_pages import make_run
 
 pytestmark = pytest.mark.django_db
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # Dataset fields, a metadata key, what the agent reported, and a field no item has.
 FIELDS = ["category", "metadata.tier", "code", "level", "result.model", "absent"]
 CATEGORIES = ["refund", "refund", "shipping", "billing", None, "Été", "été", "Zed"]
@@ -184,33 +180,13 @@ print(json.dumps(out))
 
 
 @pytest.fixture
-def postgres() -> Any:
-    name = f"h5_test_group_counts_{os.getpid()}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def postgres() -> Iterator[str]:
+    with harness.scratch_database(f"cobalt_test_group_counts_{os.getpid()}") as url:
+        yield url
 
 
 def test_on_postgresql_the_counts_are_the_same(postgres, tmp_path):
-    env = cli_env(
-        {"DJANGO_SETTINGS_MODULE": "cobalt_project.settings", "COBALT_DATABASE_URL": postgres}
-    )
-    (tmp_path / "cobalt.toml").write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", PG_SCRIPT],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = harness.script_on_postgres(PG_SCRIPT, postgres, tmp_path)
     assert out["wrong"] == []
     assert [tuple(pair) for pair in out["counted"]] == [(out["single"], k) for k in FIELDS] * 2
     assert sorted(set(out["indexed"])) == sorted(set(FIELDS) - {"absent"})

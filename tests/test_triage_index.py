@@ -5,30 +5,26 @@ deleting the run (a clean) deletes its rows; `cobalt serve` builds it on a run's
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import string
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import httpx
-import psycopg
 import pytest
 from django.db import connection
 
 from cobalt.config import load_config
 from cobalt_app import page_triage, retention, run_search
 from cobalt_app.models import Evaluation, ItemField, ItemResult, Run, SearchIndex
-from tests.conftest import cli_env, cobalt_run, new_project, served
+from tests import team_harness as harness
+from tests.conftest import cobalt_run, new_project, served
 from tests.test_triage import HTMX, make_run, row_keys, support_items
 from tests.test_triage import client as client  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # Texts that LIKE and FTS5 read specially, escaped forms of JSON, other scripts and cases.
 ODD = {
@@ -257,32 +253,12 @@ print(json.dumps(out))
 
 @pytest.fixture
 def postgres() -> Iterator[str]:
-    name = f"h3_test_search_index_{os.getpid()}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with harness.scratch_database(f"cobalt_test_search_index_{os.getpid()}") as url:
+        yield url
 
 
 def test_on_postgresql_the_index_finds_what_reading_the_run_finds(postgres, tmp_path):
-    env = cli_env(
-        {"DJANGO_SETTINGS_MODULE": "cobalt_project.settings", "COBALT_DATABASE_URL": postgres}
-    )
-    (tmp_path / "cobalt.toml").write_text("")
-    done = subprocess.run(
-        [sys.executable, "-c", PG_SCRIPT],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = harness.script_on_postgres(PG_SCRIPT, postgres, tmp_path)
     assert out["before"] and out["built"]
     assert out["wrong"] == [] and out["fields"] == []
     assert out["some"] == 4  # t01's input, t09's output, each twice (two repetitions)
