@@ -12,8 +12,9 @@ import pytest
 
 from cobalt import Dataset, Evaluator
 from cobalt_app import aio
-from cobalt_app.models import Evaluation, ItemResult, Run
+from cobalt_app.models import Run
 from tests.helpers import define, execute
+from tests.test_sync_items import rows, verdicts
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -30,17 +31,6 @@ def batch_of_caller():
             return frame.f_locals["self"]
         frame = frame.f_back
     return None
-
-
-def rows(run):
-    return {r.item_index: r for r in ItemResult.objects.filter(run=run)}
-
-
-def verdicts(run):
-    return {
-        (e.item.item_index, e.evaluator): (e.status, e.score, e.error)
-        for e in Evaluation.objects.filter(run=run).select_related("item")
-    }
 
 
 async def answer(ctx):
