@@ -84,6 +84,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for_port(port: int, seconds: float = 30) -> None:
+    """Until a service listens on 127.0.0.1:`port` (exits the bench after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit("the service did not start")
+            time.sleep(0.05)
+
+
 async def bare(url: str, items: int, concurrency: int) -> float:
     gate = asyncio.Semaphore(concurrency)
 
@@ -111,15 +124,7 @@ def main() -> None:
     service = subprocess.Popen([sys.executable, "-c", SERVICE, str(port), str(args.latency)])
     project = Path(tempfile.mkdtemp(prefix="cobalt-bench-target-"))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    sys.exit("the service did not start")
-                time.sleep(0.05)
+        wait_for_port(port)
         bare_seconds, bare_cpu = asyncio.run(bare(url, args.items, args.concurrency))
         (project / "experiments").mkdir()
         (project / "cobalt.toml").write_text('test_dir = "experiments"\n[receiver]\nport = 0\n')

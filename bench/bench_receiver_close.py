@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_http_target import free_port, wait_for_port  # the bench folder is sys.path[0]
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE = REPO / "tests" / "fixtures" / "services" / "split_export_agent.py"
@@ -38,12 +39,6 @@ cobalt.experiment(
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def once(tree: Path, items: int, root_delay: float) -> tuple[float, bool]:
     """One `cobalt run` with the source tree `tree`: its wall time, and whether it warned."""
     receiver, port = free_port(), free_port()
@@ -56,15 +51,7 @@ def once(tree: Path, items: int, root_delay: float) -> tuple[float, bool]:
     service = subprocess.Popen([sys.executable, str(SERVICE), str(port)], env=env)
     project = Path(tempfile.mkdtemp(prefix="cobalt-bench-receiver-"))
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    sys.exit("the service did not start")
-                time.sleep(0.05)
+        wait_for_port(port)
         (project / "experiments").mkdir()
         (project / "cobalt.toml").write_text(
             f'test_dir = "experiments"\n[receiver]\nport = {receiver}\ngrace = 20\n'
