@@ -238,7 +238,7 @@ def iter_item_entries(
     if first_repetition:
         where.append("run_index = 0")
     marks = verdict.pass_marks((run.config or {}).get("evaluators", []))
-    known: dict[tuple, tuple[str, verdict.Verdict]] = {}  # `_lines`: evaluations encoded
+    known: dict[tuple, Encoded] = {}  # `_lines`: evaluations encoded
     if labelled is None:
         labelled = labels.labels_by_item(run, item_ids=ids)
     # A row comparison: PostgreSQL seeks the (run, item_index, run_index) unique index with
@@ -290,7 +290,7 @@ def _lines(
     marks: dict[str, float],
     labelled: dict[int, list[dict[str, Any]]],
     scope: RawSQL,
-    known: dict[tuple, tuple[str, verdict.Verdict]],
+    known: dict[tuple, Encoded],
 ) -> Iterator[str]:
     """The entries of `rows` as lines of JSON text, `scope` a subquery of their ids; a
     trace's stored text written in as it is (`read_traces(as_text=True)`), not parsed again.
@@ -317,16 +317,20 @@ def _lines(
         found = known.get(its)
         if found is None:
             evaluations = _entries_of(its, marks)
-            scored = verdict.item_verdict([e["verdict"] for e in evaluations.values()])
-            found = (json_text(evaluations), scored)
+            verdicts = [e["verdict"] for e in evaluations.values()]
+            found = (json_text(evaluations), verdicts, verdict.item_verdict(verdicts))
             if len(known) >= KNOWN_EVALUATIONS:
                 known.clear()
             known[its] = found
-        text, scored = found
-        judged_item = verdict.Verdict.ERROR if row[4] in FAILED else scored
+        text, verdicts, scored = found
+        # An item that errored: its verdict by the one rule too (`row_verdict`), only it is
+        # worked out again per item.
+        judged_item = verdict.item_verdict(verdicts, errored=True) if row[4] in FAILED else scored
         yield entry_line(row, judged_item, text, traces.get(item_id), label_of(item_id, []))
 
 
+# An item's evaluations as `_lines` keeps them: their text, their verdicts, the item's verdict.
+Encoded = tuple[str, list[verdict.Verdict], verdict.Verdict]
 # Distinct evaluation rows whose encoded text `_lines` keeps, at most (then it starts again).
 KNOWN_EVALUATIONS = 1024
 
