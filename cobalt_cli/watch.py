@@ -54,9 +54,13 @@ def watch(config: Config, paths: list[str], run_args: list[str], console: Consol
         )
         # The watcher starts when first asked; what changed before (the inputs' stamps) and each
         # half second without an event are looked at too, so no edit is missed in between.
-        for changes in watchfiles.watch(
+        # Events are filtered here, not by watchfiles: it yields nothing for a batch it filters
+        # out whole, so while ignored files kept changing (the database's WAL and shared-memory
+        # files as something reads it) the stamps were never looked at and an edit made before
+        # the watcher started was missed (test_watch, on a loaded machine).
+        for events in watchfiles.watch(
             project,
-            watch_filter=_relevant,
+            watch_filter=None,
             debounce=200,
             step=50,
             raise_interrupt=True,
@@ -64,7 +68,7 @@ def watch(config: Config, paths: list[str], run_args: list[str], console: Consol
             rust_timeout=500,
         ):
             now = stamps(watched)
-            changed = {Path(path).resolve() for _, path in changes}
+            changed = {Path(path).resolve() for change, path in events if _relevant(change, path)}
             changed |= {path for path, stamp in now.items() if seen.get(path) != stamp}
             seen = now
             if not changed:
